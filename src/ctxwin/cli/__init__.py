@@ -1,0 +1,1 @@
+"""The `ctxwin` command line: thin wrappers over library calls."""

@@ -1,0 +1,270 @@
+"""The canonical message model: every provider format and every session file converts into this.
+
+A `Message` is a role plus a tuple of blocks. Blocks are small frozen dataclasses; anything a provider
+sends that the model has no field for is kept in the block's or message's `extra` mapping, so that a
+provider payload survives a round trip through the canonical form.
+
+Tool results live in `tool` messages, one or more `ToolResult` blocks each. Anthropic's habit of
+putting them inside user messages is undone by its converter (and redone on the way back).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
+
+_EMPTY: Mapping[str, Any] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    text: str
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    type: Literal["text"] = field(default="text", init=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Thinking:
+    """Model reasoning. `signature` is the provider's integrity token; when `redacted` is true the
+    provider returned only opaque data, which `thinking` then holds verbatim."""
+
+    thinking: str
+    signature: str | None = None
+    redacted: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    type: Literal["thinking"] = field(default="thinking", init=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """An image, inline (`data`, base64) or by `url`. Width and height, when known, let the token
+    counter price it without decoding it."""
+
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+    width: int | None = None
+    height: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    type: Literal["image"] = field(default="image", init=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call the assistant asked for. `arguments` is the decoded JSON object; when a provider sent
+    arguments that are not valid JSON, the raw string is kept as is."""
+
+    id: str
+    name: str
+    arguments: Any = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    type: Literal["tool_call"] = field(default="tool_call", init=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """The answer to one `ToolCall`. `content` holds text and image parts; `name` is the tool's name
+    when the source recorded it (OpenAI chat and Anthropic do not carry it on the result)."""
+
+    call_id: str
+    content: tuple[Text | Image, ...] = ()
+    is_error: bool = False
+    name: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    type: Literal["tool_result"] = field(default="tool_result", init=False, repr=False)
+
+    @property
+    def text(self) -> str:
+        """The text parts joined by newlines (images left out)."""
+        return "\n".join(p.text for p in self.content if isinstance(p, Text))
+
+
+Block: TypeAlias = Text | Thinking | Image | ToolCall | ToolResult
+Part: TypeAlias = Text | Image
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: Role
+    blocks: tuple[Block, ...]
+    id: str = ""
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    _key: str | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def text(self) -> str:
+        """All text blocks joined by newlines (what a person would read as the message)."""
+        return "\n".join(b.text for b in self.blocks if isinstance(b, Text))
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return tuple(b for b in self.blocks if isinstance(b, ToolCall))
+
+    @property
+    def tool_results(self) -> tuple[ToolResult, ...]:
+        return tuple(b for b in self.blocks if isinstance(b, ToolResult))
+
+    @property
+    def content_key(self) -> str:
+        """A digest of role and blocks (not id or meta): equal content, equal key. Token counts and
+        other per-message caches are keyed by it. Computed once per message object."""
+        if self._key is None:
+            payload = json.dumps(
+                [self.role, [block_to_dict(b) for b in self.blocks]],
+                ensure_ascii=False,
+                sort_keys=True,
+                separators=(",", ":"),
+            )
+            digest = hashlib.blake2b(payload.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+            object.__setattr__(self, "_key", digest)  # a cache, not state: frozen is about content
+        return self._key
+
+    def replace(self, **changes: Any) -> Message:
+        """A copy with some fields changed (and a fresh content key)."""
+        fields = {"role": self.role, "blocks": self.blocks, "id": self.id, "meta": self.meta}
+        fields.update(changes)
+        return Message(**fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        return message_to_dict(self)
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> Message:
+        return message_from_dict(data)
+
+
+# --------------------------------------------------------------------------------------------------
+# Convenience constructors
+
+
+def text_message(role: Role, text: str, id: str = "", **meta: Any) -> Message:
+    return Message(role=role, blocks=(Text(text),), id=id, meta=meta)
+
+
+def system(text: str, id: str = "") -> Message:
+    return text_message("system", text, id)
+
+
+def user(text: str, id: str = "") -> Message:
+    return text_message("user", text, id)
+
+
+def assistant(text: str = "", *calls: ToolCall, id: str = "") -> Message:
+    blocks: tuple[Block, ...] = ((Text(text),) if text else ()) + calls
+    return Message(role="assistant", blocks=blocks, id=id)
+
+
+def tool_result(call_id: str, text: str, *, name: str | None = None, is_error: bool = False,
+                id: str = "") -> Message:
+    return Message(role="tool", blocks=(ToolResult(call_id, (Text(text),), is_error, name),), id=id)
+
+
+# --------------------------------------------------------------------------------------------------
+# Lossless JSON. Every field is written when it differs from its default, `extra` included, so
+# `from_dict(to_dict(m)) == m` and the extras survive too.
+
+
+def block_to_dict(block: Block) -> dict[str, Any]:
+    match block:
+        case Text(text=text):
+            out: dict[str, Any] = {"type": "text", "text": text}
+        case Thinking(thinking=thinking, signature=signature, redacted=redacted):
+            out = {"type": "thinking", "thinking": thinking}
+            if signature is not None:
+                out["signature"] = signature
+            if redacted:
+                out["redacted"] = True
+        case Image():
+            out = {"type": "image"}
+            for name in ("media_type", "data", "url", "width", "height"):
+                value = getattr(block, name)
+                if value is not None:
+                    out[name] = value
+        case ToolCall(id=call_id, name=name, arguments=arguments):
+            out = {"type": "tool_call", "id": call_id, "name": name, "arguments": arguments}
+        case ToolResult(call_id=call_id, content=content, is_error=is_error, name=name):
+            out = {"type": "tool_result", "call_id": call_id, "content": [block_to_dict(p) for p in content]}
+            if is_error:
+                out["is_error"] = True
+            if name is not None:
+                out["name"] = name
+        case _:
+            raise TypeError(f"not a block: {block!r}")
+    if block.extra:
+        out["extra"] = dict(block.extra)
+    return out
+
+
+def block_from_dict(data: Mapping[str, Any]) -> Block:
+    kind = data.get("type")
+    extra = dict(data.get("extra") or _EMPTY)
+    if kind == "text":
+        return Text(str(data["text"]), extra)
+    if kind == "thinking":
+        return Thinking(str(data["thinking"]), data.get("signature"), bool(data.get("redacted", False)), extra)
+    if kind == "image":
+        return Image(data.get("media_type"), data.get("data"), data.get("url"), data.get("width"),
+                     data.get("height"), extra)
+    if kind == "tool_call":
+        return ToolCall(str(data["id"]), str(data["name"]), data.get("arguments", {}), extra)
+    if kind == "tool_result":
+        parts = tuple(_part_from_dict(p) for p in data.get("content", ()))
+        return ToolResult(str(data["call_id"]), parts, bool(data.get("is_error", False)), data.get("name"), extra)
+    raise ValueError(f"unknown block type {kind!r}; expected text, thinking, image, tool_call or tool_result")
+
+
+def _part_from_dict(data: Mapping[str, Any]) -> Part:
+    block = block_from_dict(data)
+    if not isinstance(block, Text | Image):
+        raise ValueError(f"a tool result may hold only text and image parts, not {block.type!r}")
+    return block
+
+
+def message_to_dict(message: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.role, "blocks": [block_to_dict(b) for b in message.blocks]}
+    if message.id:
+        out["id"] = message.id
+    if message.meta:
+        out["meta"] = dict(message.meta)
+    return out
+
+
+def message_from_dict(data: Mapping[str, Any]) -> Message:
+    role = data.get("role")
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+    blocks = tuple(block_from_dict(b) for b in data.get("blocks", ()))
+    return Message(role=role, blocks=blocks, id=str(data.get("id", "")), meta=dict(data.get("meta") or _EMPTY))
+
+
+def dumps(messages: Iterable[Message]) -> str:
+    """JSON Lines, one message per line."""
+    return "".join(json.dumps(message_to_dict(m), ensure_ascii=False) + "\n" for m in messages)
+
+
+def loads(text: str) -> list[Message]:
+    return [message_from_dict(json.loads(line)) for line in text.splitlines() if line.strip()]
+
+
+def stable_id(prefix: str, *parts: Any) -> str:
+    """A short deterministic id from arbitrary JSON-able parts: the same input always gives the same
+    id, so importing a file twice gives the same messages."""
+    payload = json.dumps(parts, ensure_ascii=False, sort_keys=True, default=str)
+    return f"{prefix}{hashlib.blake2b(payload.encode('utf-8', 'surrogatepass'), digest_size=8).hexdigest()}"
+
+
+def assign_ids(messages: Iterable[Message], prefix: str = "m") -> list[Message]:
+    """Give every message without an id one derived from its position and content: stable across
+    runs, unique within the list even when two messages are equal."""
+    out = []
+    for index, message in enumerate(messages):
+        if not message.id:
+            message = message.replace(id=stable_id(f"{prefix}-", index, message.content_key))
+        out.append(message)
+    return out
