@@ -1,0 +1,7 @@
+"""The engine (`ContextEngine`, `Prepared`) and the replay driver."""
+
+from ctxwin.engine.engine import ContextEngine
+from ctxwin.engine.prepared import Prepared
+from ctxwin.engine.replay import CallRecord, ReplayResult, iter_replay, replay
+
+__all__ = ["CallRecord", "ContextEngine", "Prepared", "ReplayResult", "iter_replay", "replay"]

@@ -1,0 +1,134 @@
+"""Policies: what each pipeline stage does, as data. `get("ctxwin")` gives a preset; `load(path)`
+reads a TOML file (any subset of fields; `base = "pi"` starts from a preset)."""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ctxwin.errors import InputError
+from ctxwin.policy.model import (
+    BootstrapPolicy,
+    CompactionPolicy,
+    DedupPolicy,
+    FitPolicy,
+    MaskPolicy,
+    Policy,
+    PrunePolicy,
+    ResultBudgetPolicy,
+    SpillPolicy,
+)
+
+DEFAULT = "ctxwin"
+
+
+def names() -> list[str]:
+    """The preset names, ctxwin's default first."""
+    found = sorted(p.name.removesuffix(".toml") for p in resources.files(__package__).joinpath("presets").iterdir()
+                   if p.name.endswith(".toml"))
+    return [DEFAULT, *[n for n in found if n != DEFAULT]]
+
+
+def get(name: str | Path | Policy = DEFAULT) -> Policy:
+    """A preset by name, a policy TOML file by path, or the policy itself."""
+    if isinstance(name, Policy):
+        return name
+    text = str(name)
+    if text.endswith(".toml") or "/" in text:
+        return load(Path(text))
+    resource = resources.files(__package__).joinpath("presets", f"{text}.toml")
+    if not resource.is_file():
+        raise InputError(f"unknown policy {text!r}", f"choose one of {', '.join(names())}, or give a .toml file")
+    return from_dict(tomllib.loads(resource.read_text("utf-8")), source=f"preset {text}")
+
+
+def load(path: Path) -> Policy:
+    try:
+        data = tomllib.loads(path.read_text("utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise InputError(f"{path}: not valid TOML: {error}",
+                         "fix the file; `ctxwin policies --show pi` prints an example") from None
+    return from_dict(data, source=str(path))
+
+
+def from_dict(data: dict[str, Any], *, source: str = "policy") -> Policy:
+    """A policy from plain data. `base = NAME` starts from that preset and overrides field by field."""
+    data = dict(data)
+    base = data.pop("base", None)
+    if base is not None:
+        merged = get(str(base)).model_dump()
+        for key, value in data.items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+        data = merged
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
+        raise InputError(f"{source}: invalid policy: {problems}",
+                         "see `ctxwin policies --show ctxwin` for every field") from None
+
+
+def to_toml(policy: Policy, *, comments: bool = True) -> str:
+    """The policy as TOML, every field, each with its description as a comment."""
+    lines: list[str] = []
+    data = policy.model_dump()
+    fields = type(policy).model_fields
+    for key, value in data.items():
+        if not isinstance(value, dict):
+            _emit(lines, key, value, fields[key].description if comments else None)
+    for key, value in data.items():
+        if isinstance(value, dict):
+            lines.append("")
+            lines.append(f"[{key}]")
+            stage_fields = type(getattr(policy, key)).model_fields
+            for sub, sub_value in value.items():
+                _emit(lines, sub, sub_value, stage_fields[sub].description if comments else None)
+    return "\n".join(lines) + "\n"
+
+
+def _emit(lines: list[str], key: str, value: Any, comment: str | None) -> None:
+    if comment:
+        lines.extend(f"# {line}" for line in comment.splitlines())
+    if value is None:
+        lines.append(f"# {key} is unset")
+        return
+    lines.append(f"{key} = {_toml_value(value)}")
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'"{escaped}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")
+
+
+__all__ = [
+    "DEFAULT",
+    "BootstrapPolicy",
+    "CompactionPolicy",
+    "DedupPolicy",
+    "FitPolicy",
+    "MaskPolicy",
+    "Policy",
+    "PrunePolicy",
+    "ResultBudgetPolicy",
+    "SpillPolicy",
+    "from_dict",
+    "get",
+    "load",
+    "names",
+    "to_toml",
+]

@@ -1,0 +1,619 @@
+"""`ContextEngine`: between an agent loop and its model client.
+
+The harness appends messages as they happen and asks for the request to send; the engine runs the
+pipeline and returns a provider-ready request that fits, with a report of what it did.
+
+State is derived from the session log, never the other way round: message entries are the history,
+`decision` entries say how an entry renders in the view from then on, `compaction` entries say where
+the view starts and what summary stands for the rest. Opening a session replays them, so a resumed
+engine sends byte for byte what it would have sent before.
+
+Work per `prepare()` is proportional to what changed: new messages go through the per-message stages
+once; token counts are cached by content; the view-wide stages are linear passes over cached items.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ctxwin import policy as policies
+from ctxwin.compaction.base import Summarizer, Summary
+from ctxwin.compaction.compact import attachment_message, summary_message
+from ctxwin.errors import CtxwinError
+from ctxwin.messages import Message, ToolCall
+from ctxwin.messages.pairing import repair, validate
+from ctxwin.pipeline import bootstrap, budget, dedup, fit, mask, prune, spill
+from ctxwin.pipeline.view import Decision, Event, Item, StageContext, StageResult, total_tokens
+from ctxwin.policy.model import Policy
+from ctxwin.store.base import SessionLog
+from ctxwin.store.memory import MemorySessionLog
+from ctxwin.tokens import CachedCounter, Calibrator, counter_for, model_info
+from ctxwin.tokens.base import TokenCounter
+
+from .prepared import Prepared
+
+UNLIMITED_WINDOW = 10**12
+"""The window of a policy with `unlimited_window` (the raw baseline)."""
+PROVIDER_FOR_VALIDATION = "anthropic"
+"""Requests are validated against Anthropic's rules, the strictest of the three (alternation)."""
+
+
+@dataclass
+class _Record:
+    """One message entry of the current branch and how it renders now (`item` None: left the view)."""
+
+    entry_id: str
+    message: Message
+    item: Item | None
+
+
+@dataclass
+class _CompactionState:
+    entry_id: str
+    summary: Summary
+    first_kept: int  # index into records
+    pinned: tuple[str, ...] = ()
+    attachments: tuple[Message, ...] = ()
+    lead: list[Item] = field(default_factory=list)  # the summary and attachment items, built once
+    overrides: dict[str, Message] = field(default_factory=dict)  # later decisions about lead items
+
+    def lead_ids(self) -> list[str]:
+        """Ids of the summary item and of each attachment item (decisions refer to them)."""
+        return [self.entry_id, *(f"{self.entry_id}#attachment{n}" for n in range(len(self.attachments)))]
+
+
+@dataclass
+class _State:
+    records: list[_Record] = field(default_factory=list)
+    index: dict[str, int] = field(default_factory=dict)
+    calls: dict[str, ToolCall] = field(default_factory=dict)
+    system_parts: list[str] = field(default_factory=list)
+    processed: int = 0
+    compaction: _CompactionState | None = None
+    dedup: dedup.DedupState = field(default_factory=dedup.DedupState)
+    last_call_at: float | None = None
+    last_keys: list[str] = field(default_factory=list)
+    last_system_key: str | None = None
+    compaction_failures: int = 0
+    failed_at_tokens: int = 0
+    last_failure: str = ""
+    pins: set[str] = field(default_factory=set)
+    last_repairs: frozenset[tuple[str, str | None, str]] = frozenset()
+
+
+class ContextEngine:
+    """Keeps the right working set in the window at every model call.
+
+    `session`: where the log and blobs live (default: in memory). `model`: looked up in the model
+    registry for its window, output limit and tokenizer; `window`/`max_output` override it.
+    `policy`: a preset name, a TOML path or a `Policy`. `summarizer`: None gives the deterministic
+    extractive summarizer. `system` and `tools`: the system prompt and tool schemas sent with every
+    request (counted against the budget). `workspace`: where bootstrap files are read from.
+    `clock`: seconds since the epoch (tests and replays pass their own). `overhead_tokens`: tokens
+    sent with every request that the engine does not see (a harness's own system prompt and tool
+    schemas), counted against the budget.
+    """
+
+    def __init__(
+        self,
+        session: SessionLog | None = None,
+        *,
+        model: str | None = None,
+        policy: str | Path | Policy = policies.DEFAULT,
+        summarizer: Summarizer | None = None,
+        counter: TokenCounter | None = None,
+        window: int | None = None,
+        max_output: int | None = None,
+        system: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        workspace: str | Path | None = None,
+        clock: Callable[[], float] | None = None,
+        memory_flush: Callable[[list[Message]], None] | None = None,
+        overhead_tokens: int = 0,
+    ) -> None:
+        self.session: SessionLog = session if session is not None else MemorySessionLog()
+        self.policy = policies.get(policy)
+        self.model = model
+        info = model_info(model)
+        self.window = UNLIMITED_WINDOW if self.policy.unlimited_window else (window or info.context_window)
+        self.max_output = max_output or info.max_output
+        self.reserve = 0 if self.policy.unlimited_window else self.policy.reserve(self.max_output)
+        self.counter = counter if isinstance(counter, CachedCounter) else CachedCounter(counter or counter_for(model))
+        self.calibrator = Calibrator()
+        self.summarizer = summarizer
+        self.tools = [dict(t) for t in tools or ()]
+        self.workspace = Path(workspace) if workspace is not None else None
+        self.clock = clock or time.time
+        self.memory_flush = memory_flush
+        self._base_system = system
+        self.overhead_tokens = overhead_tokens
+        self._state = _State()
+        self._last: Prepared | None = None
+        self._load()
+
+    # ------------------------------------------------------------------------------------------
+    # Building state from the log
+
+    def _load(self) -> None:
+        path = self.session.path()
+        if path:
+            # The log does not record calls, but every call is followed by an append: the last entry's
+            # time stands in for the last call's (cache-TTL pruning needs it).
+            self._state.last_call_at = _epoch(path[-1].timestamp)
+        for entry in path:
+            if entry.kind == "message":
+                self._add_record(entry.id, Message.from_dict(entry.payload))
+            elif entry.kind == "decision":
+                self._apply_logged_decision(entry.payload)
+            elif entry.kind == "compaction":
+                self._apply_compaction(entry.id, entry.payload)
+            elif entry.kind == "pin":
+                self._state.pins.add(entry.payload["target"])
+            elif entry.kind == "custom" and entry.payload.get("type") == "calibration":
+                self.calibrator = Calibrator.from_dict(entry.payload["state"])
+            elif entry.kind == "checkpoint" and "processed" in entry.payload:
+                pass
+        # Per-message stages ran on everything logged before (their decisions are in the log);
+        # dedup's memory of what it has seen is rebuilt from the logged outputs.
+        self._state.processed = len(self._state.records)
+        if self.policy.dedup.enabled and self._state.records:
+            originals = {r.entry_id: r.message for r in self._state.records}
+            items = [Item(r.entry_id, r.message, 0) for r in self._state.records]
+            dedup.stage(items, self.policy.dedup, self._context(), self._state.dedup, originals, {})
+
+    def _add_record(self, entry_id: str, message: Message) -> None:
+        state = self._state
+        if message.role == "system":
+            state.system_parts.append(message.text)
+            return
+        for call in message.tool_calls:
+            state.calls[call.id] = call
+        state.index[entry_id] = len(state.records)
+        state.records.append(_Record(entry_id, message, Item(entry_id, message, self.counter.count_message(message))))
+
+    def _apply_to_summary(self, entry_id: str, message: Message | None) -> None:
+        """A decision about the compaction's summary or an attachment (fit cut it): it renders so
+        from now on."""
+        compaction = self._state.compaction
+        if compaction is not None and entry_id in compaction.lead_ids() and message is not None:
+            compaction.overrides[entry_id] = message
+            compaction.lead = []
+
+    def _apply_logged_decision(self, payload: Mapping[str, Any]) -> None:
+        stage = payload["stage"]
+        for entry_id, rendered in payload["renders"].items():
+            position = self._state.index.get(entry_id)
+            if position is None:
+                self._apply_to_summary(entry_id, None if rendered is None else Message.from_dict(rendered))
+                continue
+            record = self._state.records[position]
+            if rendered is None:
+                record.item = None
+            else:
+                message = Message.from_dict(rendered)
+                record.item = Item(entry_id, message, self.counter.count_message(message), rendered_by=stage)
+
+    def _apply_compaction(self, entry_id: str, payload: Mapping[str, Any]) -> None:
+        first = self._state.index.get(payload["first_kept_id"], len(self._state.records)) \
+            if payload.get("first_kept_id") else len(self._state.records)
+        summary = Summary(
+            text=payload["summary"],
+            read_files=tuple(payload.get("read_files", ())),
+            modified_files=tuple(payload.get("modified_files", ())),
+            identifiers=tuple(payload.get("identifiers", ())),
+            covered_ids=tuple(payload.get("covered_ids", ())),
+            tokens=payload.get("summary_tokens", 0),
+            summarizer=payload.get("summarizer", ""),
+            sections={k: list(v) for k, v in payload.get("sections", {}).items()},
+        )
+        self._state.compaction = _CompactionState(
+            entry_id, summary, first, tuple(payload.get("pinned_ids", ())),
+            tuple(attachment_message(a) for a in payload.get("attachments", ())))
+
+    # ------------------------------------------------------------------------------------------
+    # Public API
+
+    def append(self, message: Message | Mapping[str, Any] | Iterable[Message | Mapping[str, Any]]) -> list[str]:
+        """Log one message (canonical, or a provider-format dict, which is converted) or several.
+        Returns the entry ids, each durable when the call returns."""
+        ids = []
+        for item in _as_messages(message):
+            entry = self.session.append("message", item.to_dict())
+            self._add_record(entry.id, item)
+            ids.append(entry.id)
+        return ids
+
+    def pin(self, entry_id: str) -> None:
+        """Never summarize this entry away: it stays verbatim in the view across compactions. A tool
+        call and its results are pinned together (one without the other would be invalid)."""
+        if entry_id not in self._state.index:
+            raise CtxwinError(f"no message entry {entry_id!r} in this session", "pin an id that append() returned")
+        for target in self._pair_of(entry_id):
+            if target not in self._state.pins:
+                self.session.append("pin", {"target": target})
+                self._state.pins.add(target)
+
+    def _pair_of(self, entry_id: str) -> list[str]:
+        """The entry plus the entries holding the other halves of its tool calls and results."""
+        message = self._state.records[self._state.index[entry_id]].message
+        call_ids = {c.id for c in message.tool_calls} | {r.call_id for r in message.tool_results}
+        if not call_ids:
+            return [entry_id]
+        return [r.entry_id for r in self._state.records
+                if r.entry_id == entry_id or call_ids & ({c.id for c in r.message.tool_calls}
+                                                         | {t.call_id for t in r.message.tool_results})]
+
+    @property
+    def system_prompt(self) -> str:
+        parts = [p for p in (self._base_system, *self._state.system_parts) if p]
+        if self.policy.bootstrap.enabled and self.workspace is not None:
+            section = bootstrap.render(bootstrap.read_files(self.workspace, self.policy.bootstrap),
+                                       self.policy.bootstrap).text
+            if section:
+                parts.append(section)
+        return "\n\n".join(parts)
+
+    @property
+    def budget(self) -> int:
+        """The most tokens a request may have: the window minus the reserve."""
+        return self.window - self.reserve
+
+    def prepare(self) -> Prepared:
+        """The request to send now. Never raises for size when a fit exists; raises
+        `ContextBudgetError` when none does (the system prompt alone is too large)."""
+        state = self._state
+        now = self.clock()
+        ctx = self._context(now)
+        events: list[Event] = []
+
+        # 1. Per-message stages, once per message, in log order.
+        new = [r.item for r in state.records[state.processed:] if r.item is not None]
+        if new:
+            for name, run in self._message_stages():
+                result = run(new, ctx)
+                self._commit(name, result, events)
+                new = [self._state.records[self._state.index[i.entry_id]].item for i in result.items]
+                new = [i for i in new if i is not None]
+        state.processed = len(state.records)
+
+        # 2. View-wide stages.
+        items = self._items(ctx)
+        if self.policy.mask.enabled:
+            items = self._run_view_stage("mask", mask.stage(items, self.policy.mask, ctx), events, ctx)
+        if self.policy.prune.enabled:
+            items = self._run_view_stage("prune", prune.stage(items, self.policy.prune, ctx), events, ctx)
+        if self.policy.compaction.enabled and self._compaction_due(items, ctx):
+            items = self._compact(items, ctx, events, focus=None, trigger="threshold")
+        if self.policy.fit.enabled:
+            items = self._run_view_stage("fit", fit.stage(items, self.policy.fit, ctx), events, ctx)
+        elif not self.policy.unlimited_window and ctx.system_tokens + total_tokens(items) > ctx.budget:
+            raise fit.ContextBudgetError(
+                f"the request is {ctx.system_tokens + total_tokens(items):,} tokens, over its budget of "
+                f"{ctx.budget:,}, and the policy's fit stage is off", tokens=ctx.system_tokens + total_tokens(items),
+                budget=ctx.budget, hint="enable [fit] in the policy, or compaction")
+
+        # 3. Repair what cuts left behind; validate.
+        items, repair_events = self._repair(items, ctx)
+        events.extend(repair_events)
+        problems = validate([i.message for i in items], PROVIDER_FOR_VALIDATION)
+
+        prepared = self._finish(items, ctx, events, problems, now)
+        state.last_call_at = now
+        return prepared
+
+    def record_usage(self, usage: Any) -> float:
+        """Calibrate counts from the usage the provider reported for the last prepared request
+        (input plus cache reads and writes). Returns the new calibration factor."""
+        reported = _reported_input(usage)
+        if self._last is None or reported is None or reported <= 0:
+            return self.calibrator.factor
+        self.calibrator.observe(self._last.raw_tokens, reported)
+        self.session.append("custom", {"type": "calibration", "state": self.calibrator.to_dict()})
+        return self.calibrator.factor
+
+    def compact(self, focus: str | None = None) -> Prepared:
+        """Compact now (a manual `/compact`), optionally focused, and return the new request."""
+        ctx = self._context(self.clock())
+        events: list[Event] = []
+        items = self._items(ctx)
+        self._compact(items, ctx, events, focus=focus, trigger="manual", force=True)
+        prepared = self.prepare()
+        prepared.events[:0] = events
+        return prepared
+
+    def recall(self, ref: str, offset: int = 0, limit: int | None = None) -> str:
+        """What a placeholder points at, byte for byte: `entry:<id>` (a message as logged),
+        `entry:<id>#<call id>` (one tool result), or `blob:<hash>` (a spilled output). `offset` and
+        `limit` page the text by characters."""
+        text = self._resolve(ref)
+        return text[offset: None if limit is None else offset + limit]
+
+    def _resolve(self, ref: str) -> str:
+        if ref.startswith("blob:"):
+            if self.session.blobs is None:
+                raise CtxwinError(f"{ref}: this session has no blob store", "open the session with a blob store")
+            return self.session.blobs.get(ref).decode("utf-8", "surrogatepass")
+        if ref.startswith("entry:"):
+            entry_id, _, call_id = ref[len("entry:"):].partition("#")
+            position = self._state.index.get(entry_id)
+            if position is None:
+                raise CtxwinError(f"{ref}: no such entry in this session", "use a ref from a placeholder or notice")
+            message = self._state.records[position].message
+            if call_id:
+                for result in message.tool_results:
+                    if result.call_id == call_id:
+                        return result.text
+                raise CtxwinError(f"{ref}: entry has no result for call {call_id}")
+            return message.text or "\n".join(r.text for r in message.tool_results) or json.dumps(message.to_dict())
+        raise CtxwinError(f"not a recall reference: {ref!r}",
+                          "refs look like entry:<id>, entry:<id>#<call> or blob:<hash>")
+
+    def health(self) -> str:
+        """One line: `Token usage: 180K / 200K (90%) — compaction due`."""
+        prepared = self._last or self.prepare()
+        share = prepared.tokens / self.window if self.window else 0.0
+        if self.policy.unlimited_window:
+            state = "unlimited window"
+        elif prepared.tokens > self.budget:
+            state = "over budget"
+        elif self.policy.compaction.enabled and self._compaction_due(prepared.items, self._context()):
+            state = "compaction due"
+        elif share >= 0.75:
+            state = "warn"
+        else:
+            state = "ok"
+        return f"Token usage: {_k(prepared.tokens)} / {_k(self.window)} ({share:.0%}) — {state}"
+
+    @property
+    def messages(self) -> list[Message]:
+        """Every message of the current branch as logged (not as the model sees it)."""
+        return [r.message for r in self._state.records]
+
+    # ------------------------------------------------------------------------------------------
+    # Pipeline plumbing
+
+    def _context(self, now: float | None = None) -> StageContext:
+        system = self.system_prompt
+        system_tokens = self.overhead_tokens + (self.counter.count_text(system) if system else 0) + (
+            self.counter.count_text(json.dumps(self.tools, sort_keys=True)) if self.tools else 0)
+        factor = self.calibrator.factor if self.calibrator.factor > 0 else 1.0
+        return StageContext(
+            counter=self.counter,
+            window=self.window,
+            budget=int(self.budget / factor),
+            system_tokens=system_tokens,
+            now=now,
+            last_call_at=self._state.last_call_at,
+            blobs=self.session.blobs,
+            calls=self._state.calls,
+        )
+
+    def _message_stages(self) -> list[tuple[str, Callable[[list[Item], StageContext], StageResult]]]:
+        p = self.policy
+        stages: list[tuple[str, Callable[[list[Item], StageContext], StageResult]]] = []
+        if p.result_budget.enabled:
+            stages.append(("result_budget", lambda items, ctx: budget.stage(items, p.result_budget, ctx)))
+        if p.spill.enabled:
+            stages.append(("spill", lambda items, ctx: spill.stage(items, p.spill, ctx)))
+        if p.dedup.enabled:
+            stages.append(("dedup", lambda items, ctx: dedup.stage(items, p.dedup, ctx, self._state.dedup,
+                                                                   self._originals(items), self._visible_by_id())))
+        return stages
+
+    def _originals(self, items: Sequence[Item]) -> dict[str, Message]:
+        return {i.entry_id: self._state.records[self._state.index[i.entry_id]].message for i in items
+                if i.entry_id in self._state.index}
+
+    def _visible_by_id(self) -> dict[str, Item]:
+        return {r.entry_id: r.item for r in self._state.records[: self._state.processed] if r.item is not None}
+
+    def _commit(self, stage: str, result: StageResult, events: list[Event]) -> None:
+        """Record a stage's decisions in the log (one entry per stage run) and apply them."""
+        events.extend(result.events)
+        if not result.decisions:
+            return
+        renders = {d.entry_id: (None if d.message is None else d.message.to_dict()) for d in result.decisions}
+        self.session.append("decision", {"stage": stage, "renders": renders,
+                                         "events": [e.to_dict() for e in result.events]})
+        self._apply_decisions(result.decisions, stage)
+
+    def _apply_decisions(self, decisions: Iterable[Decision], stage: str) -> None:
+        for decision in decisions:
+            position = self._state.index.get(decision.entry_id)
+            if position is None:
+                self._apply_to_summary(decision.entry_id, decision.message)
+                continue
+            record = self._state.records[position]
+            if decision.message is None:
+                record.item = None
+            else:
+                record.item = Item(decision.entry_id, decision.message,
+                                   self.counter.count_message(decision.message), rendered_by=stage)
+
+    def _run_view_stage(self, stage: str, result: StageResult, events: list[Event], ctx: StageContext) -> list[Item]:
+        self._commit(stage, result, events)
+        if not result.decisions:
+            return result.items
+        return self._items(ctx)
+
+    def _items(self, ctx: StageContext) -> list[Item]:
+        """The view: the summary of the latest compaction, a marker where rounds were dropped, then
+        every kept record's current rendering."""
+        state = self._state
+        start = state.compaction.first_kept if state.compaction else 0
+        out: list[Item] = []
+        if state.compaction is not None:
+            compaction = state.compaction
+            if not compaction.lead:
+                lead = [summary_message(compaction.summary.text), *compaction.attachments]
+                compaction.lead = []
+                for lead_id, message in zip(compaction.lead_ids(), lead, strict=True):
+                    message = compaction.overrides.get(lead_id, message)
+                    compaction.lead.append(Item(lead_id, message, self.counter.count_message(message), synthetic=True))
+            out.append(compaction.lead[0])
+            for entry_id in compaction.pinned:
+                record = state.records[state.index[entry_id]]
+                if record.item is not None and state.index[entry_id] < start:
+                    out.append(record.item)
+            out.extend(compaction.lead[1:])
+        kept = state.records[start:]
+        dropped = sum(1 for r in kept if r.item is None)
+        if dropped:
+            marker = fit.dropped_marker(dropped)
+            out.append(Item(fit.MARKER_ID, marker, self.counter.count_message(marker), synthetic=True))
+        out.extend(r.item for r in kept if r.item is not None)
+        return out
+
+    def _repair(self, items: list[Item], ctx: StageContext) -> tuple[list[Item], list[Event]]:
+        messages = [i.message for i in items]
+        result = repair(messages, PROVIDER_FOR_VALIDATION)
+        # Repair is not recorded (it is a pure function of the view), so it re-fixes the same things
+        # on every request; its event is emitted only when what it fixes changes.
+        signature = frozenset((c.kind, c.call_id, c.detail) for c in result.changes)
+        repeated = signature == self._state.last_repairs
+        self._state.last_repairs = signature
+        if not result.changes:
+            return items, []
+        before = total_tokens(items)
+        by_key = {id(i.message): i for i in items}
+        fixed = []
+        for message in result.messages:
+            item = by_key.get(id(message))
+            fixed.append(item if item is not None else
+                         Item(message.id or "repair", message, self.counter.count_message(message), synthetic=True))
+        if repeated:
+            return fixed, []
+        event = Event("repair", "repair", tuple(sorted({c.call_id or "" for c in result.changes})), before,
+                      total_tokens(fixed), "; ".join(sorted({c.kind for c in result.changes})),
+                      details={"changes": [c.__dict__ for c in result.changes]})
+        return fixed, [event]
+
+    def _finish(self, items: list[Item], ctx: StageContext, events: list[Event], problems: list,
+                now: float) -> Prepared:
+        state = self._state
+        system = self.system_prompt
+        system_key = f"{system}\x00{json.dumps(self.tools, sort_keys=True)}"
+        keys = [i.message.content_key for i in items]
+        stable = 0
+        if system_key == state.last_system_key:
+            limit = min(len(keys), len(state.last_keys))
+            while stable < limit and keys[stable] == state.last_keys[stable]:
+                stable += 1
+        prefix_kept = system_key == state.last_system_key and stable == len(state.last_keys)
+        raw = ctx.system_tokens + total_tokens(items)
+        factor = self.calibrator.factor if self.calibrator.factor > 0 else 1.0
+        stable_tokens = (ctx.system_tokens + total_tokens(items[:stable])) if system_key == state.last_system_key else 0
+        prepared = Prepared(
+            system=system,
+            items=items,
+            tokens=round(raw * factor),
+            raw_tokens=raw,
+            budget=self.budget,
+            window=self.window,
+            events=events,
+            problems=problems,
+            tools=self.tools,
+            system_tokens=ctx.system_tokens,
+            stable_prefix=stable,
+            stable_prefix_tokens=stable_tokens,
+            prefix_kept=prefix_kept,
+        )
+        state.last_keys = keys
+        state.last_system_key = system_key
+        self._last = prepared
+        return prepared
+
+    # ------------------------------------------------------------------------------------------
+    # Compaction
+
+    def _compaction_due(self, items: Sequence[Item], ctx: StageContext) -> bool:
+        from ctxwin.compaction.compact import compaction_due
+
+        tokens = ctx.system_tokens + total_tokens(items)
+        state = self._state
+        if state.compaction_failures >= self.policy.compaction.max_failures:
+            # Circuit breaker (Claude Code stops after 3 consecutive failures): stay open until the
+            # view has grown by a tenth of the window, so a stuck session does not retry every call.
+            if tokens - state.failed_at_tokens < self.window * 0.1:
+                return False
+            state.compaction_failures = 0
+        return compaction_due(tokens, ctx, self.policy.compaction, self.calibrator.factor or 1.0)
+
+    def _compact(self, items: list[Item], ctx: StageContext, events: list[Event], *, focus: str | None,
+                 trigger: str, force: bool = False) -> list[Item]:
+        from ctxwin.compaction.compact import CompactionFailed, compact_view
+
+        previous = self._state.compaction.summary if self._state.compaction else None
+        try:
+            outcome = compact_view(items, self.policy.compaction, ctx, summarizer=self.summarizer,
+                                   previous=previous, focus=focus, pins=self._state.pins, force=force,
+                                   memory_flush=self.memory_flush, trigger=trigger,
+                                   factor=self.calibrator.factor or 1.0)
+        except CompactionFailed as failure:
+            state = self._state
+            state.compaction_failures += 1
+            state.failed_at_tokens = failure.tokens_before
+            if failure.message != state.last_failure:  # reported once, not on every call it repeats
+                events.append(Event("compaction", "failed", (), failure.tokens_before, failure.tokens_before,
+                                    failure.message, details={"consecutive_failures": state.compaction_failures}))
+            state.last_failure = failure.message
+            return items
+        payload = outcome.entry_payload()
+        entry = self.session.append("compaction", payload)
+        self._state.compaction_failures = 0
+        self._state.last_failure = ""
+        self._apply_compaction(entry.id, payload)
+        new_items = self._items(ctx)
+        events.append(Event("compaction", outcome.strategy, outcome.summary.covered_ids, outcome.tokens_before,
+                            ctx.system_tokens + total_tokens(new_items), outcome.reason, breaks_prefix=True,
+                            details=outcome.details))
+        return new_items
+
+
+def _as_messages(value: Any) -> list[Message]:
+    if isinstance(value, Message):
+        return [value]
+    if isinstance(value, Mapping):
+        from ctxwin.messages.providers import from_provider_dict
+
+        return from_provider_dict(value)
+    out: list[Message] = []
+    for item in value:
+        out.extend(_as_messages(item))
+    return out
+
+
+def _reported_input(usage: Any) -> int | None:
+    """Input tokens a provider reported: fresh input plus cache reads and writes, from our `Usage`, an
+    Anthropic or OpenAI usage dict, or a plain number."""
+    if usage is None:
+        return None
+    if isinstance(usage, int | float):
+        return int(usage)
+    get = usage.get if isinstance(usage, Mapping) else (lambda key, default=None: getattr(usage, key, default))
+    if get("prompt_tokens") is not None:  # OpenAI chat: prompt_tokens already includes cached tokens
+        return int(get("prompt_tokens"))
+    total = 0
+    for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
+                "cache_read_tokens", "cache_write_tokens"):
+        value = get(key)
+        if isinstance(value, int | float):
+            total += int(value)
+    return total or None
+
+
+def _epoch(stamp: str) -> float | None:
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _k(tokens: int) -> str:
+    return f"{tokens / 1000:.0f}K" if tokens >= 1000 else str(tokens)

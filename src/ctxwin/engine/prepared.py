@@ -1,0 +1,111 @@
+"""What `ContextEngine.prepare()` returns: the request to send, its size, and what was done to it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctxwin.messages import Message
+from ctxwin.messages.pairing import Problem
+from ctxwin.pipeline.view import Event, Item
+
+
+@dataclass
+class Prepared:
+    """A provider-ready request. `tokens` is the engine's count of everything sent (system prompt,
+    tool schemas, messages), calibrated to the model; it is at most `budget` (= window - reserve)
+    unless the policy has an unlimited window. `stable_prefix` is how many leading messages are
+    byte-identical to the previous request's, and `stable_prefix_tokens` what a prompt cache could
+    reuse (the system prompt and tools included when they did not change; raw counter units)."""
+
+    system: str
+    items: list[Item]
+    tokens: int
+    raw_tokens: int
+    budget: int
+    window: int
+    events: list[Event] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    system_tokens: int = 0
+    stable_prefix: int = 0
+    stable_prefix_tokens: int = 0
+    prefix_kept: bool = True
+
+    @property
+    def messages(self) -> list[Message]:
+        return [item.message for item in self.items]
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+    @property
+    def fits(self) -> bool:
+        return self.tokens <= self.budget
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """`{"system", "messages", "tools"}` for the Anthropic Messages API."""
+        from ctxwin.messages.providers import to_anthropic
+
+        body = to_anthropic(self._with_system())
+        if self.tools:
+            body["tools"] = [_anthropic_tool(t) for t in self.tools]
+        return body
+
+    def to_openai_chat(self) -> dict[str, Any]:
+        """`{"messages", "tools"}` for OpenAI Chat Completions."""
+        from ctxwin.messages.providers import to_openai_chat
+
+        body: dict[str, Any] = {"messages": to_openai_chat(self._with_system())}
+        if self.tools:
+            body["tools"] = [_openai_tool(t) for t in self.tools]
+        return body
+
+    def to_openai_responses(self) -> dict[str, Any]:
+        """`{"instructions", "input", "tools"}` for the OpenAI Responses API."""
+        from ctxwin.messages.providers import to_openai_responses
+
+        body: dict[str, Any] = {"input": to_openai_responses(self.messages)}
+        if self.system:
+            body["instructions"] = self.system
+        if self.tools:
+            body["tools"] = [{"type": "function", **_plain_tool(t)} for t in self.tools]
+        return body
+
+    def _with_system(self) -> list[Message]:
+        if not self.system:
+            return self.messages
+        from ctxwin.messages import system
+
+        return [system(self.system), *self.messages]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "messages": len(self.items),
+            "tokens": self.tokens,
+            "budget": self.budget,
+            "window": self.window,
+            "valid": self.valid,
+            "stable_prefix": self.stable_prefix,
+            "prefix_kept": self.prefix_kept,
+            "events": [e.to_dict() for e in self.events],
+        }
+
+
+def _plain_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """Tool schemas are accepted in any of the three shapes; this is the plain one
+    (name, description, parameters)."""
+    if "function" in tool:
+        tool = tool["function"]
+    parameters = tool.get("parameters") or tool.get("input_schema") or {"type": "object", "properties": {}}
+    return {"name": tool["name"], "description": tool.get("description", ""), "parameters": parameters}
+
+
+def _anthropic_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    plain = _plain_tool(tool)
+    return {"name": plain["name"], "description": plain["description"], "input_schema": plain["parameters"]}
+
+
+def _openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "function": _plain_tool(tool)}

@@ -1,0 +1,161 @@
+"""The replay driver: feed a transcript to an engine message by message and prepare a request at
+every point where the real agent called the model (before each assistant message). What each call
+would have sent, what the pipeline did, and whether the prompt prefix survived are the raw material
+of `ctxwin replay`, the cost model and the report.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ctxwin import policy as policies
+from ctxwin.compaction.base import Summarizer
+from ctxwin.messages import Message
+from ctxwin.pipeline.view import Event
+from ctxwin.policy.model import Policy
+from ctxwin.store.base import BlobStore
+from ctxwin.store.memory import MemorySessionLog
+from ctxwin.tokens.base import TokenCounter
+from ctxwin.transcripts.model import Transcript
+
+from .engine import ContextEngine
+from .prepared import Prepared
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One model call of the replay. Tokens are model tokens (calibrated estimate); `cached_tokens`
+    is what a prompt cache could reuse from the previous call's request."""
+
+    index: int
+    tokens: int
+    messages: int
+    cached_tokens: int
+    prefix_kept: bool
+    valid: bool
+    over_budget: bool
+    latency_ms: float
+    timestamp: float | None
+    events: tuple[Event, ...] = ()
+    categories: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class ReplayResult:
+    policy: str
+    model: str | None
+    window: int
+    budget: int
+    calls: list[CallRecord]
+    engine: ContextEngine = field(repr=False)
+
+    @property
+    def cumulative_tokens(self) -> int:
+        return sum(c.tokens for c in self.calls)
+
+    @property
+    def peak_tokens(self) -> int:
+        return max((c.tokens for c in self.calls), default=0)
+
+    def event_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for call in self.calls:
+            for event in call.events:
+                counts[event.stage] = counts.get(event.stage, 0) + 1
+        return counts
+
+
+def model_calls(transcript: Transcript) -> list[int]:
+    """Indices of the messages the real agent's model calls produced (its assistant messages)."""
+    return [i for i, m in enumerate(transcript.messages) if m.role == "assistant"]
+
+
+def timestamp(message: Message) -> float | None:
+    """Seconds since the epoch from a message's recorded timestamp (ISO text or epoch ms)."""
+    value = message.meta.get("timestamp")
+    if isinstance(value, int | float):
+        return value / 1000 if value > 10**11 else float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def categories(prepared: Prepared) -> dict[str, int]:
+    """Tokens of a request by category (system, summary, tool results, messages), calibrated."""
+    factor = prepared.tokens / prepared.raw_tokens if prepared.raw_tokens else 1.0
+    out = {"system": prepared.system_tokens, "summary": 0, "tool_results": 0, "messages": 0}
+    for item in prepared.items:
+        key = "summary" if item.synthetic else "tool_results" if item.message.role == "tool" else "messages"
+        out[key] += item.tokens
+    return {k: round(v * factor) for k, v in out.items()}
+
+
+def iter_replay(
+    transcript: Transcript,
+    policy: str | Path | Policy = policies.DEFAULT,
+    *,
+    model: str | None = None,
+    window: int | None = None,
+    max_output: int | None = None,
+    counter: TokenCounter | None = None,
+    summarizer: Summarizer | None = None,
+    blobs: BlobStore | None = None,
+    overhead_tokens: int = 0,
+    calibration: float | None = None,
+    engine_factory: Callable[..., ContextEngine] = ContextEngine,
+) -> Iterator[tuple[int, Prepared, ContextEngine]]:
+    """Yield (message index, prepared request, engine) at every model call of the transcript."""
+    clock_value = [0.0]
+    session = MemorySessionLog(session_id=transcript.session_id or "replay", blobs=blobs,
+                               clock=lambda: clock_value[0])
+    engine = engine_factory(session, model=model or transcript.model, policy=policy, counter=counter,
+                            window=window, max_output=max_output, summarizer=summarizer,
+                            clock=lambda: clock_value[0], overhead_tokens=overhead_tokens)
+    if calibration is not None:
+        engine.calibrator.set_factor(calibration)
+    for index, message in enumerate(transcript.messages):
+        stamp = timestamp(message)
+        if stamp is not None:
+            clock_value[0] = stamp
+        if message.role == "assistant":
+            prepared = engine.prepare()
+            yield index, prepared, engine
+        engine.append(message)
+
+
+def replay(
+    transcript: Transcript,
+    policy: str | Path | Policy = policies.DEFAULT,
+    **options: Any,
+) -> ReplayResult:
+    """Replay a whole transcript; one `CallRecord` per model call."""
+    calls: list[CallRecord] = []
+    engine: ContextEngine | None = None
+    started = time.perf_counter()
+    for index, prepared, engine in iter_replay(transcript, policy, **options):
+        elapsed = (time.perf_counter() - started) * 1000
+        calls.append(CallRecord(
+            index=index,
+            tokens=prepared.tokens,
+            messages=len(prepared.items),
+            cached_tokens=round(prepared.stable_prefix_tokens * (prepared.tokens / max(prepared.raw_tokens, 1))),
+            prefix_kept=prepared.prefix_kept,
+            valid=prepared.valid,
+            over_budget=prepared.tokens > prepared.budget,
+            latency_ms=elapsed,
+            timestamp=engine.clock(),
+            events=tuple(prepared.events),
+            categories=categories(prepared),
+        ))
+        started = time.perf_counter()
+    if engine is None:
+        engine = ContextEngine(model=options.get("model") or transcript.model, policy=policy)
+    return ReplayResult(engine.policy.name, engine.model, engine.window, engine.budget, calls, engine)

@@ -1,0 +1,194 @@
+"""Fit: the last guarantee that a request fits its budget, never silent.
+
+The ladder, each step only as far as needed and each an event: drop the oldest API rounds (Claude
+Code's head drop), clamp tool results (Letta's 5,000 characters), middle-truncate the largest
+messages (Letta's 30 % head + 30 % tail). If the request still does not fit, the system prompt and
+tool schemas alone are too large, and `ContextBudgetError` says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ctxwin.errors import CtxwinError
+from ctxwin.messages import Message, Text, ToolResult, text_message
+from ctxwin.pipeline.cut import head_tail
+from ctxwin.pipeline.view import (
+    Decision,
+    Event,
+    Item,
+    StageContext,
+    StageResult,
+    recall_ref,
+    rerender,
+    text_result,
+    total_tokens,
+    with_results,
+)
+from ctxwin.policy.model import FitPolicy
+
+MARKER_ID = "fit:dropped"
+MIN_CUT_CHARS = 200
+"""Texts shorter than this are left whole by middle truncation (the marker would be as long)."""
+TRUNCATE_ATTEMPTS = 4
+"""Middle-truncation re-measures and cuts again up to this many times per message (a cut sized by
+an average characters-per-token ratio can land a little over its target)."""
+
+
+class ContextBudgetError(CtxwinError):
+    """The request cannot be made to fit: `reason` says which part is too large."""
+
+    def __init__(self, message: str, *, tokens: int, budget: int, hint: str | None = None) -> None:
+        super().__init__(message, hint or "use a model with a larger window, or shorten the system prompt and tools")
+        self.tokens = tokens
+        self.budget = budget
+
+
+def dropped_marker(count: int) -> Message:
+    """The user message that stands where dropped rounds were, so the view still starts with a user
+    turn and the model knows history is missing."""
+    return text_message("user", (
+        f"[{count:,} earlier message(s) were dropped to fit the context window. They are kept in the session "
+        f"log: recall(\"entry:<id>\") or a recall search brings any of them back.]"), id=MARKER_ID)
+
+
+def rounds(items: Sequence[Item], start: int) -> list[tuple[int, int]]:
+    """[begin, end) spans of API rounds from `start`: each round begins at an assistant message; what
+    precedes the first assistant message is a round of its own."""
+    spans: list[tuple[int, int]] = []
+    begin = start
+    for index in range(start + 1, len(items)):
+        if items[index].message.role == "assistant":
+            spans.append((begin, index))
+            begin = index
+    if begin < len(items):
+        spans.append((begin, len(items)))
+    return spans
+
+
+def stage(items: Sequence[Item], policy: FitPolicy, ctx: StageContext) -> StageResult:
+    limit = ctx.budget - ctx.system_tokens
+    if limit <= 0:
+        raise ContextBudgetError(
+            f"the system prompt and tool schemas alone are {ctx.system_tokens:,} tokens, over the request budget "
+            f"of {ctx.budget:,}", tokens=ctx.system_tokens, budget=ctx.budget)
+    out = list(items)
+    total = total_tokens(out)
+    if total <= limit:
+        return StageResult(out)
+    events: list[Event] = []
+    decisions: list[Decision] = []
+    head = 0
+    while head < len(out) and out[head].synthetic:
+        head += 1
+
+    if policy.drop_rounds:
+        spans = rounds(out, head)
+        droppable = spans[: max(len(spans) - policy.keep_last_rounds, 0)]
+        marker_tokens = ctx.count(dropped_marker(0))
+        dropped: list[Item] = []
+        for begin, end in droppable:
+            if total <= limit:
+                break
+            dropped.extend(out[begin:end])
+            total -= total_tokens(out[begin:end])
+            if len(dropped) == end - begin:
+                total += marker_tokens
+        if dropped:
+            ids = {item.entry_id for item in dropped}
+            kept = [item for item in out[head:] if item.entry_id not in ids]
+            prior = sum(1 for item in out[:head] if item.entry_id == MARKER_ID)
+            lead = [item for item in out[:head] if item.entry_id != MARKER_ID]
+            marker = dropped_marker(len(dropped) + prior)
+            out = [*lead, Item(MARKER_ID, marker, ctx.count(marker), synthetic=True), *kept]
+            decisions.extend(Decision("fit", item.entry_id, None) for item in dropped)
+            total = total_tokens(out)
+            events.append(Event("fit", "drop_rounds", tuple(item.entry_id for item in dropped),
+                                total_tokens(dropped), 0, f"request over its budget of {limit:,} tokens",
+                                breaks_prefix=True))
+            head = len(lead) + 1
+
+    if total > limit and policy.clamp_chars > 0:
+        clamped: list[str] = []
+        before = total
+        for index in range(head, len(out)):
+            if total <= limit:
+                break
+            item = out[index]
+            changed: dict[int, ToolResult] = {}
+            for b_index, block in enumerate(item.message.blocks):
+                if isinstance(block, ToolResult) and len(block.text) > policy.clamp_chars:
+                    cut = head_tail(block.text, policy.clamp_chars // 2, policy.clamp_chars // 2)
+                    changed[b_index] = text_result(block, (
+                        f"{cut.head}\n[... {cut.omitted:,} characters clamped to fit the context window. Full output: "
+                        f"{recall_ref(item.entry_id, block.call_id)}]\n{cut.tail}"))
+            if changed:
+                new = rerender(item, with_results(item.message, changed), ctx, "fit")
+                total += new.tokens - item.tokens
+                out[index] = new
+                decisions.append(Decision("fit", item.entry_id, new.message))
+                clamped.append(item.entry_id)
+        if clamped:
+            events.append(Event("fit", "clamp_results", tuple(clamped), before, total,
+                                f"tool results clamped to {policy.clamp_chars:,} characters", breaks_prefix=True))
+
+    if total > limit:
+        truncated: list[str] = []
+        before = total
+        for index in sorted(range(len(out)), key=lambda i: out[i].tokens, reverse=True):
+            if total <= limit:
+                break
+            original = item = out[index]
+            if item.entry_id == MARKER_ID:
+                continue
+            desired = max(item.tokens - (total - limit), 1)
+            scale = desired / max(item.tokens, 1)
+            for _ in range(TRUNCATE_ATTEMPTS):
+                message = _middle_truncate(original, scale, policy)
+                if message is None:
+                    break
+                new = rerender(original, message, ctx, "fit")
+                if new.tokens < item.tokens:
+                    total += new.tokens - item.tokens
+                    item = new
+                if new.tokens <= desired:
+                    break
+                scale *= desired / new.tokens * 0.95  # overshoot (notices, uneven text): cut again, harder
+            if item is original:
+                continue
+            out[index] = item
+            decisions.append(Decision("fit", item.entry_id, item.message))
+            truncated.append(item.entry_id)
+        if truncated:
+            events.append(Event("fit", "middle_truncate", tuple(truncated), before, total,
+                                "largest messages cut to their head and tail", breaks_prefix=True))
+
+    if total > limit:
+        raise ContextBudgetError(
+            f"the request is {total + ctx.system_tokens:,} tokens after every fit step; its budget is "
+            f"{ctx.budget:,} (system prompt and tools: {ctx.system_tokens:,})",
+            tokens=total + ctx.system_tokens, budget=ctx.budget)
+    return StageResult(out, events, decisions)
+
+
+def _middle_truncate(item: Item, scale: float, policy: FitPolicy) -> Message | None:
+    """Every text of the message longer than MIN_CUT_CHARS shrunk to `scale` of its length, keeping
+    head and tail in the policy's proportions, with a marker naming where the full text is."""
+    head_share = policy.truncate_head_share / max(policy.truncate_head_share + policy.truncate_tail_share, 1e-9)
+    changed = False
+    blocks = []
+    for block in item.message.blocks:
+        if isinstance(block, Text) and len(block.text) > MIN_CUT_CHARS:
+            keep = int(len(block.text) * scale)
+            cut = head_tail(block.text, int(keep * head_share), keep - int(keep * head_share))
+            block = Text(f"{cut.head}\n[... {cut.omitted:,} characters cut to fit the context window. Full text: "
+                         f"{recall_ref(item.entry_id)}]\n{cut.tail}", block.extra)
+            changed = True
+        elif isinstance(block, ToolResult) and len(block.text) > MIN_CUT_CHARS:
+            keep = int(len(block.text) * scale)
+            cut = head_tail(block.text, int(keep * head_share), keep - int(keep * head_share))
+            block = text_result(block, f"{cut.head}\n[... {cut.omitted:,} characters cut to fit the context window. "
+                                       f"Full output: {recall_ref(item.entry_id, block.call_id)}]\n{cut.tail}")
+            changed = True
+        blocks.append(block)
+    return item.message.replace(blocks=tuple(blocks)) if changed else None

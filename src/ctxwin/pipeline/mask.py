@@ -1,0 +1,111 @@
+"""Observation masking: tool outputs older than the last N become placeholders that say how to get
+them back (JetBrains' "The Complexity Trap", SWE-agent's last-N observations).
+
+Masking in batches is what makes it cheap once prompt caching is priced: each mask edits old
+content, so the cached prefix breaks from there on. With `batch = B` the stage waits until B results
+are due and masks them together: one cache break per B calls instead of one per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ctxwin.messages import ToolResult
+from ctxwin.pipeline.view import (
+    Decision,
+    Event,
+    Item,
+    StageContext,
+    StageResult,
+    describe_call,
+    recall_ref,
+    rerender,
+    text_result,
+    tool_matches,
+    total_tokens,
+    with_results,
+)
+from ctxwin.policy.model import MaskPolicy
+
+MASKED_BY = ("mask", "prune", "dedup", "fit")
+"""Renderings that are already placeholders or stubs: never masked again."""
+ERROR_LINE_CHARS = 240
+"""An error result's placeholder keeps its most telling line, up to this many characters."""
+
+
+def error_line(text: str) -> str:
+    """The line of a failing output most worth keeping: the last line that names an error, else the
+    last non-empty line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        lowered = line.lower()
+        if any(word in lowered for word in ("error", "exception", "failed", "fatal", "traceback", "panic")):
+            return line[:ERROR_LINE_CHARS]
+    return lines[-1][:ERROR_LINE_CHARS] if lines else ""
+
+
+def placeholder(result: ToolResult, ctx: StageContext, entry_id: str, tokens: int) -> str:
+    text = result.text
+    lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+    ref = recall_ref(entry_id, result.call_id)
+    note = (f"[Old output of {describe_call(ctx.calls.get(result.call_id))} cleared to save context "
+            f"({lines:,} lines, ~{tokens:,} tokens). Recover it with recall(\"{ref}\").")
+    if result.is_error:
+        line = error_line(text)
+        if line:
+            note += f" It failed with: {line}"
+    return note + "]"
+
+
+def _protected_from(items: Sequence[Item], keep_last: int) -> int:
+    """Index of the first item holding one of the last `keep_last` tool results."""
+    seen = 0
+    for index in range(len(items) - 1, -1, -1):
+        message = items[index].message
+        if message.role == "tool":
+            seen += len(message.blocks)
+            if seen >= keep_last:
+                return index
+    return 0
+
+
+def candidates(items: Sequence[Item], policy: MaskPolicy) -> list[int]:
+    cutoff = _protected_from(items, policy.keep_last) if policy.keep_last > 0 else len(items)
+    found = []
+    for index in range(cutoff):
+        item = items[index]
+        if item.message.role != "tool" or item.synthetic or item.rendered_by in MASKED_BY:
+            continue
+        if item.tokens < policy.min_tokens:
+            continue
+        if any(tool_matches(b.name, policy.tools_allow, policy.tools_deny)
+               for b in item.message.blocks if isinstance(b, ToolResult)):
+            found.append(index)
+    return found
+
+
+def stage(items: Sequence[Item], policy: MaskPolicy, ctx: StageContext) -> StageResult:
+    out = list(items)
+    total = ctx.system_tokens + total_tokens(out)
+    if total <= policy.trigger_tokens or total <= policy.trigger_ratio * ctx.budget:
+        return StageResult(out)
+    due = candidates(out, policy)
+    if sum(len(out[i].message.blocks) for i in due) < policy.batch:
+        return StageResult(out)
+    decisions: list[Decision] = []
+    before = total_tokens(out[i] for i in due)
+    for index in due:
+        item = out[index]
+        per_block = max(item.tokens // max(len(item.message.blocks), 1), 1)
+        changed = {
+            b_index: text_result(block, placeholder(block, ctx, item.entry_id, per_block))
+            for b_index, block in enumerate(item.message.blocks)
+            if isinstance(block, ToolResult) and tool_matches(block.name, policy.tools_allow, policy.tools_deny)
+        }
+        new = rerender(item, with_results(item.message, changed), ctx, "mask")
+        out[index] = new
+        decisions.append(Decision("mask", item.entry_id, new.message))
+    after = total_tokens(out[i] for i in due)
+    event = Event("mask", "mask", tuple(out[i].entry_id for i in due), before, after,
+                  f"{len(due)} tool output(s) older than the last {policy.keep_last}", breaks_prefix=True)
+    return StageResult(out, [event], decisions)

@@ -1,0 +1,164 @@
+"""The data every pipeline stage reads and returns.
+
+The *view* is the list of messages the model will see, as `Item`s that remember which log entry each
+message renders (so anything removed from the view can be found again). A stage is a function
+`(items, context) -> StageResult`: the new items, the events that say what it did in numbers, and the
+decisions to record in the log so that later requests replay them byte for byte.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctxwin.messages import Message, Text, ToolCall, ToolResult
+from ctxwin.tokens.base import TokenCounter
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One message of the view. `entry_id` is the log entry it renders (for synthetic messages, such
+    as a compaction summary, the entry that made them); `tokens` is its count by the engine's
+    counter, before calibration."""
+
+    entry_id: str
+    message: Message
+    tokens: int
+    synthetic: bool = False
+    rendered_by: str = ""
+    """The stage whose recorded decision this rendering is ("" for the message as logged)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """What a stage did. `breaks_prefix` is true when it changed content the previous request had
+    already sent (a prompt-cache miss from that point on); stages that only touch new messages, or
+    only append, leave it false."""
+
+    stage: str
+    action: str
+    entry_ids: tuple[str, ...]
+    tokens_before: int
+    tokens_after: int
+    reason: str
+    breaks_prefix: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def saved(self) -> int:
+        return self.tokens_before - self.tokens_after
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "stage": self.stage,
+            "action": self.action,
+            "entry_ids": list(self.entry_ids),
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "reason": self.reason,
+            "breaks_prefix": self.breaks_prefix,
+        }
+        if self.details:
+            out["details"] = self.details
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """From now on, log entry `entry_id` renders as `message` (`None`: it leaves the view). Recorded
+    in the session log; applied before the stages run on every later request."""
+
+    stage: str
+    entry_id: str
+    message: Message | None
+
+
+@dataclass(frozen=True, slots=True)
+class StageResult:
+    items: list[Item]
+    events: list[Event] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+
+
+@dataclass
+class StageContext:
+    """What stages may read besides the view. `budget` is the request's token limit in counter units
+    (the window minus the reserve, divided by the calibration factor); `system_tokens` what the system
+    prompt and tool schemas already use of it."""
+
+    counter: TokenCounter
+    window: int
+    budget: int
+    system_tokens: int = 0
+    now: float | None = None
+    last_call_at: float | None = None
+    blobs: Any = None  # a BlobStore, when the session has one
+    calls: Mapping[str, ToolCall] = field(default_factory=dict)
+    """Every tool call of the session by id (results name their call only by id)."""
+
+    def count(self, message: Message) -> int:
+        return self.counter.count_message(message)
+
+
+def total_tokens(items: Sequence[Item]) -> int:
+    return sum(item.tokens for item in items)
+
+
+def result_chars(message: Message) -> int:
+    """Characters of text in a message's tool results."""
+    return sum(len(p.text) for r in message.tool_results for p in r.content if isinstance(p, Text))
+
+
+def message_chars(message: Message) -> int:
+    """Characters a message carries, the way OpenClaw's pruning measures context."""
+    total = 0
+    for block in message.blocks:
+        if isinstance(block, Text):
+            total += len(block.text)
+        elif isinstance(block, ToolResult):
+            total += sum(len(p.text) if isinstance(p, Text) else 8_000 for p in block.content)
+        elif isinstance(block, ToolCall):
+            total += len(block.name) + len(str(block.arguments))
+        else:
+            total += len(getattr(block, "thinking", "")) or 256
+    return total
+
+
+def tool_matches(name: str | None, allow: Sequence[str], deny: Sequence[str]) -> bool:
+    """Whether a tool is eligible under allow/deny glob lists (case-insensitive; deny wins)."""
+    lowered = (name or "").lower()
+    if any(fnmatch.fnmatchcase(lowered, pattern.lower()) for pattern in deny):
+        return False
+    return not allow or any(fnmatch.fnmatchcase(lowered, pattern.lower()) for pattern in allow)
+
+
+def with_results(message: Message, results: dict[int, ToolResult]) -> Message:
+    """A copy of a tool message with some of its blocks (by index) replaced."""
+    blocks = tuple(results.get(i, block) for i, block in enumerate(message.blocks))
+    return message.replace(blocks=blocks)
+
+
+def text_result(result: ToolResult, text: str) -> ToolResult:
+    """`result` with its content replaced by one text part (images dropped: they stay in the log)."""
+    return ToolResult(result.call_id, (Text(text),), result.is_error, result.name, result.extra)
+
+
+def recall_ref(entry_id: str, call_id: str | None = None) -> str:
+    """The handle of a log entry (or one tool result in it) for `engine.recall`."""
+    return f"entry:{entry_id}#{call_id}" if call_id else f"entry:{entry_id}"
+
+
+def describe_call(call: ToolCall | None) -> str:
+    """`read(path="src/app.py", offset=10)`: a call in one short line, for notices."""
+    if call is None:
+        return "a tool call"
+    arguments = call.arguments if isinstance(call.arguments, dict) else {"input": call.arguments}
+    shown = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)[:80]}" for k, v in list(arguments.items())[:3])
+    return f"{call.name}({shown})"
+
+
+def rerender(item: Item, message: Message, ctx: StageContext, stage: str) -> Item:
+    return Item(item.entry_id, message, ctx.count(message), item.synthetic, stage)

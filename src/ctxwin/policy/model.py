@@ -1,0 +1,210 @@
+"""The policy: every knob of every pipeline stage, one typed model per stage.
+
+Each field documents itself (the docstring under it is the field's description, also printed by
+`ctxwin policies --show`). Presets are TOML files next to this module; a user's TOML file is loaded
+the same way and may override any subset of fields.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Stage(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class BootstrapPolicy(_Stage):
+    enabled: bool = False
+    """Load workspace context files into the system prompt."""
+    files: list[str] = Field(
+        default_factory=lambda: [
+            "AGENTS.md", "CLAUDE.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "USER.md", "MEMORY.md",
+        ]
+    )
+    """File names looked up in the workspace root, injected in this order."""
+    per_file_max_chars: int = 20_000
+    """Per-file cap in characters; a longer file keeps its head and tail around a marker naming it."""
+    total_max_chars: int = 60_000
+    """Cap on all files together, consumed in order; a file that overflows is cut to what is left."""
+    head_share: float = 0.75
+    """Share of a cut file's budget given to its head (the rest, minus the marker, to its tail)."""
+
+
+class ResultBudgetPolicy(_Stage):
+    enabled: bool = False
+    """Cap each tool result (OpenClaw's live tool-result cap, Letta's per-request cap)."""
+    max_chars: int = 16_000
+    """Upper bound per tool result, in characters."""
+    window_share: float = 0.3
+    """The cap is also at most this share of the context window (window tokens x 4 characters)."""
+    min_chars: int = 2_000
+    """Floor: a result is never cut below this many characters."""
+    tail_share: float = 0.3
+    """When the tail looks important (errors, totals, a closing brace), this share of the cap goes to it."""
+    tail_max_chars: int = 4_000
+    """Upper bound of the kept tail, in characters."""
+
+
+class SpillPolicy(_Stage):
+    enabled: bool = False
+    """Move oversized tool results to the blob store; the view keeps a preview and the handle."""
+    per_result_chars: int = 50_000
+    """A result over this many characters is spilled (Claude Code's 50K default)."""
+    per_message_chars: int = 200_000
+    """When one turn's results together exceed this, the largest are spilled until under it."""
+    preview_chars: int = 2_000
+    """Size of the preview kept in the view, cut at a line end when one is past half of it."""
+
+
+class DedupPolicy(_Stage):
+    enabled: bool = False
+    """Replace repeated content with a short stub pointing at the earlier (or later) copy."""
+    rereads: bool = True
+    """An identical re-read of the same file range becomes a stub pointing at the earlier result."""
+    idempotent_tools: list[str] = Field(default_factory=list)
+    """Tools whose repeated identical calls keep only the newest output (older copies become stubs)."""
+    min_chars: int = 200
+    """Results shorter than this are never replaced (the stub would not save anything)."""
+
+
+class MaskPolicy(_Stage):
+    enabled: bool = False
+    """Observation masking: old tool outputs become placeholders that say how to get them back."""
+    keep_last: int = 10
+    """The most recent tool results kept verbatim (JetBrains' last-N observations)."""
+    batch: int = 1
+    """Mask only once this many results are due, all at once, so the prompt prefix changes rarely."""
+    trigger_tokens: int = 0
+    """Mask only while the view is above this many tokens (0: always)."""
+    trigger_ratio: float = 0.0
+    """Mask only while the view is above this share of the budget (0: always)."""
+    min_tokens: int = 50
+    """Results smaller than this stay (a placeholder would cost as much)."""
+    tools_allow: list[str] = Field(default_factory=list)
+    """Only these tools are masked (glob patterns, case-insensitive; empty: all)."""
+    tools_deny: list[str] = Field(default_factory=list)
+    """These tools are never masked (wins over the allow list)."""
+
+
+class PrunePolicy(_Stage):
+    enabled: bool = False
+    """OpenClaw's context pruning: soft-trim, then hard-clear old tool results by context ratio."""
+    mode: Literal["always", "cache-ttl"] = "cache-ttl"
+    """`cache-ttl` prunes only once the provider's prompt cache has expired (no call within `ttl_seconds`)."""
+    ttl_seconds: float = 300
+    """Prompt-cache lifetime assumed by the cache-ttl mode."""
+    keep_last_assistants: int = 3
+    """Tool results after the N-th last assistant message are protected."""
+    soft_trim_ratio: float = 0.3
+    """Soft-trim starts when the view's characters exceed this share of the window (in characters)."""
+    hard_clear_ratio: float = 0.5
+    """Hard-clear starts at this share, oldest first, until the view is back under it."""
+    min_prunable_chars: int = 50_000
+    """Hard-clear only when prunable results hold at least this many characters."""
+    soft_trim_max_chars: int = 4_000
+    """Results longer than this are soft-trimmed."""
+    soft_trim_head_chars: int = 1_500
+    """Characters kept at the head of a soft-trimmed result."""
+    soft_trim_tail_chars: int = 1_500
+    """Characters kept at the tail of a soft-trimmed result."""
+    hard_clear: bool = True
+    """Allow hard-clearing at all."""
+    placeholder: str = "[Old tool result content cleared]"
+    """Text of a hard-cleared result (ctxwin appends where to get the content back)."""
+    tools_allow: list[str] = Field(default_factory=list)
+    """Only these tools are pruned (glob patterns, case-insensitive; empty: all)."""
+    tools_deny: list[str] = Field(default_factory=list)
+    """These tools are never pruned (wins over the allow list)."""
+
+
+class CompactionPolicy(_Stage):
+    enabled: bool = False
+    """Summarize the oldest span when the view passes the trigger."""
+    strategy: Literal["pi", "openclaw", "claude-code", "letta", "checkpoint", "ctxwin"] = "pi"
+    """Which anchor's algorithm decides what is summarized and what is kept."""
+    reserve_tokens: int = 16_384
+    """Trigger when the view exceeds window - reserve_tokens (Pi's threshold; Claude Code uses 13,000
+    below the effective window)."""
+    trigger_ratio: float | None = None
+    """Trigger at this share of the window instead (Letta: 0.9)."""
+    keep_recent_tokens: int = 20_000
+    """Tokens of recent history kept verbatim after the summary."""
+    target_ratio: float | None = None
+    """Letta's sliding window: evict until the view is under this share of the window (0.7)."""
+    summary_max_tokens: int = 13_107
+    """Upper bound of a summary's tokens (Pi: 0.8 x reserve)."""
+    history_share: float = 0.5
+    """OpenClaw: the share of the window the kept history may use before older chunks are dropped
+    into the summary."""
+    restore_recent_files: int = 0
+    """Claude Code: re-attach up to this many recently read files after the summary."""
+    restore_file_tokens: int = 5_000
+    """Claude Code: token cap per re-attached file."""
+    restore_total_tokens: int = 50_000
+    """Claude Code: token cap on all re-attached files."""
+    mode: Literal["sliding", "all"] = "sliding"
+    """Letta: `all` summarizes everything but the system prompt."""
+    checkpoint_tokens: int = 0
+    """Checkpoint (Alyx): past this many tokens the agent is asked to write its own state summary."""
+    min_gain_ratio: float = 0.1
+    """A compaction must remove at least this share of the view's tokens, or it counts as failed
+    (no-op compactions must not burn the retry budget; OpenClaw #150447)."""
+    max_failures: int = 3
+    """Circuit breaker: after this many consecutive failed compactions, stop trying (Claude Code)."""
+
+
+class FitPolicy(_Stage):
+    enabled: bool = True
+    """The last guarantee that a request fits: drop old rounds, clamp results, middle-truncate."""
+    drop_rounds: bool = True
+    """Drop the oldest API rounds (an assistant message and its results) until the view fits."""
+    keep_last_rounds: int = 1
+    """Rounds never dropped."""
+    clamp_chars: int = 5_000
+    """Then clamp tool results to this many characters, oldest first (Letta)."""
+    truncate_head_share: float = 0.3
+    """Then middle-truncate the largest messages, keeping this share at the head ..."""
+    truncate_tail_share: float = 0.3
+    """... and this share at the tail (Letta's 30 % + 30 %)."""
+
+
+class Policy(BaseModel):
+    """Everything the pipeline does, stage by stage. Unset stages are off, except `fit`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    name: str = "custom"
+    """Name shown in reports."""
+    description: str = ""
+    """One line on what this policy is for."""
+    output_reserve_tokens: int = 20_000
+    """Tokens kept free for the model's answer (capped by the model's max output)."""
+    safety_margin_tokens: int = 1_000
+    """Extra tokens kept free for counting error."""
+    unlimited_window: bool = False
+    """Ignore the model's window (the `raw` baseline: nothing managed)."""
+    bootstrap: BootstrapPolicy = Field(default_factory=BootstrapPolicy)
+    result_budget: ResultBudgetPolicy = Field(default_factory=ResultBudgetPolicy)
+    spill: SpillPolicy = Field(default_factory=SpillPolicy)
+    dedup: DedupPolicy = Field(default_factory=DedupPolicy)
+    mask: MaskPolicy = Field(default_factory=MaskPolicy)
+    prune: PrunePolicy = Field(default_factory=PrunePolicy)
+    compaction: CompactionPolicy = Field(default_factory=CompactionPolicy)
+    fit: FitPolicy = Field(default_factory=FitPolicy)
+
+    @model_validator(mode="after")
+    def _check(self) -> Policy:
+        if self.bootstrap.head_share < 0 or self.bootstrap.head_share > 1:
+            raise ValueError("bootstrap.head_share must be between 0 and 1")
+        if self.mask.batch < 1:
+            raise ValueError("mask.batch must be at least 1")
+        if self.prune.soft_trim_ratio > self.prune.hard_clear_ratio:
+            raise ValueError("prune.soft_trim_ratio must not exceed prune.hard_clear_ratio")
+        return self
+
+    def reserve(self, max_output: int) -> int:
+        """Tokens that must stay free in the window: the output budget plus the safety margin."""
+        return min(self.output_reserve_tokens, max_output) + self.safety_margin_tokens
