@@ -36,9 +36,16 @@ SUMMARY_WINDOW_SHARE = 0.2
 RESTORE_WINDOW_SHARE = 0.25
 """Re-attached files never take more than this share of the window (Claude Code's 50K is a quarter
 of 200K)."""
+GUARD_SHARE = 0.1
+"""Share of the summary budget held back from the summarizer so the identifier guard has room to
+append what the summary lost."""
 SPLIT_PREFIX_SHARE = 0.35
 """Share of the summary budget given to a split turn's prefix summary (Pi runs both in parallel)."""
 SPLIT_TURN_HEADER = "**Turn Context (split turn):**"
+
+
+MERGE_STATE_KEYS = ("extractive",)
+"""Keys of `Summary.details` that summarizers read back from the previous summary."""
 
 
 class CompactionFailed(CtxwinError):
@@ -97,6 +104,9 @@ class Outcome:
             "attachments": self.attachments,
             "reason": self.reason,
             "details": self.details,
+            # The summarizer's own merge state (the extractive summarizer keeps everything it read
+            # here, untrimmed), so the next compaction merges exactly, even after a reopen.
+            "summarizer_state": {k: v for k, v in summary.details.items() if k in MERGE_STATE_KEYS},
         }
 
 
@@ -245,20 +255,21 @@ def compact_view(
         memory_flush([i.message for i in plan.summarized])
     summarizer = summarizer or ExtractiveSummarizer()
     budget = summary_budget(policy, ctx.window, factor)
+    summarizer_budget = max(int(budget * (1 - GUARD_SHARE)), 1)
     span_messages = [i.message for i in plan.span]
     prefix_messages = [i.message for i in plan.prefix]
     try:
         if plan.prefix:
-            history_budget = int(budget * (1 - SPLIT_PREFIX_SHARE))
+            history_budget = int(summarizer_budget * (1 - SPLIT_PREFIX_SHARE))
             history = summarizer.summarize(span_messages, previous=previous, focus=focus,
                                            budget_tokens=history_budget, counter=ctx.counter) \
                 if span_messages else previous
             turn = summarizer.summarize(prefix_messages, previous=None, focus=focus,
-                                        budget_tokens=budget - history_budget, counter=ctx.counter)
+                                        budget_tokens=summarizer_budget - history_budget, counter=ctx.counter)
             summary = join_split_turn(history, turn, ctx)
         else:
             summary = summarizer.summarize(span_messages, previous=previous, focus=focus,
-                                           budget_tokens=budget, counter=ctx.counter)
+                                           budget_tokens=summarizer_budget, counter=ctx.counter)
     except Exception as error:  # a failed summary never deletes history
         raise CompactionFailed(f"summarizer {getattr(summarizer, 'name', '?')} failed: {error}", before) from error
     summary = guard(summary, span_messages + prefix_messages, ctx.counter, budget)

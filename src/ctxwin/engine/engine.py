@@ -41,6 +41,16 @@ from .prepared import Prepared
 UNLIMITED_WINDOW = 10**12
 """The window of a policy with `unlimited_window` (the raw baseline)."""
 PROVIDER_FOR_VALIDATION = "anthropic"
+MAX_RECOVERY_ATTEMPTS = 3
+"""Overflow recoveries allowed in a row before `recover` gives up (OpenClaw's 3 attempts); a
+successful call (`record_usage`) resets the count."""
+RECOVERY_SHRINK = 0.85
+"""Each recovery shrinks the request budget by this factor, on top of what it learned from the
+error: the provider counted more than we did, so we aim lower."""
+
+
+class ContextOverflowError(CtxwinError):
+    """The provider keeps rejecting the request as too long after every recovery step."""
 """Requests are validated against Anthropic's rules, the strictest of the three (alternation)."""
 
 
@@ -85,6 +95,8 @@ class _State:
     last_failure: str = ""
     pins: set[str] = field(default_factory=set)
     last_repairs: frozenset[tuple[str, str | None, str]] = frozenset()
+    recovery_attempts: int = 0
+    budget_scale: float = 1.0
 
 
 class ContextEngine:
@@ -157,6 +169,9 @@ class ContextEngine:
                 self._state.pins.add(entry.payload["target"])
             elif entry.kind == "custom" and entry.payload.get("type") == "calibration":
                 self.calibrator = Calibrator.from_dict(entry.payload["state"])
+            elif entry.kind == "custom" and entry.payload.get("type") == "recovery":
+                self.window = min(self.window, entry.payload.get("window") or self.window)
+                self._state.budget_scale = entry.payload.get("budget_scale", 1.0)
             elif entry.kind == "checkpoint" and "processed" in entry.payload:
                 pass
         # Per-message stages ran on everything logged before (their decisions are in the log);
@@ -211,6 +226,7 @@ class ContextEngine:
             tokens=payload.get("summary_tokens", 0),
             summarizer=payload.get("summarizer", ""),
             sections={k: list(v) for k, v in payload.get("sections", {}).items()},
+            details=dict(payload.get("summarizer_state", {})),
         )
         self._state.compaction = _CompactionState(
             entry_id, summary, first, tuple(payload.get("pinned_ids", ())),
@@ -261,12 +277,14 @@ class ContextEngine:
 
     @property
     def budget(self) -> int:
-        """The most tokens a request may have: the window minus the reserve."""
-        return self.window - self.reserve
+        """The most tokens a request may have: the window minus the reserve (shrunk after overflow
+        errors showed the provider counts more than we do)."""
+        return int((self.window - self.reserve) * self._state.budget_scale)
 
     def prepare(self) -> Prepared:
         """The request to send now. Never raises for size when a fit exists; raises
         `ContextBudgetError` when none does (the system prompt alone is too large)."""
+        started = time.perf_counter()
         state = self._state
         now = self.clock()
         ctx = self._context(now)
@@ -305,6 +323,7 @@ class ContextEngine:
 
         prepared = self._finish(items, ctx, events, problems, now)
         state.last_call_at = now
+        prepared.elapsed_ms = (time.perf_counter() - started) * 1000
         return prepared
 
     def record_usage(self, usage: Any) -> float:
@@ -315,7 +334,51 @@ class ContextEngine:
             return self.calibrator.factor
         self.calibrator.observe(self._last.raw_tokens, reported)
         self.session.append("custom", {"type": "calibration", "state": self.calibrator.to_dict()})
+        self._state.recovery_attempts = 0
         return self.calibrator.factor
+
+    def is_overflow_error(self, error: object) -> bool:
+        """Whether `error` (an SDK exception, an httpx response, an error body, a message, or a usage
+        record reporting more input than the window) says the request did not fit."""
+        from ctxwin.compaction.overflow import is_overflow_error
+
+        return is_overflow_error(error, context_window=self.window) is not None
+
+    def recover(self, error: object) -> Prepared:
+        """After an overflow error: learn from it (the provider's count, its real window), compact,
+        shrink the budget, and return a smaller request to retry with. Bounded: after
+        MAX_RECOVERY_ATTEMPTS in a row without a successful call it raises `ContextOverflowError`."""
+        from ctxwin.compaction.overflow import is_overflow_error
+
+        match = is_overflow_error(error, context_window=self.window)
+        if match is None:
+            raise CtxwinError(f"not a context overflow error: {str(error)[:200]}",
+                              "recover() handles overflow errors only; retry or surface other errors")
+        state = self._state
+        state.recovery_attempts += 1
+        if state.recovery_attempts > MAX_RECOVERY_ATTEMPTS:
+            raise ContextOverflowError(
+                f"the provider still rejects the request as too long after {MAX_RECOVERY_ATTEMPTS} recoveries "
+                f"({match.provider}: {match.pattern})",
+                "start a new session with a summary (engine.compact), use a model with a larger window, "
+                "or shorten the system prompt and tool schemas")
+        if match.limit_tokens and match.limit_tokens < self.window:
+            self.window = match.limit_tokens  # the provider knows its window better than our registry
+        if match.observed_tokens and self._last is not None and self._last.raw_tokens:
+            self.calibrator.observe(self._last.raw_tokens, match.observed_tokens)
+        state.budget_scale *= RECOVERY_SHRINK
+        self.session.append("custom", {"type": "recovery", "window": self.window,
+                                       "budget_scale": state.budget_scale, "provider": match.provider,
+                                       "observed_tokens": match.observed_tokens, "limit_tokens": match.limit_tokens})
+        events: list[Event] = [Event("recovery", "overflow", (), match.observed_tokens or 0, 0,
+                                     f"{match.provider} overflow ({'silent' if match.silent else match.pattern}); "
+                                     f"attempt {state.recovery_attempts} of {MAX_RECOVERY_ATTEMPTS}")]
+        if self.policy.compaction.enabled:
+            ctx = self._context(self.clock())
+            self._compact(self._items(ctx), ctx, events, focus=None, trigger="overflow", force=True)
+        prepared = self.prepare()
+        prepared.events[:0] = events
+        return prepared
 
     def compact(self, focus: str | None = None) -> Prepared:
         """Compact now (a manual `/compact`), optionally focused, and return the new request."""

@@ -31,6 +31,8 @@ class Prepared:
     stable_prefix: int = 0
     stable_prefix_tokens: int = 0
     prefix_kept: bool = True
+    elapsed_ms: float = 0.0
+    """How long `prepare()` took."""
 
     @property
     def messages(self) -> list[Message]:

@@ -6,7 +6,6 @@ of `ctxwin replay`, the cost model and the report.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -139,9 +138,7 @@ def replay(
     """Replay a whole transcript; one `CallRecord` per model call."""
     calls: list[CallRecord] = []
     engine: ContextEngine | None = None
-    started = time.perf_counter()
     for index, prepared, engine in iter_replay(transcript, policy, **options):
-        elapsed = (time.perf_counter() - started) * 1000
         calls.append(CallRecord(
             index=index,
             tokens=prepared.tokens,
@@ -150,12 +147,11 @@ def replay(
             prefix_kept=prepared.prefix_kept,
             valid=prepared.valid,
             over_budget=prepared.tokens > prepared.budget,
-            latency_ms=elapsed,
+            latency_ms=prepared.elapsed_ms,
             timestamp=engine.clock(),
             events=tuple(prepared.events),
             categories=categories(prepared),
         ))
-        started = time.perf_counter()
     if engine is None:
         engine = ContextEngine(model=options.get("model") or transcript.model, policy=policy)
     return ReplayResult(engine.policy.name, engine.model, engine.window, engine.budget, calls, engine)

@@ -1,0 +1,431 @@
+"""Shared pieces of every summarizer: a span serialized to plain text (Pi's format), summary sections
+(parse, merge, render), and `fit_sections`, which renders sections within a token budget by trimming
+the least important items first.
+
+Sections are plain data: a heading and a list of item strings. An item renders as one markdown bullet;
+its later lines are indented by two spaces, so text inside an item (a user message with its own
+headings or bullets) never reads as structure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ctxwin.messages import Image, Message, Text, Thinking, ToolCall
+from ctxwin.tokens.base import TokenCounter
+
+TOOL_RESULT_CHARS = 2_000  # a tool result is cut to this in the serialized conversation (Pi)
+CLIP_MARK = " […]"  # appended to an item that was shortened
+MAX_FIT_ATTEMPTS = 6  # re-fits with a smaller budget when joined text counts more than its parts
+
+_WS = re.compile(r"\s+")
+
+
+# --------------------------------------------------------------------------------------------------
+# Serialization: the conversation as a document to summarize, not a chat to continue.
+
+
+def serialize_call(call: ToolCall) -> str:
+    """`name(key=<json>, ...)`, Pi's form of a tool call."""
+    args = call.arguments
+    if isinstance(args, dict):
+        inner = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items())
+    else:
+        inner = json.dumps(args, ensure_ascii=False) if not isinstance(args, str) else args
+    return f"{call.name}({inner})"
+
+
+def truncate_result(text: str, limit: int = TOOL_RESULT_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n\n[... {len(text) - limit} more characters truncated]"
+
+
+def serialize_message(message: Message, *, tool_result_chars: int = TOOL_RESULT_CHARS) -> list[str]:
+    """The parts of one message: `[User]:`, `[Assistant thinking]:`, `[Assistant]:`,
+    `[Assistant tool calls]:`, `[Tool result]:` (cut to `tool_result_chars`), `[System]:`."""
+    parts: list[str] = []
+    if message.role == "assistant":
+        thinking = [b.thinking for b in message.blocks if isinstance(b, Thinking) and not b.redacted]
+        text = [b.text for b in message.blocks if isinstance(b, Text) and b.text.strip()]
+        calls = [serialize_call(b) for b in message.blocks if isinstance(b, ToolCall)]
+        if thinking:
+            parts.append("[Assistant thinking]: " + "\n".join(thinking))
+        if text:
+            parts.append("[Assistant]: " + "\n".join(text))
+        if calls:
+            parts.append("[Assistant tool calls]: " + "; ".join(calls))
+    elif message.role == "tool":
+        for result in message.tool_results:
+            body = result.text
+            images = sum(isinstance(p, Image) for p in result.content)
+            if images:
+                body = (body + "\n" if body else "") + f"[{images} image(s)]"
+            parts.append("[Tool result]: " + truncate_result(body, tool_result_chars))
+    else:
+        label = "[User]: " if message.role == "user" else "[System]: "
+        text = "\n".join(b.text for b in message.blocks if isinstance(b, Text))
+        images = sum(isinstance(b, Image) for b in message.blocks)
+        if images:
+            text = (text + "\n" if text else "") + f"[{images} image(s)]"
+        results = [truncate_result(r.text, tool_result_chars) for r in message.tool_results]
+        if text.strip():
+            parts.append(label + text)
+        parts.extend("[Tool result]: " + r for r in results)
+    return parts
+
+
+def serialize_span(messages: Iterable[Message], *, tool_result_chars: int = TOOL_RESULT_CHARS) -> str:
+    """The span as plain text, parts joined by blank lines (Pi's serializeConversation)."""
+    parts: list[str] = []
+    for message in messages:
+        parts.extend(serialize_message(message, tool_result_chars=tool_result_chars))
+    return "\n\n".join(parts)
+
+
+# --------------------------------------------------------------------------------------------------
+# Items and sections
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters plus CLIP_MARK, at a word boundary when one is near."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    space = cut.rfind(" ")
+    if space > limit * 0.8:
+        cut = cut[:space]
+    return cut.rstrip() + CLIP_MARK
+
+
+def item_key(item: str) -> str:
+    """What makes two items the same: case and whitespace ignored, a clip mark ignored."""
+    if item.endswith(CLIP_MARK):
+        item = item[: -len(CLIP_MARK)]
+    return _WS.sub(" ", item).strip().casefold()
+
+
+def render_item(item: str) -> str:
+    lines = item.strip("\n").split("\n")
+    rest = "".join("\n  " + line if line.strip() else "\n" for line in lines[1:])
+    return f"- {lines[0]}{rest}"
+
+
+def render_sections(sections: Mapping[str, Sequence[str]], labels: Mapping[str, str] | None = None) -> str:
+    """Markdown: `## heading` (or its label) then one bullet per item; empty sections left out."""
+    blocks = []
+    for heading, items in sections.items():
+        if items:
+            title = (labels or {}).get(heading, heading)
+            body = "\n".join(render_item(i) for i in items)
+            blocks.append(f"## {title}\n{body}" if title else body)
+    return "\n\n".join(blocks)
+
+
+_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+_NUMBERED_HEADING = re.compile(r"^\d{1,2}\.\s+([A-Z][^:\n]{2,80}):\s*(.*)$")
+_BULLET = re.compile(r"^(?:[-*+•]|\d{1,3}[.)])\s+")
+
+
+def parse_sections(text: str, *, numbered_headings: bool = False) -> dict[str, list[str]]:
+    """Sections of a markdown summary. Headings are `#` lines (and, with `numbered_headings`, lines
+    like `3. Files and Code Sections:`, Claude Code's layout). Items are top-level bullets with the
+    lines under them, or paragraphs when a section has no bullets. Text before the first heading goes
+    under the heading ""."""
+    sections: dict[str, list[str]] = {}
+    current = ""
+    item: list[str] | None = None
+    paragraph_break = False
+
+    def close() -> None:
+        nonlocal item
+        if item is not None:
+            joined = "\n".join(item).strip("\n")
+            if joined.strip():
+                sections.setdefault(current, []).append(joined)
+        item = None
+
+    for raw in text.split("\n"):
+        line = raw.rstrip()
+        heading = _HEADING.match(line)
+        numbered = _NUMBERED_HEADING.match(line) if numbered_headings else None
+        if heading or numbered:
+            close()
+            current = heading.group(2).strip() if heading else numbered.group(1).strip()  # type: ignore[union-attr]
+            sections.setdefault(current, [])
+            rest = numbered.group(2).strip() if numbered else ""
+            if rest:
+                item = [rest]
+            paragraph_break = False
+            continue
+        if not line.strip():
+            paragraph_break = True
+            if item is not None:
+                item.append("")
+            continue
+        # Claude Code indents its items under numbered headings; our own items nest by two spaces.
+        bullet = _BULLET.match(line.lstrip(" ") if numbered_headings and len(line) - len(line.lstrip(" ")) <= 3
+                               else line)
+        if bullet:
+            close()
+            item = [line.lstrip(" ")[bullet.end():] if numbered_headings else line[bullet.end():]]
+        elif item is None or (paragraph_break and not line.startswith((" ", "\t"))):
+            close()
+            item = [line]
+        else:
+            item.append(line[2:] if line.startswith("  ") else line.lstrip())
+        paragraph_break = False
+    close()
+    return {k: v for k, v in sections.items() if v or k}
+
+
+def merge_items(previous: Sequence[str], new: Sequence[str], *, to_front: bool = False) -> list[str]:
+    """Union without duplicates (by `item_key`). The new items keep their order and go to the end
+    (or the front with `to_front`); previous items they repeat are dropped from their old place.
+    Idempotent: merging the result with `new` again changes nothing."""
+    new_keys = {item_key(i) for i in new}
+    seen: set[str] = set()
+    fresh = []
+    for item in new:
+        key = item_key(item)
+        if key not in seen:
+            seen.add(key)
+            fresh.append(item)
+    old = []
+    for item in previous:
+        key = item_key(item)
+        if key not in new_keys and key not in seen:
+            seen.add(key)
+            old.append(item)
+    return fresh + old if to_front else old + fresh
+
+
+def merge_sections(previous: Mapping[str, Sequence[str]], new: Mapping[str, Sequence[str]],
+                   rules: Mapping[str, str] | None = None) -> dict[str, list[str]]:
+    """Section-by-section merge. A rule per heading: "union" (default: `merge_items`), "front"
+    (union, new first), "keep" (the previous items win when there are any) or "replace" (the new
+    items win when there are any). Headings keep the previous order, new ones are added after."""
+    rules = rules or {}
+    out: dict[str, list[str]] = {}
+    for heading in [*previous, *(h for h in new if h not in previous)]:
+        old, fresh = list(previous.get(heading, ())), list(new.get(heading, ()))
+        rule = rules.get(heading, "union")
+        if rule == "keep":
+            out[heading] = old or fresh
+        elif rule == "replace":
+            out[heading] = fresh or old
+        else:
+            out[heading] = merge_items(old, fresh, to_front=rule == "front")
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Fitting sections into a token budget
+
+
+@dataclass(frozen=True)
+class Item:
+    """One item to fit. `variants` are renderings from longest to shortest (the fitter uses the
+    longest that fits); `rank` orders what is kept when space runs out, lower first."""
+
+    variants: tuple[str, ...]
+    rank: float = 0.0
+
+
+@dataclass(frozen=True)
+class Section:
+    key: str
+    items: tuple[Item, ...]
+    weight: float = 1.0  # share of the budget when sections compete for it
+    title: str | None = None  # the heading shown, when it differs from `key`
+
+
+@dataclass(frozen=True)
+class Fitted:
+    text: str
+    sections: dict[str, list[str]]
+    tokens: int
+    omitted: dict[str, int] = field(default_factory=dict)  # items left out, per section
+    shortened: dict[str, int] = field(default_factory=dict)  # items shown in a shorter variant
+
+
+class _Costs:
+    """Token costs of rendered pieces, each counted once."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self.cache: dict[str, int] = {}
+
+    def __call__(self, piece: str) -> int:
+        cost = self.cache.get(piece)
+        if cost is None:
+            cost = self.counter.count_text(piece) + 1  # +1 for the joining newline
+            self.cache[piece] = cost
+        return cost
+
+
+def fit_sections(sections: Sequence[Section], budget_tokens: int, counter: TokenCounter) -> Fitted:
+    """Render `sections` in at most `budget_tokens` (by `counter`).
+
+    Every section with content first gets its heading and its most important item (in section
+    order, while that fits); the rest of the budget is shared by weight, water-filling style (a
+    section that needs less than its share gives the rest back); within a section the most important
+    items go in first in their shortest form, then grow to longer forms while room is left. The
+    result never exceeds the budget: when the joined text counts more than its parts, it is fitted
+    again with less, and as a last resort items are dropped until it fits.
+    """
+    costs = _Costs(counter)
+    limit = max(0, budget_tokens)
+    fitted = _fit_once(sections, limit, costs)
+    attempts = 0
+    while fitted.tokens > budget_tokens and attempts < MAX_FIT_ATTEMPTS:
+        limit = max(0, limit - (fitted.tokens - budget_tokens) - 2 * (attempts + 1))
+        fitted = _fit_once(sections, limit, costs)
+        attempts += 1
+    while fitted.tokens > budget_tokens:
+        fitted = _drop_last(fitted, counter, sections)
+    return fitted
+
+
+def _fit_once(sections: Sequence[Section], budget: int, costs: _Costs) -> Fitted:
+    live = [s for s in sections if s.items]
+    heads = {s.key: costs(f"## {s.title or s.key}") + 1 for s in live}  # +1: the blank line between sections
+    chosen: dict[str, dict[int, int]] = {s.key: {} for s in live}  # item index -> variant index
+    spent: dict[str, int] = {s.key: 0 for s in live}
+    orders = {s.key: sorted(range(len(s.items)), key=lambda i, s=s: (s.items[i].rank, i)) for s in live}
+
+    def item_cost(section: Section, index: int, variant: int) -> int:
+        return costs(render_item(section.items[index].variants[variant]))
+
+    def add_min(section: Section, allowance: int) -> int:
+        used = 0
+        for index in orders[section.key]:
+            if index in chosen[section.key]:
+                continue
+            variant = len(section.items[index].variants) - 1
+            cost = item_cost(section, index, variant) + (0 if chosen[section.key] else heads[section.key])
+            if used + cost <= allowance:
+                chosen[section.key][index] = variant
+                used += cost
+        spent[section.key] += used
+        return used
+
+    def grow(section: Section, allowance: int) -> int:
+        used = 0
+        for index in orders[section.key]:
+            variant = chosen[section.key].get(index)
+            if variant is None or variant == 0:
+                continue
+            current = item_cost(section, index, variant)
+            for better in range(variant):
+                extra = item_cost(section, index, better) - current
+                if used + extra <= allowance:
+                    chosen[section.key][index] = better
+                    used += extra
+                    break
+        spent[section.key] += used
+        return used
+
+    remaining = budget
+    # 1. Every section with content gets its heading and its first item, in section order.
+    for section in live:
+        first = orders[section.key][0]
+        variant = len(section.items[first].variants) - 1
+        cost = heads[section.key] + item_cost(section, first, variant)
+        if cost <= remaining:
+            chosen[section.key][first] = variant
+            spent[section.key] += cost
+            remaining -= cost
+
+    # 2. Share what is left by weight; a section needing less than its share returns the rest.
+    need = {
+        s.key: sum(item_cost(s, i, 0) for i in range(len(s.items))) + heads[s.key] - spent[s.key]
+        for s in live
+    }
+    quota: dict[str, int] = {}
+    active = [s for s in live if need[s.key] > 0]
+    pool = remaining
+    while active:
+        total_weight = sum(s.weight for s in active) or 1.0
+        satisfied = [s for s in active if need[s.key] <= pool * s.weight / total_weight]
+        if not satisfied:
+            for s in active:
+                quota[s.key] = int(pool * s.weight / total_weight)
+            break
+        for s in satisfied:
+            quota[s.key] = need[s.key]
+            pool -= need[s.key]
+        active = [s for s in active if s not in satisfied]
+    for section in live:
+        allowance = quota.get(section.key, 0)
+        used = add_min(section, allowance)
+        used += grow(section, allowance - used)
+        remaining -= used
+
+    # 3. What rounding and granularity left over goes to sections in order.
+    for section in live:
+        if remaining <= 0:
+            break
+        remaining -= add_min(section, remaining)
+    for section in live:
+        if remaining <= 0:
+            break
+        remaining -= grow(section, remaining)
+
+    return _render(live, chosen, costs.counter)
+
+
+def _render(live: Sequence[Section], chosen: Mapping[str, Mapping[int, int]], counter: TokenCounter) -> Fitted:
+    out: dict[str, list[str]] = {}
+    titles: dict[str, str] = {}
+    omitted: dict[str, int] = {}
+    shortened: dict[str, int] = {}
+    for section in live:
+        picks = chosen.get(section.key, {})
+        items = [section.items[i].variants[picks[i]] for i in sorted(picks)]
+        if items:
+            out[section.key] = items
+            titles[section.key] = section.title or section.key
+        if len(picks) < len(section.items):
+            omitted[section.key] = len(section.items) - len(picks)
+        short = sum(1 for v in picks.values() if v > 0)
+        if short:
+            shortened[section.key] = short
+    text = render_sections(out, titles)
+    return Fitted(text=text, sections=out, tokens=counter.count_text(text) if text else 0,
+                  omitted=omitted, shortened=shortened)
+
+
+def _drop_last(fitted: Fitted, counter: TokenCounter, sections: Sequence[Section]) -> Fitted:
+    """`fitted` without its last item (the final guarantee; rarely reached)."""
+    out = {k: list(v) for k, v in fitted.sections.items()}
+    for key in reversed(list(out)):
+        if out[key]:
+            out[key].pop()
+            if not out[key]:
+                del out[key]
+            break
+    titles = {s.key: s.title or s.key for s in sections}
+    text = render_sections(out, titles)
+    omitted = dict(fitted.omitted)
+    return Fitted(text=text, sections=out, tokens=counter.count_text(text) if text else 0,
+                  omitted=omitted, shortened=dict(fitted.shortened))
+
+
+def sections_as_items(sections: Mapping[str, Sequence[str]], *, weight: Callable[[str], float] = lambda _: 1.0,
+                      min_chars: int = 160) -> list[Section]:
+    """Plain sections as fittable ones: items keep their order of importance (earlier first), and
+    long items may shrink to `min_chars`."""
+    out = []
+    for key, items in sections.items():
+        fit_items = tuple(
+            Item(variants=(item,) if len(item) <= min_chars else (item, clip(item, min_chars)), rank=index)
+            for index, item in enumerate(items)
+        )
+        if fit_items:
+            out.append(Section(key=key, items=fit_items, weight=weight(key)))
+    return out

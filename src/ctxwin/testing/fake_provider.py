@@ -1,0 +1,826 @@
+"""A fake model provider for tests: real HTTP on 127.0.0.1, speaking the OpenAI Chat Completions
+(`/v1/chat/completions`), OpenAI Responses (`/v1/responses`) and Anthropic Messages (`/v1/messages`,
+`/v1/messages/count_tokens`) APIs closely enough that the official SDKs and our httpx clients talk to it
+unchanged.
+
+It behaves like the real services where context management is concerned:
+- it counts each request's input tokens (`ctxwin.tokens.counter_for(model)`) and rejects a request whose
+  input plus `max_tokens` does not fit the window, with each provider's real status and error body;
+- it validates what the real APIs validate and ctxwin can get wrong (a tool call without its result, a
+  result without its call, roles that do not alternate, empty content), with the real error wording;
+- it reports real-shaped usage, prompt caching included (Anthropic's explicit `cache_control`
+  breakpoints, OpenAI's automatic prefix caching in 128-token steps past 1,024);
+- it answers a request whose last user message asks for a summary with a deterministic structured
+  summary of the request (the first line of every user message, every file path seen), so tests can
+  check what survived a compaction; anything else gets a short deterministic reply.
+
+Tests script it: `fail(...)`, `fail_with(pattern)` (serve a `CATALOG` entry's real body and status),
+`report_usage(...)` (silent overflow), `reply(...)`, or any `ForcedResponse`, consumed in order. Every
+request it received is in `requests`.
+
+    with FakeProvider(context_window=8_000, max_output=1_000) as fake:
+        client = AnthropicClient(fake.anthropic_base_url, "key", "claude-test")
+        ...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from ctxwin.compaction.overflow import OverflowPattern
+from ctxwin.messages import Message, Text, ToolCall, ToolResult
+from ctxwin.tokens import counter_for
+from ctxwin.tokens.base import TokenCounter
+
+DEFAULT_CONTEXT_WINDOW = 200_000  # tokens, Claude's window
+DEFAULT_MAX_OUTPUT = 8_192  # tokens a single response may ask for
+MIN_CACHEABLE_TOKENS = 1_024  # a prompt prefix shorter than this is never cached (Anthropic and OpenAI)
+OPENAI_CACHE_STEP = 128  # OpenAI caches in 128-token increments past the first 1,024
+MAX_SUMMARY_LINE_CHARS = 200  # first lines of user messages are cut to this in the summary
+MAX_SUMMARY_FILES = 500  # file paths listed in a summary, at most
+REPLY_PREVIEW_CHARS = 80  # how much of the last user message the default reply quotes
+CREATED_AT = 1_700_000_000  # a fixed timestamp, so responses are the same bytes on every run
+SHUTDOWN_POLL_SECONDS = 0.05  # how often the server thread checks for shutdown (close() waits up to this)
+
+SUMMARY_REQUEST = re.compile(r"\bsummar(?:y|ies|ize|ise|ization|isation)\b", re.IGNORECASE)
+QUOTED_USER_TURN = re.compile(r"^\s*(?:\*\*|\[)?(?:user|human)(?:\*\*|\])?\s*[:>]\s*(\S.*)$",
+                              re.IGNORECASE | re.MULTILINE)
+FILE_PATH = re.compile(r"(?<![\w:/.~-])(?:~|\.{1,2})?/?(?:[\w.-]+/)+[\w.-]*\w")
+
+OPENAI_NO_KEY = (
+    "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer "
+    "auth (i.e. Authorization: Bearer YOUR_KEY), or as the password field (with blank username) if you're "
+    "accessing the API from your browser and are prompted for a username and password. You can obtain an API "
+    "key from https://platform.openai.com/account/api-keys."
+)
+
+CHAT, RESPONSES, MESSAGES, COUNT_TOKENS = (
+    "/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens")
+GENERATION_PATHS = (CHAT, RESPONSES, MESSAGES)
+
+
+@dataclass(frozen=True)
+class ForcedResponse:
+    """What the next matching request gets instead of the normal answer. With `body` set, that body is
+    served as is with `status` and `headers`. Without it, the normal reply is built and the overrides
+    apply: `text` replaces the reply, `usage` replaces reported numbers (keys `input_tokens`,
+    `output_tokens`, `cache_read_tokens`, `cache_write_tokens`; input is uncached input, as Anthropic
+    counts it), `stop_reason` the stop reason. `delay` seconds pass before the answer (for timeouts).
+    `paths` limits which endpoints consume it (default: the three generation endpoints); `times` how
+    many requests it answers."""
+
+    status: int = 200
+    body: str | bytes | Mapping[str, Any] | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    text: str | None = None
+    usage: Mapping[str, int] | None = None
+    stop_reason: str | None = None
+    delay: float = 0.0
+    paths: tuple[str, ...] = GENERATION_PATHS
+    times: int = 1
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the server saw it, and what it answered."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any  # the parsed JSON body (None when it was not JSON)
+    input_tokens: int | None  # the server's count, when it got that far
+    status: int
+    response: Any  # the JSON it answered with (or the raw text of a forced non-JSON body)
+    forced: bool = False
+
+
+class _Reject(Exception):
+    """Internal control flow: answer this request with this error."""
+
+    def __init__(self, status: int, body: Mapping[str, Any]) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+
+
+class FakeProvider:
+    """The server. Use it as a context manager (or `start()` / `close()`); it listens on a random free
+    port of 127.0.0.1 in a background thread."""
+
+    def __init__(
+        self,
+        *,
+        context_window: int = DEFAULT_CONTEXT_WINDOW,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+        counter: TokenCounter | None = None,
+        strict_alternation: bool = True,
+        require_auth: bool = True,
+        prompt_cache: bool = True,
+    ) -> None:
+        self.context_window = context_window
+        self.max_output = max_output
+        self.strict_alternation = strict_alternation  # Anthropic's historic "roles must alternate" rule
+        self.require_auth = require_auth
+        self.prompt_cache = prompt_cache
+        self._counter = counter
+        self._lock = threading.Lock()
+        self._queue: list[list[Any]] = []  # [ForcedResponse, remaining]
+        self._requests: list[RecordedRequest] = []
+        self._cache: dict[str, set[str]] = {}  # per API and model: digests of prompt prefixes seen
+        self._serial = 0
+        self._generation = 0  # bumped by reset(): a request still in flight then is not recorded after it
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> FakeProvider:
+        if self._server is None:
+            server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+            server.daemon_threads = True
+            server.fake = self  # type: ignore[attr-defined]
+            self._server = server
+            self._thread = threading.Thread(target=server.serve_forever, name="fake-provider", daemon=True,
+                                            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS})
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            if self._thread is not None:
+                self._thread.join(timeout=5)
+            self._server = self._thread = None
+
+    def __enter__(self) -> FakeProvider:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("FakeProvider is not running; use it as a context manager or call start()")
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """The server root, e.g. http://127.0.0.1:51234."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        """Where OpenAI clients point (the SDK convention includes /v1)."""
+        return f"{self.base_url}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """Where Anthropic clients point (the SDK convention excludes /v1)."""
+        return self.base_url
+
+    # ------------------------------------------------------------------ scripting
+
+    def force(self, response: ForcedResponse) -> None:
+        with self._lock:
+            self._queue.append([response, max(1, response.times)])
+
+    def fail(self, status: int, body: str | bytes | Mapping[str, Any] | None, *, times: int = 1,
+             headers: Mapping[str, str] | None = None, paths: tuple[str, ...] = GENERATION_PATHS) -> None:
+        """Answer the next `times` requests with this status and body (None: an empty body)."""
+        self.force(ForcedResponse(status=status, body=b"" if body is None else body, headers=dict(headers or {}),
+                                  paths=paths, times=times))
+
+    def fail_with(self, pattern: OverflowPattern, *, times: int = 1,
+                  paths: tuple[str, ...] = GENERATION_PATHS) -> None:
+        """Serve a catalog entry's real example body with its real status."""
+        headers = {"x-amzn-ErrorType": "ValidationException"} if pattern.provider == "bedrock" else {}
+        self.fail(pattern.status or 400, pattern.example, times=times, headers=headers, paths=paths)
+
+    def report_usage(self, input_tokens: int, *, output_tokens: int | None = None, cache_read_tokens: int = 0,
+                     stop_reason: str | None = None, times: int = 1) -> None:
+        """Answer normally but report these usage numbers (for silent overflow: more input than fits)."""
+        usage = {"input_tokens": input_tokens, "cache_read_tokens": cache_read_tokens}
+        if output_tokens is not None:
+            usage["output_tokens"] = output_tokens
+        self.force(ForcedResponse(usage=usage, stop_reason=stop_reason, times=times))
+
+    def reply(self, text: str, *, times: int = 1) -> None:
+        self.force(ForcedResponse(text=text, times=times))
+
+    def reset(self) -> None:
+        """Forget scripted responses, recorded requests and the prompt cache."""
+        with self._lock:
+            self._queue.clear()
+            self._requests.clear()
+            self._cache.clear()
+            self._generation += 1
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def requests_to(self, path: str) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.path == path]
+
+    # ------------------------------------------------------------------ handling
+
+    def handle(self, method: str, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, dict[str, str], bytes]:
+        """One request in, one response out (status, headers, body). Called from the server threads."""
+        path = path.split("?", 1)[0].rstrip("/")
+        api = _api_of(path)
+        generation = self._generation
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        forced = self._peek_forced(path)
+        if forced is not None and forced.delay > 0:
+            time.sleep(forced.delay)
+        tokens: int | None = None
+        try:
+            if forced is not None and forced.body is not None:
+                self._consume(forced)
+                return self._serve_forced(RecordedRequest(method, path, headers, body, None, forced.status, None,
+                                                          True), forced, generation)
+            if method != "POST" or api is None:
+                raise _Reject(404, _not_found(api, method, path))
+            _check_auth(api, headers, self.require_auth)
+            if not isinstance(body, Mapping):
+                raise _Reject(400, _error(api, "invalid_request_error", "the request body is not a JSON object"))
+            if path == COUNT_TOKENS:
+                tokens = self._validated_input_tokens(api, body, for_count=True)
+                return self._respond(RecordedRequest(method, path, headers, body, tokens, 200, None),
+                                     {"input_tokens": tokens}, generation)
+            tokens = self._validated_input_tokens(api, body, for_count=False)
+            answer = self._answer(api, body, tokens, forced)
+            if forced is not None:
+                self._consume(forced)
+            return self._respond(RecordedRequest(method, path, headers, body, tokens, 200, None), answer, generation)
+        except _Reject as reject:
+            return self._respond(RecordedRequest(method, path, headers, body, tokens, reject.status, None),
+                                 reject.body, generation)
+
+    def _peek_forced(self, path: str) -> ForcedResponse | None:
+        """The first scripted response for this endpoint; it is consumed only once it is used (a request
+        the server rejects does not use up an override)."""
+        with self._lock:
+            return next((item[0] for item in self._queue if path in item[0].paths), None)
+
+    def _consume(self, response: ForcedResponse) -> None:
+        with self._lock:
+            for item in self._queue:
+                if item[0] is response:
+                    item[1] -= 1
+                    if item[1] <= 0:
+                        self._queue.remove(item)
+                    return
+
+    def _serve_forced(self, request: RecordedRequest, forced: ForcedResponse,
+                      generation: int) -> tuple[int, dict[str, str], bytes]:
+        payload = forced.body
+        if isinstance(payload, Mapping):
+            data = json.dumps(payload).encode()
+        elif isinstance(payload, str):
+            data = payload.encode()
+        else:
+            data = bytes(payload or b"")
+        self._record(replace(request, response=_decode(data)), generation)
+        return forced.status, {"content-type": _content_type(data), **dict(forced.headers)}, data
+
+    def _respond(self, request: RecordedRequest, answer: Mapping[str, Any],
+                 generation: int) -> tuple[int, dict[str, str], bytes]:
+        self._record(replace(request, response=answer), generation)
+        out = {"content-type": "application/json"}
+        if _api_of(request.path) == "anthropic":
+            out["request-id"] = str(answer.get("request_id") or f"req_fake_{self._serial}")
+        return request.status, out, json.dumps(answer).encode()
+
+    def _record(self, request: RecordedRequest, generation: int) -> None:
+        with self._lock:
+            if generation == self._generation:
+                self._requests.append(request)
+
+    def _next_serial(self) -> int:
+        with self._lock:
+            self._serial += 1
+            return self._serial
+
+    def counter(self, model: str | None) -> TokenCounter:
+        return self._counter or counter_for(model)
+
+    # ------------------------------------------------------------------ validation and counting
+
+    def _validated_input_tokens(self, api: str, body: Mapping[str, Any], *, for_count: bool) -> int:
+        model = body.get("model")
+        if not model:
+            raise _Reject(400, _error(api, "invalid_request_error", "model: Field required" if api == "anthropic"
+                                      else "you must provide a model parameter"))
+        if body.get("stream"):
+            raise _Reject(400, _error(api, "invalid_request_error", "the fake provider does not stream; "
+                                      "send stream=false"))
+        if api == "anthropic":
+            _validate_anthropic(body, strict_alternation=self.strict_alternation, for_count=for_count)
+        elif api == "chat":
+            _validate_chat(body)
+        else:
+            _validate_responses(body)
+        try:
+            return count_request_tokens(api, body, self.counter(str(model)))
+        except (ValueError, TypeError, KeyError, AttributeError) as bad:  # what the converters reject, a server rejects
+            raise _Reject(400, _error(api, "invalid_request_error", f"invalid request: {bad}")) from None
+
+    def _answer(self, api: str, body: Mapping[str, Any], input_tokens: int,
+                forced: ForcedResponse | None) -> dict[str, Any]:
+        model = str(body["model"])
+        max_tokens = _max_tokens(api, body)
+        if max_tokens is not None and max_tokens > self.max_output:
+            raise _Reject(400, _output_cap_error(api, model, max_tokens, self.max_output))
+        if input_tokens + (max_tokens or 0) > self.context_window:
+            raise _Reject(400, _overflow_error(api, input_tokens, max_tokens, self.context_window))
+        counter = self.counter(model)
+        messages = request_messages(api, body)  # converted once already while counting
+        text = forced.text if forced is not None and forced.text is not None else respond_to(messages, input_tokens)
+        budget = max_tokens if max_tokens is not None else self.max_output
+        text, truncated = _fit(text, budget, counter)
+        output_tokens = counter.count_text(text)
+        cache_read, cache_write = self._cache_hits(api, model, body, counter, input_tokens) if self.prompt_cache \
+            else (0, 0)
+        usage = {"input_tokens": input_tokens - cache_read - cache_write, "output_tokens": output_tokens,
+                 "cache_read_tokens": cache_read, "cache_write_tokens": cache_write}
+        if forced is not None and forced.usage is not None:
+            usage.update({k: int(v) for k, v in forced.usage.items()})
+        stop = forced.stop_reason if forced is not None and forced.stop_reason else None
+        serial = self._next_serial()
+        if api == "anthropic":
+            return _anthropic_message(serial, model, text, usage, stop or ("max_tokens" if truncated else "end_turn"))
+        if api == "chat":
+            return _chat_completion(serial, model, text, usage, stop or ("length" if truncated else "stop"))
+        return _responses_response(serial, model, text, usage, stop or ("max_output_tokens" if truncated else None),
+                                   max_tokens)
+
+    def _cache_hits(self, api: str, model: str, body: Mapping[str, Any], counter: TokenCounter,
+                    input_tokens: int) -> tuple[int, int]:
+        """(cache read, cache write) tokens for this request, from the prompt prefixes seen before.
+        Prefix sizes are measured on the raw JSON and scaled to the request's counted input."""
+        items = _prompt_items(api, body)
+        raw = [counter.count_text(json.dumps(item, sort_keys=True)) for item, _ in items]
+        total = sum(raw) or 1
+        tokens_at = [input_tokens * size // total for size in itertools.accumulate(raw)]
+        digests, running = [], hashlib.blake2b(digest_size=16)
+        for item, _ in items:
+            running.update(json.dumps(item, sort_keys=True).encode())
+            digests.append(running.copy().hexdigest())
+        with self._lock:
+            seen = self._cache.setdefault(f"{api}:{model}", set())
+            if api == "anthropic":  # explicit breakpoints: read the longest cached one, write up to the last
+                marks = [i for i, (_, marked) in enumerate(items) if marked and tokens_at[i] >= MIN_CACHEABLE_TOKENS]
+                if not marks:
+                    return 0, 0
+                hit = max((i for i in marks if digests[i] in seen), default=None)
+                read = tokens_at[hit] if hit is not None else 0
+                seen.update(digests[i] for i in marks)
+                return read, tokens_at[marks[-1]] - read
+            hit = max((i for i, digest in enumerate(digests) if digest in seen), default=None)
+            seen.update(digests)
+        prefix = tokens_at[hit] if hit is not None else 0
+        if prefix < MIN_CACHEABLE_TOKENS:
+            return 0, 0
+        return MIN_CACHEABLE_TOKENS + (prefix - MIN_CACHEABLE_TOKENS) // OPENAI_CACHE_STEP * OPENAI_CACHE_STEP, 0
+
+
+# --------------------------------------------------------------------------------------------------
+# The HTTP layer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the SDKs expect
+    disable_nagle_algorithm = True  # headers and body go out in two writes: without this, 40 ms delayed-ACK stalls
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        fake: FakeProvider = self.server.fake  # type: ignore[attr-defined]
+        status, out_headers, data = fake.handle(self.command, self.path, headers, raw)
+        self.send_response(status)
+        for key, value in out_headers.items():
+            self.send_header(key, value)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_POST = do_GET = _serve  # the names http.server dispatches to
+
+    def log_message(self, format: str, *args: Any) -> None:  # the stdlib's signature
+        return
+
+
+# --------------------------------------------------------------------------------------------------
+# Requests: which API, what it contains, how many tokens
+
+
+def _api_of(path: str) -> str | None:
+    if path in (MESSAGES, COUNT_TOKENS):
+        return "anthropic"
+    if path == CHAT:
+        return "chat"
+    if path == RESPONSES:
+        return "responses"
+    return None
+
+
+def request_messages(api: str, body: Mapping[str, Any]) -> list[Message]:
+    """The request's conversation as canonical messages (system prompt first, when there is one)."""
+    from ctxwin.messages import providers as convert
+
+    if api == "anthropic":
+        return convert.from_anthropic(body.get("messages") or [], system=body.get("system"))
+    if api == "chat":
+        return convert.from_openai_chat(body.get("messages") or [])
+    items = body.get("input")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    messages = list(convert.from_openai_responses(items or []))
+    if body.get("instructions"):
+        messages.insert(0, Message("system", (Text(str(body["instructions"])),)))
+    return messages
+
+
+def count_request_tokens(api: str, body: Mapping[str, Any], counter: TokenCounter) -> int:
+    """Input tokens of a request by `counter`: every message (system prompt included) plus the tool
+    definitions, which providers bill as input too."""
+    total = sum(counter.count_message(m) for m in request_messages(api, body))
+    tools = body.get("tools")
+    if tools:
+        total += counter.count_text(json.dumps(tools, sort_keys=True))
+    return total
+
+
+def _max_tokens(api: str, body: Mapping[str, Any]) -> int | None:
+    keys = {"anthropic": ("max_tokens",), "chat": ("max_completion_tokens", "max_tokens"),
+            "responses": ("max_output_tokens",)}[api]
+    for key in keys:
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _prompt_items(api: str, body: Mapping[str, Any]) -> list[tuple[Any, bool]]:
+    """The prompt as a sequence of cacheable items, each with whether it carries a cache breakpoint."""
+    if api == "anthropic":
+        items: list[tuple[Any, bool]] = []
+        if body.get("tools"):
+            items.append((body["tools"], _has_cache_control(body["tools"])))
+        if body.get("system"):
+            items.append((body["system"], _has_cache_control(body["system"])))
+        items += [(m, _has_cache_control(m)) for m in body.get("messages") or []]
+        return items
+    if api == "chat":
+        head = [(body["tools"], False)] if body.get("tools") else []
+        return head + [(m, False) for m in body.get("messages") or []]
+    items_in = body.get("input")
+    listed = [{"role": "user", "content": items_in}] if isinstance(items_in, str) else list(items_in or [])
+    head = [(body["instructions"], False)] if body.get("instructions") else []
+    return head + [(m, False) for m in listed]
+
+
+def _has_cache_control(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        return "cache_control" in value or any(_has_cache_control(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_cache_control(v) for v in value)
+    return False
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation, with the real APIs' wording
+
+
+def _check_auth(api: str, headers: Mapping[str, str], required: bool) -> None:
+    if api == "anthropic" and "anthropic-version" not in headers:
+        raise _Reject(400, _error(api, "invalid_request_error", "anthropic-version: header is required"))
+    if not required:
+        return
+    if api == "anthropic":
+        if not headers.get("x-api-key") and not headers.get("authorization", "").lower().startswith("bearer "):
+            raise _Reject(401, _error(api, "authentication_error", "x-api-key header is required"))
+    elif not headers.get("authorization", "").lower().startswith("bearer ") or len(headers["authorization"]) <= 7:
+        raise _Reject(401, _error(api, "invalid_request_error", OPENAI_NO_KEY))
+
+
+def _validate_anthropic(body: Mapping[str, Any], *, strict_alternation: bool, for_count: bool) -> None:
+    def reject(message: str) -> _Reject:
+        return _Reject(400, _error("anthropic", "invalid_request_error", message))
+
+    if not for_count and not isinstance(body.get("max_tokens"), int):
+        raise reject("max_tokens: Field required")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise reject("messages: at least one message is required")
+    for i, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, Mapping) else None
+        if role not in ("user", "assistant"):
+            raise reject(f"messages.{i}.role: Input should be 'user' or 'assistant'")
+        if strict_alternation and i and messages[i - 1].get("role") == role:
+            raise reject(f'messages: roles must alternate between "user" and "assistant", but found multiple '
+                         f'"{role}" roles in a row')
+        blocks = _anthropic_blocks(message.get("content"))
+        last = i == len(messages) - 1
+        if not blocks and not (last and role == "assistant"):
+            raise reject(f"messages.{i}: all messages must have non-empty content except for the optional final "
+                         f"assistant message")
+        for j, block in enumerate(blocks):
+            if block.get("type") == "text" and not str(block.get("text", "")).strip():
+                raise reject(f"messages.{i}.content.{j}.text: text content blocks must be non-empty")
+        uses = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
+        if uses:
+            following = _anthropic_blocks(messages[i + 1].get("content")) if i + 1 < len(messages) else []
+            answered = {b.get("tool_use_id") for b in following if b.get("type") == "tool_result"}
+            missing = [u for u in uses if u not in answered]
+            if missing:
+                raise reject(f"messages.{i + 1 if i + 1 < len(messages) else i}: `tool_use` ids were found without "
+                             f"`tool_result` blocks immediately after: {', '.join(map(str, missing))}. Each "
+                             f"`tool_use` block must have a corresponding `tool_result` block in the next message.")
+        for j, block in enumerate(blocks):
+            if block.get("type") != "tool_result":
+                continue
+            previous = _anthropic_blocks(messages[i - 1].get("content")) if i else []
+            called = {b.get("id") for b in previous if b.get("type") == "tool_use"}
+            if block.get("tool_use_id") not in called:
+                raise reject(f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: "
+                             f"{block.get('tool_use_id')}. Each `tool_result` block must have a corresponding "
+                             f"`tool_use` block in the previous message.")
+
+
+def _anthropic_blocks(content: Any) -> list[Mapping[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    if isinstance(content, list):
+        return [b for b in content if isinstance(b, Mapping)]
+    return []
+
+
+def _validate_chat(body: Mapping[str, Any]) -> None:
+    def reject(message: str, param: str | None) -> _Reject:
+        return _Reject(400, _error("chat", "invalid_request_error", message, param=param))
+
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise reject("[] is too short - 'messages'", "messages")
+    pending: dict[str, int] = {}  # tool_call_id -> index of the assistant message that asked
+    for i, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, Mapping) else None
+        if role == "tool":
+            if message.get("tool_call_id") not in pending:
+                raise reject("Invalid parameter: messages with role 'tool' must be a response to a preceeding "
+                             "message with 'tool_calls'.", f"messages.[{i}].role")
+            pending.pop(message.get("tool_call_id"))
+            continue
+        if pending:
+            asked = min(pending.values())
+            raise reject("An assistant message with 'tool_calls' must be followed by tool messages responding to "
+                         "each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+                         f"{', '.join(pending)}", f"messages.[{asked}].role")
+        if role not in ("system", "developer", "user", "assistant"):
+            raise reject(f"Invalid value: '{role}'. Supported values are: 'system', 'assistant', 'user', "
+                         f"'function', 'tool', and 'developer'.", f"messages[{i}].role")
+        calls = message.get("tool_calls") if role == "assistant" else None
+        for call in calls or ():
+            pending[str(call.get("id"))] = i
+    if pending:
+        raise reject("An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                     "'tool_call_id'. The following tool_call_ids did not have response messages: "
+                     f"{', '.join(pending)}", f"messages.[{min(pending.values())}].role")
+
+
+def _validate_responses(body: Mapping[str, Any]) -> None:
+    items = body.get("input")
+    if isinstance(items, str) or items is None:
+        return
+    called: set[str] = set()
+    answered: set[str] = set()
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("type") == "function_call":
+            called.add(str(item.get("call_id")))
+        elif item.get("type") == "function_call_output":
+            call_id = str(item.get("call_id"))
+            if call_id not in called:
+                raise _Reject(400, _error("responses", "invalid_request_error",
+                                          f"No tool call found for function call output with call_id {call_id}.",
+                                          param="input"))
+            answered.add(call_id)
+    missing = sorted(called - answered)
+    if missing:
+        raise _Reject(400, _error("responses", "invalid_request_error",
+                                  f"No tool output found for function call {missing[0]}.", param="input"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Errors, with the real APIs' shapes
+
+
+def _error(api: str | None, kind: str, message: str, *, param: str | None = None,
+           code: str | None = None) -> dict[str, Any]:
+    if api == "anthropic":
+        return {"type": "error", "error": {"type": kind, "message": message},
+                "request_id": "req_fake_" + hashlib.blake2b(message.encode(), digest_size=6).hexdigest()}
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _not_found(api: str | None, method: str, path: str) -> dict[str, Any]:
+    if path.startswith(MESSAGES):
+        return _error("anthropic", "not_found_error", "Not Found")
+    return _error(api, "invalid_request_error", f"Invalid URL ({method} {path})")
+
+
+def _overflow_error(api: str, input_tokens: int, max_tokens: int | None, window: int) -> dict[str, Any]:
+    """The error each provider returns when the request does not fit (see CATALOG for the originals)."""
+    if api == "anthropic":
+        if input_tokens > window:
+            message = f"prompt is too long: {input_tokens} tokens > {window} maximum"
+        else:
+            message = (f"input length and `max_tokens` exceed context limit: {input_tokens} + {max_tokens} > "
+                       f"{window}, decrease input length or `max_tokens` and try again")
+        return _error(api, "invalid_request_error", message)
+    if api == "responses":
+        return _error(api, "invalid_request_error", "Your input exceeds the context window of this model. Please "
+                      "adjust your input and try again.", param="input", code="context_length_exceeded")
+    if max_tokens:
+        message = (f"This model's maximum context length is {window} tokens. However, you requested "
+                   f"{input_tokens + max_tokens} tokens ({input_tokens} in the messages, {max_tokens} in the "
+                   f"completion). Please reduce the length of the messages or completion.")
+    else:
+        message = (f"This model's maximum context length is {window} tokens. However, your messages resulted in "
+                   f"{input_tokens} tokens. Please reduce the length of the messages.")
+    return _error(api, "invalid_request_error", message, param="messages", code="context_length_exceeded")
+
+
+def _output_cap_error(api: str, model: str, max_tokens: int, cap: int) -> dict[str, Any]:
+    if api == "anthropic":
+        return _error(api, "invalid_request_error", f"max_tokens: {max_tokens} > {cap}, which is the maximum allowed "
+                      f"number of output tokens for {model}")
+    param = "max_output_tokens" if api == "responses" else "max_tokens"
+    return _error(api, "invalid_request_error", f"{param} is too large: {max_tokens}. This model supports at most "
+                  f"{cap} completion tokens, whereas you provided {max_tokens}.", param=param, code="invalid_value")
+
+
+# --------------------------------------------------------------------------------------------------
+# Answers
+
+
+def respond_to(messages: Sequence[Message], input_tokens: int) -> str:
+    """The deterministic reply: a structured summary when the last user message asks for one, else a
+    short acknowledgement quoting the last user message."""
+    users = [m for m in messages if m.role == "user" and _plain_text(m).strip()]
+    last = _plain_text(users[-1]) if users else ""
+    if SUMMARY_REQUEST.search(last):
+        if messages and messages[-1] is users[-1]:
+            return summarize(messages[:-1], input_tokens, request=messages[-1])
+        return summarize(messages, input_tokens)
+    first = last.strip().splitlines()[0] if last.strip() else ""
+    return f"OK. {len(messages)} messages read; the last user message begins: {first[:REPLY_PREVIEW_CHARS]}"
+
+
+def summarize(messages: Sequence[Message], input_tokens: int, request: Message | None = None) -> str:
+    """The first line of every user message, of every user turn quoted in a transcript ("User: ..."),
+    and every file path seen (the summary request included), in order, as markdown sections."""
+    everything = [*messages, *([request] if request is not None else [])]
+    lines = ["## Summary", "", "### User messages"]
+    for message in messages:
+        if message.role == "user":
+            text = _plain_text(message).strip()
+            if text:
+                lines.append("- " + text.splitlines()[0][:MAX_SUMMARY_LINE_CHARS])
+    quoted = [q.strip()[:MAX_SUMMARY_LINE_CHARS] for m in everything for q in QUOTED_USER_TURN.findall(_plain_text(m))]
+    if quoted:
+        lines += ["", "### Quoted user turns", *(f"- {q}" for q in quoted)]
+    lines += ["", "### Files"]
+    lines += [f"- {path}" for path in _file_paths(everything)[:MAX_SUMMARY_FILES]]
+    lines += ["", "### Stats", f"- messages: {len(messages)}", f"- input tokens: {input_tokens}"]
+    return "\n".join(lines)
+
+
+def _plain_text(message: Message) -> str:
+    return "\n".join(b.text for b in message.blocks if isinstance(b, Text))
+
+
+def _file_paths(messages: Iterable[Message]) -> list[str]:
+    seen: dict[str, None] = {}
+    for message in messages:
+        for block in message.blocks:
+            if isinstance(block, Text):
+                texts = [block.text]
+            elif isinstance(block, ToolCall):
+                texts = [json.dumps(block.arguments, ensure_ascii=False)]
+            elif isinstance(block, ToolResult):
+                texts = [block.text]
+            else:
+                texts = []
+            for text in texts:
+                for found in FILE_PATH.findall(text):
+                    seen.setdefault(found, None)
+    return list(seen)
+
+
+def _fit(text: str, budget: int, counter: TokenCounter) -> tuple[str, bool]:
+    """The reply cut to `budget` tokens, and whether it had to be cut."""
+    if counter.count_text(text) <= budget:
+        return text, False
+    low, high = 0, len(text)
+    while low < high:  # the longest prefix that fits
+        mid = (low + high + 1) // 2
+        if counter.count_text(text[:mid]) <= budget:
+            low = mid
+        else:
+            high = mid - 1
+    return text[:low], True
+
+
+def _anthropic_message(serial: int, model: str, text: str, usage: Mapping[str, int], stop: str) -> dict[str, Any]:
+    return {
+        "id": f"msg_fake_{serial:06d}", "type": "message", "role": "assistant", "model": model,
+        "content": [{"type": "text", "text": text}] if text else [],
+        "stop_reason": stop, "stop_sequence": None,
+        "usage": {"input_tokens": usage["input_tokens"], "output_tokens": usage["output_tokens"],
+                  "cache_creation_input_tokens": usage.get("cache_write_tokens", 0),
+                  "cache_read_input_tokens": usage.get("cache_read_tokens", 0)},
+    }
+
+
+def _chat_completion(serial: int, model: str, text: str, usage: Mapping[str, int], stop: str) -> dict[str, Any]:
+    cached = usage.get("cache_read_tokens", 0)
+    prompt = usage["input_tokens"] + cached + usage.get("cache_write_tokens", 0)
+    return {
+        "id": f"chatcmpl-fake-{serial:06d}", "object": "chat.completion", "created": CREATED_AT, "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
+                     "logprobs": None, "finish_reason": stop}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": usage["output_tokens"],
+                  "total_tokens": prompt + usage["output_tokens"],
+                  "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+                  "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                                "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}},
+        "system_fingerprint": "fp_fake",
+    }
+
+
+def _responses_response(serial: int, model: str, text: str, usage: Mapping[str, int], incomplete: str | None,
+                        max_output: int | None) -> dict[str, Any]:
+    cached = usage.get("cache_read_tokens", 0)
+    prompt = usage["input_tokens"] + cached + usage.get("cache_write_tokens", 0)
+    return {
+        "id": f"resp_fake_{serial:06d}", "object": "response", "created_at": CREATED_AT, "model": model,
+        "status": "incomplete" if incomplete else "completed", "error": None,
+        "incomplete_details": {"reason": incomplete} if incomplete else None,
+        "instructions": None, "max_output_tokens": max_output, "metadata": {}, "parallel_tool_calls": True,
+        "temperature": 1.0, "top_p": 1.0, "tool_choice": "auto", "tools": [], "truncation": "disabled",
+        "output": [{"type": "message", "id": f"msg_fake_{serial:06d}", "status": "completed", "role": "assistant",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+        "usage": {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
+                  "output_tokens": usage["output_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
+                  "total_tokens": prompt + usage["output_tokens"]},
+    }
+
+
+def _content_type(data: bytes) -> str:
+    try:
+        json.loads(data)
+    except ValueError:
+        return "text/plain; charset=utf-8"
+    return "application/json"
+
+
+def _decode(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.decode("utf-8", "replace")
+
+
+__all__ = [
+    "CHAT",
+    "COUNT_TOKENS",
+    "MESSAGES",
+    "RESPONSES",
+    "FakeProvider",
+    "ForcedResponse",
+    "RecordedRequest",
+    "count_request_tokens",
+    "request_messages",
+    "respond_to",
+    "summarize",
+]

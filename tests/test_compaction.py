@@ -1,0 +1,299 @@
+"""Compaction: cut points, every strategy at the real compaction points of real sessions, the
+invariants (no split pair, nothing lost across two compactions, tokens under the target), manual
+compaction with a focus, the memory flush, and crash safety."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import shared_path
+from ctxwin import policy as policies
+from ctxwin.compaction.compact import find_cut, is_cut_point, plan_cut, threshold
+from ctxwin.compaction.memory import daily_notes
+from ctxwin.engine import ContextEngine
+from ctxwin.messages import Message, Text, ToolCall, ToolResult
+from ctxwin.messages.pairing import validate
+from ctxwin.pipeline.view import Item, StageContext
+from ctxwin.store.memory import MemorySessionLog
+from ctxwin.tokens import CachedCounter, counter_for
+from ctxwin.transcripts import load_transcript
+
+STRATEGIES = ["pi", "openclaw", "claude-code", "letta", "ctxwin"]
+
+
+def round_messages(n: int, size: int = 400, calls: int = 1) -> list[Message]:
+    out = []
+    for k in range(calls):
+        out.append(Message("assistant", (Text(f"step {n}.{k}"),
+                                         ToolCall(f"c{n}_{k}", "bash", {"command": f"make step{n} part{k}"}))))
+        out.append(Message("tool", (ToolResult(f"c{n}_{k}", (Text(f"output {n}.{k}\n" * size),), name="bash"),)))
+    return out
+
+
+def conversation(turns: int, rounds: int, size: int = 400) -> list[Message]:
+    messages = []
+    for t in range(turns):
+        messages.append(Message("user", (Text(f"task {t}: fix issue #{1000 + t} in src/mod{t}.py"),)))
+        for r in range(rounds):
+            messages.extend(round_messages(t * 100 + r, size))
+        messages.append(Message("assistant", (Text(f"done with task {t}"),)))
+    return messages
+
+
+# --------------------------------------------------------------------------------------------------
+# Cut points (pure)
+
+
+@st.composite
+def views(draw: st.DrawFn) -> list[Item]:
+    counter = CachedCounter(counter_for("gpt-4o"))
+    messages = []
+    for t in range(draw(st.integers(1, 5))):
+        messages.append(Message("user", (Text(f"ask {t}"),)))
+        for r in range(draw(st.integers(0, 5))):
+            n_calls = draw(st.integers(1, 3))
+            calls = tuple(ToolCall(f"c{t}_{r}_{k}", "read", {"path": f"f{k}"}) for k in range(n_calls))
+            messages.append(Message("assistant", calls))
+            sizes = [draw(st.integers(1, 3000)) for _ in calls]
+            if draw(st.booleans()):
+                messages.append(Message("tool", tuple(ToolResult(c.id, (Text("x" * s),)) for c, s in zip(calls, sizes,
+                                                                                                       strict=True))))
+            else:
+                messages.extend(Message("tool", (ToolResult(c.id, (Text("y" * s),)),)) for c, s in zip(calls, sizes,
+                                                                                                       strict=True))
+        messages.append(Message("assistant", (Text(f"answer {t}"),)))
+    return [Item(f"e{i}", m, counter.count_message(m)) for i, m in enumerate(messages)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=views(), keep=st.integers(0, 20_000))
+def test_cut_never_splits_a_call_from_its_result(items: list[Item], keep: int) -> None:
+    cut = find_cut(items, 0, keep)
+    assert cut == len(items) or is_cut_point(items, cut)
+    before = [i.message for i in items[:cut]]
+    after = [i.message for i in items[cut:]]
+    calls_before = {c.id for m in before for c in m.tool_calls}
+    results_after = {r.call_id for m in after for r in m.tool_results}
+    assert not calls_before & results_after
+    assert validate(after, "openai_chat") == [] or after[0].role == "assistant"
+
+
+def test_cut_keeps_roughly_keep_tokens() -> None:
+    counter = CachedCounter(counter_for("gpt-4o"))
+    items = [Item(f"e{i}", m, counter.count_message(m)) for i, m in enumerate(conversation(3, 10))]
+    cut = find_cut(items, 0, 5_000)
+    kept = sum(i.tokens for i in items[cut:])
+    largest = max(i.tokens for i in items)
+    assert 5_000 - largest <= kept <= 5_000 + largest  # moved to the nearest cut point, as Pi does
+
+
+def test_oversized_turn_is_split_with_a_prefix_summary() -> None:
+    counter = CachedCounter(counter_for("gpt-4o"))
+    messages = [Message("user", (Text("first task"),)), *round_messages(1), Message("assistant", (Text("ok"),)),
+                Message("user", (Text("one huge task"),))]
+    for r in range(30):
+        messages.extend(round_messages(100 + r))
+    items = [Item(f"e{i}", m, counter.count_message(m)) for i, m in enumerate(messages)]
+    ctx = StageContext(counter=counter, window=200_000, budget=180_000)
+    plan = plan_cut(items, policies.get("pi").compaction.model_copy(update={"keep_recent_tokens": 3_000}), ctx, set())
+    assert plan.prefix and plan.prefix[0].message.text == "one huge task"
+    assert plan.kept[0].message.role == "assistant"
+    assert plan.span[0].message.text == "first task"
+
+
+# --------------------------------------------------------------------------------------------------
+# The engine: strategies, invariants
+
+
+def engine_for(strategy: str, window: int = 40_000, **kwargs) -> ContextEngine:
+    policy = policies.get(strategy if strategy != "ctxwin" else "ctxwin")
+    return ContextEngine(MemorySessionLog(), model="gpt-4o", policy=policy, window=window, max_output=2_000, **kwargs)
+
+
+def check_nothing_lost(engine: ContextEngine) -> None:
+    """Every logged message is in the view or covered by the latest compaction's summary."""
+    view_ids = {i.entry_id for i in engine.prepare().items}
+    compactions = [e for e in engine.session.path() if e.kind == "compaction"]
+    covered = set(compactions[-1].payload["covered_ids"]) if compactions else set()
+    for entry in engine.session.path():
+        if entry.kind == "message":
+            assert entry.id in view_ids or entry.id in covered, entry.id
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_auto_compaction_keeps_requests_valid_and_under_target(strategy: str) -> None:
+    engine = engine_for(strategy)
+    compactions = 0
+    for message in conversation(6, 12):
+        if message.role == "assistant":
+            prepared = engine.prepare()
+            assert prepared.valid and prepared.tokens <= prepared.budget
+            for event in prepared.events:
+                if event.stage == "compaction" and event.action != "failed":
+                    compactions += 1
+                    assert event.tokens_after <= threshold(engine.window, engine.policy.compaction)
+        engine.append(message)
+    assert compactions >= 2
+    check_nothing_lost(engine)
+
+
+def test_second_compaction_starts_at_first_kept_entry() -> None:
+    """Pi's #2608: the messages the first compaction kept must not vanish in the second."""
+    engine = engine_for("pi", window=60_000)
+    engine.policy = engine.policy.model_copy(update={"compaction": engine.policy.compaction.model_copy(
+        update={"keep_recent_tokens": 8_000})})
+    for message in conversation(2, 15):
+        engine.append(message)
+    engine.compact()
+    first = [e for e in engine.session.path() if e.kind == "compaction"][-1].payload
+    kept_by_first = {i.entry_id for i in engine.prepare().items if not i.synthetic}
+    for message in conversation(2, 15)[:20]:
+        engine.append(message.replace(blocks=message.blocks))
+    engine.compact()
+    second = [e for e in engine.session.path() if e.kind == "compaction"][-1].payload
+    assert second["first_kept_id"] != first["first_kept_id"]
+    view_ids = {i.entry_id for i in engine.prepare().items}
+    for entry_id in kept_by_first:
+        assert entry_id in second["covered_ids"] or entry_id in view_ids
+    assert set(first["covered_ids"]) <= set(second["covered_ids"])
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(turns=st.integers(2, 5), rounds=st.integers(3, 12), size=st.integers(50, 800),
+       strategy=st.sampled_from(STRATEGIES))
+def test_two_compactions_lose_nothing_and_shrink_when_possible(turns, rounds, size, strategy) -> None:
+    engine = engine_for(strategy, window=50_000)
+    for message in conversation(turns, rounds, size):
+        engine.append(message)
+    for _ in range(2):
+        before = engine.prepare().tokens
+        after = engine.compact()
+        assert after.valid
+        check_nothing_lost(engine)
+        limit = threshold(engine.window, engine.policy.compaction)
+        assert after.tokens <= max(limit, before)
+
+
+def test_manual_compaction_with_focus_is_recorded() -> None:
+    engine = engine_for("ctxwin", window=200_000)
+    for message in conversation(3, 8):
+        engine.append(message)
+    prepared = engine.compact(focus="the API design of mod1")
+    entry = [e for e in engine.session.path() if e.kind == "compaction"][-1]
+    assert "the API design of mod1" in entry.payload["reason"]
+    assert prepared.items[0].synthetic and "<summary>" in prepared.items[0].message.text
+    assert entry.payload["tokens_after"] < entry.payload["tokens_before"]
+    assert entry.payload["covered_ids"] and entry.payload["strategy"] == "ctxwin"
+
+
+def test_reopened_engine_merges_from_the_stored_summary_state() -> None:
+    engine = engine_for("pi", window=60_000)
+    for message in conversation(2, 10):
+        engine.append(message)
+    engine.compact()
+    reopened = ContextEngine(engine.session, model="gpt-4o", policy="pi", window=60_000, max_output=2_000)
+    assert reopened._state.compaction is not None
+    assert reopened._state.compaction.summary.details  # the summarizer's merge state came back
+    assert json.dumps(reopened.prepare().to_anthropic()) == json.dumps(engine.prepare().to_anthropic())
+
+
+def test_memory_flush_writes_daily_notes(tmp_path: Path) -> None:
+    flush = daily_notes(tmp_path, clock=lambda: 1_767_225_600.0)  # 2026-01-01
+    engine = engine_for("pi", window=30_000, memory_flush=flush)
+    for message in conversation(4, 8):
+        if message.role == "assistant":
+            engine.prepare()
+        engine.append(message)
+    notes = list((tmp_path / "memory").glob("*.md"))
+    assert len(notes) == 1 and notes[0].name.startswith("2026-")
+    text = notes[0].read_text()
+    assert "## Notes before compaction" in text and "make step" in text
+
+
+# --------------------------------------------------------------------------------------------------
+# Real sessions at their real compaction points
+
+
+REAL = [
+    ("claude-code", "258c7280-ae70-4798-800f-63464d01a85d.jsonl"),
+    ("claude-code", "4d5611e5-241a-462a-8d15-5122611a9569.jsonl"),
+    ("claude-code", "8463c716-a2ea-4c14-9efa-87158ebd9f20.jsonl"),
+    ("pi", "before-compaction.jsonl"),
+]
+
+
+@pytest.mark.parametrize("folder,name", REAL)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_strategies_at_real_compaction_points(folder: str, name: str, strategy: str) -> None:
+    transcript = load_transcript(shared_path(folder, name))
+    for record in transcript.compactions:
+        engine = ContextEngine(MemorySessionLog(), model=transcript.model, policy=strategy)
+        engine.policy = engine.policy.model_copy(update={"fit": engine.policy.fit.model_copy(update={"enabled": True})})
+        for message in transcript.messages[: record.index]:
+            engine.append(message)
+        prepared = engine.prepare()  # the real harness was past its trigger here: most strategies are too
+        if not any(e.kind == "compaction" for e in engine.session.path()):
+            prepared = engine.compact()
+        entries = [e for e in engine.session.path() if e.kind == "compaction"]
+        assert entries, [e.to_dict() for e in prepared.events]
+        assert entries[-1].payload["tokens_after"] < entries[-1].payload["tokens_before"]
+        assert prepared.valid, prepared.problems
+        assert prepared.tokens <= threshold(engine.window, engine.policy.compaction)
+        check_nothing_lost(engine)
+
+
+# --------------------------------------------------------------------------------------------------
+# Crash safety
+
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    from ctxwin.engine import ContextEngine
+    from ctxwin.store import Session
+    from ctxwin.compaction.extractive import ExtractiveSummarizer
+
+    class Slow(ExtractiveSummarizer):
+        def summarize(self, *args, **kwargs):
+            print("summarizing", flush=True)
+            time.sleep(30)
+            return super().summarize(*args, **kwargs)
+
+    session = Session.open(sys.argv[1])
+    engine = ContextEngine(session, model="gpt-4o", policy="pi", window=200_000, max_output=2_000,
+                           summarizer=Slow(name="slow"))
+    engine.compact()
+""")
+
+
+def test_kill_during_compaction_leaves_session_unchanged(tmp_path: Path) -> None:
+    from ctxwin.store import Session
+
+    path = tmp_path / "session"
+    with Session.open(path) as session:
+        engine = ContextEngine(session, model="gpt-4o", policy="pi", window=200_000, max_output=2_000)
+        for message in conversation(3, 15):
+            engine.append(message)
+        before = json.dumps(engine.prepare().to_anthropic())
+    files_before = {p: p.read_bytes() for p in path.rglob("*.jsonl")}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "summarizing"
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait(timeout=10)
+    assert {p: p.read_bytes() for p in path.rglob("*.jsonl")} == files_before
+    with Session.open(path) as session:
+        reopened = ContextEngine(session, model="gpt-4o", policy="pi", window=200_000, max_output=2_000)
+        assert json.dumps(reopened.prepare().to_anthropic()) == before
+        assert not any(e.kind == "compaction" for e in session.path())

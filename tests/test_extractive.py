@@ -1,0 +1,330 @@
+"""The extractive summarizer: content, budget, determinism, merging."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import shared_path
+from ctxwin.compaction.base import Summary
+from ctxwin.compaction.extractive import (
+    COMMANDS,
+    CURRENT,
+    DECISIONS,
+    ERRORS,
+    GOAL,
+    IDENTIFIERS,
+    MODIFIED,
+    OPEN,
+    READ,
+    STATE_KEY,
+    USER,
+    ExtractiveSummarizer,
+    error_line,
+)
+from ctxwin.compaction.identifiers import extract_file_ops, normalize, survives, user_text
+from ctxwin.compaction.summary import (
+    clip,
+    fit_sections,
+    parse_sections,
+    render_item,
+    render_sections,
+    sections_as_items,
+)
+from ctxwin.messages import Message, ToolCall, assign_ids, assistant, tool_result, user
+from ctxwin.tokens.encodings import get_encoding
+
+
+class Cl100k:
+    name = "tiktoken:cl100k_base"
+    exact = True
+
+    def __init__(self) -> None:
+        self.encoding = get_encoding("cl100k_base")
+
+    def count_text(self, text: str) -> int:
+        return len(self.encoding.encode(text, disallowed_special=()))
+
+    def count_message(self, message: Message) -> int:
+        return 4 + self.count_text(message.text)
+
+
+COUNTER = Cl100k()
+SUMMARIZER = ExtractiveSummarizer()
+
+
+def session() -> list[Message]:
+    """A small coding session touching every section."""
+    return assign_ids([
+        user("Add retry logic to the HTTP client in /repo/src/client.py; keep the public API unchanged."),
+        assistant("Let me look at the client.", ToolCall("c1", "Read", {"file_path": "/repo/src/client.py"}),
+                  ToolCall("c2", "Read", {"file_path": "/repo/src/util.py"})),
+        tool_result("c1", "class Client: ..."),
+        tool_result("c2", "def backoff(): ..."),
+        assistant("I decided to use exponential backoff instead of a fixed delay because the API rate-limits.",
+                  ToolCall("c3", "Edit", {"file_path": "/repo/src/client.py", "old_string": "a", "new_string": "b"})),
+        tool_result("c3", "ok"),
+        assistant("", ToolCall("c4", "Bash", {"command": "cd /repo && pytest tests/test_client.py -q"})),
+        tool_result("c4", "Exit code 1\n....F\nE   AssertionError: expected 3 retries, got 2\n1 failed, 4 passed",
+                    is_error=True),
+        assistant("", ToolCall("c5", "Edit", {"file_path": "/repo/src/client.py", "old_string": "2",
+                                               "new_string": "3"})),
+        tool_result("c5", "ok"),
+        assistant("", ToolCall("c6", "Bash", {"command": "cd /repo && pytest tests/test_client.py -q"})),
+        tool_result("c6", "5 passed"),
+        assistant("", ToolCall("c7", "TodoWrite", {"todos": [
+            {"content": "Add retries", "status": "completed"},
+            {"content": "Document the retry setting", "status": "in_progress"},
+            {"content": "Release 2.4.1", "status": "pending"}]})),
+        tool_result("c7", "Todos updated"),
+        user("<system-reminder>internal</system-reminder>"),
+        user("Also log each retry at debug level, ticket OPS-4411."),
+        assistant("Retries now work. Next steps:\n1. Add debug logging\n2. Update the changelog"),
+        user("and what about timeouts?"),
+    ])
+
+
+def summarize(span: list[Message], budget: int = 2_000, **kwargs: object) -> Summary:
+    return SUMMARIZER.summarize(span, budget_tokens=budget, counter=COUNTER, **kwargs)
+
+
+def test_every_section_says_what_it_should() -> None:
+    span = session()
+    summary = summarize(span)
+    s = summary.sections
+    assert s[GOAL] == ["Add retry logic to the HTTP client in /repo/src/client.py; keep the public API unchanged."]
+    assert s[USER] == ["Also log each retry at debug level, ticket OPS-4411.", "and what about timeouts?"]
+    assert s[MODIFIED] == ["/repo/src/client.py"] and s[READ] == ["/repo/src/util.py"]
+    assert s[COMMANDS] == ["cd /repo && pytest tests/test_client.py -q"]  # deduplicated, verbatim
+    assert s[ERRORS] == ["`cd /repo && pytest tests/test_client.py -q`: E   AssertionError: expected 3 retries, "
+                         "got 2 — fixed: `cd /repo && pytest tests/test_client.py -q` succeeded after editing "
+                         "src/client.py"]
+    assert s[DECISIONS] == ["I decided to use exponential backoff instead of a fixed delay because the API "
+                            "rate-limits."]
+    assert s[OPEN][0] == "Unanswered: and what about timeouts?"
+    assert s[OPEN][1:] == ["[in progress] Document the retry setting", "[ ] Release 2.4.1", "[x] Add retries",
+                           "Next: Add debug logging", "Next: Update the changelog"]
+    assert s[CURRENT][0].startswith("Last assistant message: Retries now work.")
+    assert s[CURRENT][-1] == "Last tool call: TodoWrite"
+    assert "OPS-4411" not in s.get(IDENTIFIERS, [])  # shown in a user message already: not repeated
+    assert summary.modified_files == ("/repo/src/client.py",) and summary.read_files == ("/repo/src/util.py",)
+    assert summary.covered_ids == tuple(m.id for m in span)
+    assert summary.tokens == COUNTER.count_text(summary.text) <= 2_000
+    assert parse_sections(summary.text) == summary.sections  # the text is exactly its sections
+    assert summary.summarizer == "extractive"
+
+
+def test_the_same_input_gives_the_same_bytes() -> None:
+    span = session()
+    first = summarize(span, 300)
+    assert ExtractiveSummarizer().summarize(list(span), budget_tokens=300, counter=COUNTER).text == first.text
+    assert summarize(span, 300).details == first.details
+
+
+def test_user_messages_are_verbatim_up_to_the_cap() -> None:
+    long = "please " + "x" * 3_000
+    summary = ExtractiveSummarizer(per_message_chars=500).summarize(
+        [user("goal"), user(long)], budget_tokens=5_000, counter=COUNTER)
+    shown = summary.sections[USER][0]
+    assert shown.startswith("please xxx") and shown.endswith(" […]") and len(shown) <= 505
+
+
+def test_error_line_picks_the_distinctive_line() -> None:
+    assert error_line("Exit code 1\nCompiling\n  1) test handles invalid id\n  ** (RuntimeError) boom") == \
+        "** (RuntimeError) boom"
+    traceback = "Traceback (most recent call last):\n  File \"a.py\", line 1\n    x()\nValueError: bad x\n"
+    assert error_line("warning: something failed earlier\n" + traceback) == "ValueError: bad x"
+    assert error_line("Exit code 128\nfatal: not a git repository") == "fatal: not a git repository"
+    assert error_line("Exit code 3\nsomething odd") == "something odd"
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(budget=st.integers(min_value=0, max_value=700))
+def test_the_budget_is_never_exceeded(budget: int) -> None:
+    summary = summarize(session(), budget)
+    assert summary.tokens == (COUNTER.count_text(summary.text) if summary.text else 0)
+    assert summary.tokens <= budget
+
+
+def test_tiny_budgets_keep_whole_sections_and_their_headers() -> None:
+    for budget in (0, 1, 5, 12, 30, 60, 120):
+        summary = summarize(session(), budget)
+        assert summary.tokens <= budget
+        for heading, items in summary.sections.items():
+            assert items and f"## {heading}\n" in summary.text  # no header without content, no content without
+    assert summarize(session(), 0).text == ""
+
+
+def test_with_room_for_headers_every_section_with_content_appears() -> None:
+    summary = summarize(session(), 260)
+    assert set(summary.sections) >= {GOAL, USER, MODIFIED, READ, COMMANDS, ERRORS, DECISIONS, OPEN, CURRENT}
+    assert summary.details["omitted"]  # and something had to give
+
+
+def test_lower_priority_items_go_first() -> None:
+    span = [user("the goal")] + [m for i in range(40) for m in (
+        assistant("", ToolCall(f"c{i}", "Bash", {"command": f"echo step-{i:02d}"})), tool_result(f"c{i}", "ok"))]
+    summary = summarize(assign_ids(span), 200)
+    commands = summary.sections[COMMANDS]
+    assert 0 < len(commands) < 40
+    assert commands[-1] == "echo step-39"  # the most recent survive, shown in order
+    assert commands == sorted(commands)
+
+
+def test_focus_keeps_matching_items_first() -> None:
+    span = [user("the goal")] + [m for i in range(40) for m in (
+        assistant("", ToolCall(f"c{i}", "Bash", {"command": f"echo step-{i:02d}"})), tool_result(f"c{i}", "ok"))]
+    span.insert(5, assistant("", ToolCall("x", "Bash", {"command": "alembic upgrade head"})))
+    span.insert(6, tool_result("x", "ok"))
+    plain = summarize(assign_ids(span), 150)
+    focused = summarize(assign_ids(span), 150, focus="the alembic migration")
+    assert "alembic upgrade head" not in plain.text and "alembic upgrade head" in focused.text
+    assert focused.details["focus"] == "the alembic migration"
+
+
+# --------------------------------------------------------------------------------------------------
+# Merging
+
+
+def test_merging_carries_everything_forward() -> None:
+    span = session()
+    first = summarize(span[:8], 3_000)
+    second = summarize(span[8:], 3_000, previous=first)
+    assert second.sections[GOAL] == first.sections[GOAL]  # the goal is kept
+    assert "/repo/src/util.py" in second.read_files and "/repo/src/client.py" in second.modified_files
+    assert second.sections[ERRORS] == first.sections[ERRORS]  # errors of the first span stay
+    assert second.covered_ids == tuple(m.id for m in span[8:])
+    # A file read in the first span and modified in the second leaves the read-only list.
+    third = summarize([assistant("", ToolCall("z", "Write", {"file_path": "/repo/src/util.py", "content": ""}))],
+                      3_000, previous=second)
+    assert "/repo/src/util.py" in third.modified_files and "/repo/src/util.py" not in third.read_files
+
+
+def test_merging_with_a_model_summary_maps_its_sections() -> None:
+    previous = Summary(
+        text="## Goal\n- Ship v2\n\n## Next Steps\n1. Tag the release\n\n## Critical Context\n- DB is pg15",
+        sections={"Goal": ["Ship v2"], "Next Steps": ["Tag the release"], "Critical Context": ["DB is pg15"]},
+        modified_files=("/r/a.py",),
+    )
+    merged = summarize([user("now fix the docs")], 1_000, previous=previous)
+    assert merged.sections[GOAL] == ["Ship v2"]
+    assert merged.sections["Critical Context"] == ["DB is pg15"]
+    assert merged.sections[OPEN][0] == "Unanswered: now fix the docs"  # the span's open tasks replace the old
+    assert merged.modified_files == ("/r/a.py",)
+
+
+WORDS = ["alpha", "beta", "gamma", "delta"]
+
+
+@st.composite
+def spans(draw: st.DrawFn) -> list[Message]:
+    messages: list[Message] = []
+    for index in range(draw(st.integers(min_value=0, max_value=8))):
+        kind = draw(st.sampled_from(["user", "read", "edit", "bash", "fail", "text"]))
+        word = draw(st.sampled_from(WORDS))
+        call_id = f"{word}{index}"
+        if kind == "user":
+            messages.append(user(f"please handle {word} {index % 3}"))
+        elif kind == "text":
+            messages.append(assistant(f"I will use {word} because it is simpler than the rest."))
+        else:
+            tool = {"read": "Read", "edit": "Edit"}.get(kind, "Bash")
+            arguments = {"command": f"make {word}"} if tool == "Bash" else {"file_path": f"/p/{word}.py"}
+            messages.append(assistant("", ToolCall(call_id, tool, arguments)))
+            messages.append(tool_result(call_id, f"Exit code 2\nerror: {word} broke" if kind == "fail" else "ok",
+                                        is_error=kind == "fail"))
+    return assign_ids(messages)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(first=spans(), second=spans(), budget=st.integers(min_value=20, max_value=600))
+def test_merging_is_idempotent(first: list[Message], second: list[Message], budget: int) -> None:
+    previous = summarize(first, budget)
+    merged = summarize(second, budget, previous=previous)
+    # Merging a summary with itself changes nothing.
+    itself = summarize([], budget, previous=merged)
+    assert itself.text == merged.text and itself.details[STATE_KEY] == merged.details[STATE_KEY]
+    # Merging the same span again changes nothing either.
+    again = summarize(second, budget, previous=merged)
+    assert again.text == merged.text and again.details[STATE_KEY] == merged.details[STATE_KEY]
+    assert merged.tokens <= budget
+
+
+# --------------------------------------------------------------------------------------------------
+# Real sessions
+
+
+def _real(folder: str, name: str):
+    from ctxwin.transcripts import load_transcript
+
+    return load_transcript(shared_path(folder, name))
+
+
+def test_at_the_real_claude_code_compaction_point_the_summary_keeps_the_artifacts() -> None:
+    transcript = _real("claude-code", "258c7280-ae70-4798-800f-63464d01a85d.jsonl")
+    record = transcript.compactions[0]
+    span = transcript.messages[:record.index]
+    budget = COUNTER.count_text(record.summary)  # no larger than Claude Code's own summary
+    summary = summarize(span, budget)
+    assert summary.tokens <= budget
+    text = normalize(summary.text)
+    read, modified = extract_file_ops(span)
+    assert all(survives(p, text) for p in modified + read)
+    commands = [c.arguments["command"] for m in span for c in m.tool_calls if c.name == "Bash"]
+    assert sum(normalize(c) in text for c in commands) / len(commands) >= 0.9
+    asks = [t for t in (user_text(m) for m in span) if t]
+    assert all(normalize(a[:80]) in text for a in asks)
+    assert summary.covered_ids == tuple(m.id for m in span)
+
+
+def test_two_real_pi_compactions_in_a_row() -> None:
+    transcript = _real("pi", "before-compaction.jsonl")
+    first, second = transcript.compactions[:2]
+    budget = 2 * COUNTER.count_text(first.summary)
+    s1 = summarize(transcript.messages[:first.first_kept_index], budget)
+    # The second starts at the first one's first kept message (Pi's lost-messages bug made impossible).
+    s2 = summarize(transcript.messages[first.first_kept_index:second.first_kept_index], budget, previous=s1)
+    assert s2.tokens <= budget
+    text = normalize(s2.text)
+    evicted = transcript.messages[:second.first_kept_index]
+    _, modified = extract_file_ops(evicted)
+    assert all(survives(p, text) for p in modified)
+    asks = [t for t in (user_text(m) for m in evicted) if t]
+    assert sum(normalize(a[:80]) in text for a in asks) / len(asks) >= 0.9
+    assert re.search(r"^## Goal\n- alright, read", s2.text, re.M)  # the first goal carried through
+
+
+# --------------------------------------------------------------------------------------------------
+# Sections: rendering, parsing and fitting (ctxwin.compaction.summary)
+
+_LINE = st.text(alphabet=st.characters(blacklist_categories=["Cs", "Zl", "Zp", "Cc"]), min_size=1,
+                max_size=30).map(str.strip).filter(bool)
+_ITEM = st.lists(st.one_of(_LINE, st.just("")), min_size=1, max_size=4).map(
+    lambda lines: "\n".join(lines).strip()).filter(bool)
+_SECTIONS = st.dictionaries(st.from_regex(r"[A-Z][a-z]{2,12}", fullmatch=True), st.lists(_ITEM, min_size=1,
+                            max_size=5), max_size=5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(sections=_SECTIONS)
+def test_rendered_sections_parse_back_to_themselves(sections: dict[str, list[str]]) -> None:
+    sections = {k: [re.sub(r"\n{3,}", "\n\n", i) for i in v] for k, v in sections.items()}
+    assert parse_sections(render_sections(sections)) == sections
+
+
+@settings(max_examples=100, deadline=None)
+@given(sections=_SECTIONS, budget=st.integers(min_value=0, max_value=150))
+def test_fitting_never_exceeds_the_budget_and_keeps_item_order(sections: dict[str, list[str]], budget: int) -> None:
+    fitted = fit_sections(sections_as_items(sections, min_chars=10), budget, COUNTER)
+    assert fitted.tokens <= budget and fitted.tokens == (COUNTER.count_text(fitted.text) if fitted.text else 0)
+    for key, items in fitted.sections.items():
+        remaining = iter(sections[key])  # shown items are a subsequence of the section, in order
+        assert all(any(o.startswith(i.removesuffix(" […]").rstrip()) for o in remaining) for i in items)
+    # The fitter's own cost of every header with its first item, shortest form: when that fits, no
+    # section with content is dropped.
+    heads = sum(COUNTER.count_text(f"## {k}") + 2 + COUNTER.count_text(render_item(min(v[0], clip(v[0], 10),
+                key=len))) + 1 for k, v in sections.items())
+    if budget >= heads:
+        assert set(fitted.sections) == set(sections)

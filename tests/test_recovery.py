@@ -1,0 +1,120 @@
+"""Overflow recovery end to end: a real HTTP provider (the fake server on 127.0.0.1) rejects requests
+with each provider's real overflow error; the engine recognises it, recovers, and the retry goes
+through. A session that cannot be saved ends in one typed error after a bounded number of tries."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxwin.compaction.overflow import CATALOG
+from ctxwin.engine import ContextEngine
+from ctxwin.engine.engine import MAX_RECOVERY_ATTEMPTS, ContextOverflowError
+from ctxwin.errors import CtxwinError
+from ctxwin.messages import Message, Text, ToolCall, ToolResult
+from ctxwin.providers.anthropic import AnthropicClient
+from ctxwin.providers.base import ProviderError
+from ctxwin.providers.openai import OpenAIChatClient
+from ctxwin.testing.fake_provider import FakeProvider
+
+
+def fill(engine: ContextEngine, rounds: int, size: int = 600) -> None:
+    engine.append(Message("user", (Text("Refactor the parser; ticket PAR-4471."),)))
+    for n in range(rounds):
+        engine.append(Message("assistant", (Text(f"step {n}"), ToolCall(f"c{n}", "bash", {"command": f"cat f{n}"}))))
+        engine.append(Message("tool", (ToolResult(f"c{n}", (Text(f"line {n}\n" * size),), name="bash"),)))
+    engine.append(Message("user", (Text("Now summarize what you found."),)))
+
+
+def call(client, engine: ContextEngine):
+    prepared = engine.prepare()
+    return client.complete(prepared.messages, system=prepared.system or None, max_tokens=1_000)
+
+
+def run_with_recovery(client, engine: ContextEngine, limit: int = MAX_RECOVERY_ATTEMPTS + 1):
+    """The loop a harness writes: call; on an overflow, recover and call again."""
+    for _ in range(limit):
+        try:
+            completion = call(client, engine)
+        except ProviderError as error:
+            assert engine.is_overflow_error(error), error
+            engine.recover(error)
+            continue
+        engine.record_usage(completion.usage)
+        return completion
+    raise AssertionError("recovery did not converge")
+
+
+def test_real_window_smaller_than_believed_is_learned_from_the_error() -> None:
+    with FakeProvider(context_window=30_000, max_output=1_000) as server:
+        client = AnthropicClient(server.anthropic_base_url, api_key="test", model="claude-sonnet-4-5")
+        engine = ContextEngine(model="claude-sonnet-4-5", policy="pi", window=200_000, max_output=1_000)
+        fill(engine, rounds=40)
+        with pytest.raises(ProviderError) as caught:
+            call(client, engine)
+        assert engine.is_overflow_error(caught.value)
+        prepared = engine.recover(caught.value)
+        assert engine.window == 30_000  # parsed from "prompt is too long: N tokens > 30000 maximum"
+        assert prepared.tokens <= engine.budget
+        assert any(e.stage == "recovery" for e in prepared.events)
+        completion = run_with_recovery(client, engine)
+        assert completion.text
+
+
+@pytest.mark.parametrize("pattern", CATALOG, ids=lambda p: f"{p.provider}-{CATALOG.index(p)}")
+def test_every_catalog_error_served_over_http_is_detected_and_recovered(pattern) -> None:
+    with FakeProvider(context_window=200_000) as server:
+        client = OpenAIChatClient(server.openai_base_url, api_key="test", model="gpt-4o")
+        engine = ContextEngine(model="gpt-4o", policy="ctxwin", window=128_000, max_output=1_000)
+        fill(engine, rounds=5)
+        server.fail_with(pattern)
+        if pattern.status == 200:  # z.ai: a "successful" answer whose finish reason says it overflowed
+            failure: object = call(client, engine)
+        else:
+            with pytest.raises(ProviderError) as caught:
+                call(client, engine)
+            failure = caught.value
+        assert engine.is_overflow_error(failure), (pattern.provider, pattern.example[:200])
+        prepared = engine.recover(failure)
+        assert prepared.valid and prepared.tokens <= engine.budget
+        completion = call(client, engine)  # the server answers normally now
+        engine.record_usage(completion.usage)
+        assert completion.text
+
+
+def test_silent_overflow_from_reported_usage() -> None:
+    with FakeProvider(context_window=200_000) as server:
+        client = AnthropicClient(server.anthropic_base_url, api_key="test", model="claude-sonnet-4-5")
+        engine = ContextEngine(model="claude-sonnet-4-5", policy="ctxwin", window=100_000, max_output=1_000)
+        fill(engine, rounds=3)
+        server.report_usage(150_000)  # the provider says it read more than the window holds
+        completion = call(client, engine)
+        assert engine.is_overflow_error(completion.usage)
+        assert engine.recover(completion.usage).tokens <= engine.budget
+
+
+def test_unsavable_session_ends_in_one_typed_error_after_bounded_attempts() -> None:
+    system = "You follow the house rules. " * 4_000  # ~24K tokens of system prompt
+    with FakeProvider(context_window=16_000, max_output=1_000) as server:
+        client = AnthropicClient(server.anthropic_base_url, api_key="test", model="claude-sonnet-4-5")
+        engine = ContextEngine(model="claude-sonnet-4-5", policy="ctxwin", window=200_000, max_output=1_000,
+                               system=system)
+        fill(engine, rounds=2)
+        attempts = 0
+        with pytest.raises(CtxwinError) as caught:
+            for _ in range(10):
+                try:
+                    call(client, engine)
+                except ProviderError as error:
+                    attempts += 1
+                    engine.recover(error)
+        assert attempts <= MAX_RECOVERY_ATTEMPTS + 1
+        assert isinstance(caught.value, ContextOverflowError) or "system prompt" in str(caught.value)
+
+
+def test_recover_refuses_other_errors() -> None:
+    engine = ContextEngine(model="gpt-4o", policy="ctxwin")
+    fill(engine, rounds=1)
+    engine.prepare()
+    with pytest.raises(CtxwinError, match="not a context overflow"):
+        engine.recover(ProviderError(429, {"error": {"type": "rate_limit_error", "message": "Rate limited"}},
+                                     "Rate limited", "anthropic"))
