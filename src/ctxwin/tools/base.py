@@ -1,0 +1,114 @@
+"""What every tool returns (`ToolOutput`), the error a tool raises when it refuses (`ToolError`), and
+the limits every tool reads from its workspace (`Limits`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import wraps
+from typing import Any, ParamSpec
+
+from ctxwin.errors import InputError
+from ctxwin.messages import Image, Text, ToolResult, block_to_dict
+from ctxwin.tools.truncate import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, GREP_MAX_LINE_CHARS, READ_MAX_LINE_CHARS
+
+READ_MAX_FILE_BYTES = 256 * 1024  # read refuses whole files above this size unless offset/limit page them
+READ_MAX_TOKENS = 25_000  # read refuses a page whose text is above this many tokens (token-dense files)
+READ_MAX_IMAGE_BYTES = 5 * 1024 * 1024  # images above this size are described, not attached
+READ_MAX_NOTEBOOK_BYTES = 32 * 1024 * 1024  # notebooks are parsed whole; above this they are refused
+READ_PDF_PAGES_WITHOUT_RANGE = 10  # PDFs with more pages than this need a `pages` range
+READ_PDF_MAX_PAGES = 20  # pages one read of a PDF returns at most
+COUNT_LINES_MAX_BYTES = 64 * 1024 * 1024  # beyond this, a paged read does not count the file's total lines
+GREP_DEFAULT_LIMIT = 100  # matching lines grep shows at most
+GREP_MAX_FILE_BYTES = 50 * 1024 * 1024  # grep skips files larger than this
+FIND_DEFAULT_LIMIT = 1000  # paths find shows at most
+LS_DEFAULT_LIMIT = 500  # entries ls shows at most
+SHELL_TIMEOUT_S = 120.0  # default shell timeout; the whole process group is killed after it
+SHELL_MAX_CAPTURE_BYTES = 100 * 1024 * 1024  # shell output kept for the blob store at most (the tail is always shown)
+SPILL_PREVIEW_CHARS = 2000  # characters of a JSON preview by default
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Every cap the tools apply, in one place a harness can override (`Workspace(limits=...)`)."""
+
+    max_lines: int = DEFAULT_MAX_LINES
+    max_bytes: int = DEFAULT_MAX_BYTES
+    read_max_line_chars: int = READ_MAX_LINE_CHARS
+    read_max_file_bytes: int = READ_MAX_FILE_BYTES
+    read_max_tokens: int = READ_MAX_TOKENS
+    read_max_image_bytes: int = READ_MAX_IMAGE_BYTES
+    read_max_notebook_bytes: int = READ_MAX_NOTEBOOK_BYTES
+    pdf_pages_without_range: int = READ_PDF_PAGES_WITHOUT_RANGE
+    pdf_max_pages: int = READ_PDF_MAX_PAGES
+    count_lines_max_bytes: int = COUNT_LINES_MAX_BYTES
+    grep_max_line_chars: int = GREP_MAX_LINE_CHARS
+    grep_max_file_bytes: int = GREP_MAX_FILE_BYTES
+    shell_timeout_s: float = SHELL_TIMEOUT_S
+    shell_max_capture_bytes: int = SHELL_MAX_CAPTURE_BYTES
+
+
+class ToolError(InputError):
+    """A tool refusing a call: `reason` is a short code (`outside_roots`, `denied`, `fifo`, ...),
+    the message says what happened and the hint what to do instead."""
+
+    def __init__(self, reason: str, message: str, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """What the model sees (`text`, and `parts`: the text plus any images, in order) and the facts
+    of what the tool did (`details`: plain JSON)."""
+
+    text: str
+    parts: tuple[Text | Image, ...] = ()
+    is_error: bool = False
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            object.__setattr__(self, "parts", (Text(self.text),))
+
+    @staticmethod
+    def error(error: ToolError, **details: Any) -> ToolOutput:
+        text = f"{error.message}\n{error.hint}" if error.hint else error.message
+        return ToolOutput(text, is_error=True, details={"error": error.reason, **details})
+
+    def to_tool_result(self, call_id: str, name: str | None = None) -> ToolResult:
+        return ToolResult(call_id=call_id, content=self.parts, is_error=self.is_error, name=name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "parts": [block_to_dict(p) for p in self.parts],
+            "is_error": self.is_error,
+            "details": dict(self.details),
+        }
+
+
+P = ParamSpec("P")
+
+
+def refusals_as_output(func: Callable[P, ToolOutput]) -> Callable[P, ToolOutput]:
+    """A tool never raises for what the model asked: its refusals become error outputs."""
+
+    @wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> ToolOutput:
+        try:
+            return func(*args, **kwargs)
+        except ToolError as error:
+            return ToolOutput.error(error)
+        except InputError as error:  # e.g. a blob store's "no such handle"
+            return ToolOutput.error(ToolError("input", error.message, error.hint))
+
+    return wrapper
+
+
+def printable(name: str) -> str:
+    """A file name as text a model (and a terminal) can take: bytes that were not UTF-8 (kept by the
+    OS as surrogate escapes) become U+FFFD."""
+    if name.isascii():
+        return name
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
