@@ -27,8 +27,9 @@ from ctxwin.compaction.base import Summarizer, Summary
 from ctxwin.compaction.compact import attachment_message, summary_message
 from ctxwin.errors import CtxwinError
 from ctxwin.messages import Message, ToolCall
-from ctxwin.messages.pairing import repair, validate
+from ctxwin.messages.pairing import repair
 from ctxwin.pipeline import bootstrap, budget, dedup, fit, mask, prune, spill
+from ctxwin.pipeline.validate import IncrementalValidator
 from ctxwin.pipeline.view import Decision, Event, Item, StageContext, StageResult, total_tokens
 from ctxwin.policy.model import Policy
 from ctxwin.store.base import SessionLog
@@ -146,6 +147,7 @@ class ContextEngine:
         self._base_system = system
         self.overhead_tokens = overhead_tokens
         self._state = _State()
+        self._validator = IncrementalValidator(PROVIDER_FOR_VALIDATION)
         self._last: Prepared | None = None
         self._load()
 
@@ -316,10 +318,15 @@ class ContextEngine:
                 f"{ctx.budget:,}, and the policy's fit stage is off", tokens=ctx.system_tokens + total_tokens(items),
                 budget=ctx.budget, hint="enable [fit] in the policy, or compaction")
 
-        # 3. Repair what cuts left behind; validate.
-        items, repair_events = self._repair(items, ctx)
-        events.extend(repair_events)
-        problems = validate([i.message for i in items], PROVIDER_FOR_VALIDATION)
+        # 3. Validate (incrementally: usually only the new tail); repair what cuts left behind.
+        messages = [i.message for i in items]
+        problems = self._validator.check(messages, [m.content_key for m in messages])
+        if problems or self._state.last_repairs:
+            items, repair_events = self._repair(items, ctx)
+            events.extend(repair_events)
+            if repair_events or problems:
+                messages = [i.message for i in items]
+                problems = self._validator.check(messages, [m.content_key for m in messages])
 
         prepared = self._finish(items, ctx, events, problems, now)
         state.last_call_at = now

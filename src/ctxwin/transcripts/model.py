@@ -39,6 +39,8 @@ class UsageRecord:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     model: str | None = None
+    cache_write_1h_tokens: int = 0
+    """Of `cache_write_tokens`, those written to the 1-hour cache (billed 2x, not 1.25x), when recorded."""
 
     @property
     def context_tokens(self) -> int:

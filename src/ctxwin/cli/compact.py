@@ -1,0 +1,41 @@
+"""`ctxwin compact SESSION`: compact a stored session (appends a compaction entry) or show what
+compacting a transcript file would give."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ctxwin.cli.app import app, console, handle_errors, print_json
+
+
+@app.command("compact")
+@handle_errors
+def compact_command(
+    session: Path = typer.Argument(..., help="A stored session folder, or any transcript file."),
+    focus: str = typer.Option(None, "--focus", help="What the summary should concentrate on."),
+    strategy: str = typer.Option(None, "--strategy", help="pi, openclaw, claude-code, letta, checkpoint or ctxwin."),
+    policy: str = typer.Option("ctxwin", "--policy", help="Policy preset or TOML file (its other stages apply)."),
+    window: int = typer.Option(None, "--window", help="Context window in tokens (default: the model's)."),
+    model: str = typer.Option(None, "--model", help="Model name (default: the transcript's)."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Compact now, like /compact: summarize the older history, keep the recent tail."""
+    from ctxwin.compaction.manual import compact
+
+    result = compact(session, focus=focus, strategy=strategy, policy=policy, window=window, model=model)
+    if json_output:
+        print_json({k: v for k, v in result.items() if k != "summary"} | {"summary_chars": len(result["summary"])})
+        return
+    if not result["compacted"]:
+        reasons = [e["reason"] for e in result["events"] if e["stage"] == "compaction"]
+        console.print(f"Nothing compacted: {reasons[0] if reasons else 'the history is within the kept budget'}")
+        return
+    console.print(f"[bold]Compacted[/] with {result['strategy']}: {result['tokens_before']:,} -> "
+                  f"{result['tokens_after']:,} tokens; the summary covers {result['covered_messages']:,} "
+                  f"messages, {result['kept_messages']:,} kept verbatim; valid: {result['valid']}")
+    if result["stored"]:
+        console.print("A compaction entry was appended to the session log (nothing was deleted).")
+    console.rule("summary")
+    console.print(result["summary"], markup=False, highlight=False)

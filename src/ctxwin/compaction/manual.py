@@ -1,0 +1,65 @@
+"""Manual compaction (`/compact [focus]`) of a stored session or of any transcript file: the library
+call behind `ctxwin compact`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ctxwin import policy as policies
+from ctxwin.engine import ContextEngine
+from ctxwin.messages.pairing import validate
+
+
+def compact(source: str | Path, *, focus: str | None = None, strategy: str | None = None,
+            policy: str = policies.DEFAULT, window: int | None = None, model: str | None = None,
+            format: str | None = None) -> dict[str, Any]:
+    """Compact `source` now. A stored session (a folder made by `Session.open` or `ctxwin import`) gets
+    a compaction entry appended to its log; a transcript file is read into memory and left untouched.
+    Returns what happened: tokens before and after, the strategy, whether the compacted view is valid
+    for Anthropic and OpenAI, and how many messages the summary covers."""
+    from ctxwin.store.session import Session, is_session_dir
+
+    chosen = policies.get(policy)
+    if strategy is not None:
+        chosen = chosen.model_copy(update={"compaction": chosen.compaction.model_copy(
+            update={"strategy": strategy, "enabled": True})})
+    path = Path(source)
+    stored = path.is_dir() and is_session_dir(path)
+    if stored:
+        session = Session.open(path)
+        transcript_model = None
+    else:
+        from ctxwin.store.memory import MemorySessionLog
+        from ctxwin.transcripts import load_transcript
+
+        transcript = load_transcript(path, format=format)
+        session = MemorySessionLog(session_id=transcript.session_id or path.stem)
+        transcript_model = transcript.model
+    try:
+        engine = ContextEngine(session, model=model or transcript_model, policy=chosen, window=window)
+        if not stored:
+            engine.append(transcript.messages)
+        before = engine.prepare()
+        after = engine.compact(focus=focus)
+        entries = [e for e in session.path() if e.kind == "compaction"]
+        done = any(e.stage == "compaction" and e.action != "failed" for e in after.events)
+        payload = entries[-1].payload if entries and done else {}
+        return {
+            "source": str(path),
+            "stored": stored,
+            "compacted": done,
+            "strategy": chosen.compaction.strategy,
+            "focus": focus,
+            "tokens_before": before.tokens,
+            "tokens_after": after.tokens,
+            "window": engine.window,
+            "valid": not validate(after.messages, "anthropic") and not validate(after.messages, "openai_chat"),
+            "covered_messages": len(payload.get("covered_ids", ())),
+            "kept_messages": sum(1 for i in after.items if not i.synthetic),
+            "summary_tokens": payload.get("summary_tokens", 0),
+            "events": [e.to_dict() for e in after.events],
+            "summary": payload.get("summary", ""),
+        }
+    finally:
+        session.close()

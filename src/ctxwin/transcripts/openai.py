@@ -1,0 +1,145 @@
+"""Conversations stored as OpenAI Chat Completions messages: plain OpenAI-format files (a JSON list
+of messages, `{"messages": [...]}`, or JSONL with one message per line) and SWE-agent trajectories
+(`.traj`, whose `history` is OpenAI chat with a few SWE-agent fields). The conversion itself is the
+provider converter's (`ctxwin.messages.providers.from_openai_chat`); this module only finds the
+messages, checks them one by one, and records what it had to skip."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ctxwin.errors import InputError
+from ctxwin.messages import Message, stable_id
+from ctxwin.messages.providers.openai_chat import from_openai_chat
+from ctxwin.transcripts.model import Transcript
+from ctxwin.transcripts.source import ImportLog, Source, parse_json_lines
+
+OPENAI_FORMAT = "openai"
+SWE_AGENT_FORMAT = "swe-agent"
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+SWE_AGENT_FIELDS = ("message_type", "agent", "is_demo")  # SWE-agent's own fields, kept in meta
+
+
+def read_openai(source: Source) -> Transcript:
+    log = source.log
+    document = source.document()
+    metadata: dict[str, Any] = {}
+    model = None
+    if isinstance(document, list):
+        raw = [(f"message {i}", item) for i, item in enumerate(document)]
+    elif isinstance(document, dict) and isinstance(document.get("messages"), list):
+        raw = [(f"messages[{i}]", item) for i, item in enumerate(document["messages"])]
+        model = document.get("model") if isinstance(document.get("model"), str) else None
+        metadata.update({k: v for k, v in document.items() if k in ("id", "created", "metadata") and v})
+    else:
+        raw = [(f"line {r.line}", r.data) for r in parse_json_lines(source)]
+        metadata["jsonl"] = True
+    messages = _convert(raw, log, "oa-", {})
+    return Transcript(format=OPENAI_FORMAT, messages=messages, model=model, source=str(source.path),
+                      skipped=log.skipped, warnings=log.warnings, metadata=metadata)
+
+
+def read_swe_agent(source: Source) -> Transcript:
+    log = source.log
+    document = source.document()
+    history = document.get("history") if isinstance(document, dict) else None
+    if not isinstance(history, list):
+        raise InputError(f"{source.path} has no 'history' list; not a SWE-agent trajectory",
+                         "give a .traj file written by SWE-agent, or pass --format")
+    raw = []
+    meta_of = {}
+    for i, entry in enumerate(history):
+        where = f"history[{i}]"
+        if isinstance(entry, dict):
+            meta_of[where] = {k: entry[k] for k in SWE_AGENT_FIELDS if k in entry}
+            entry = _swe_agent_entry(entry, where, log)
+        raw.append((where, entry))
+    messages = _convert(raw, log, "swe-", meta_of)
+    info = document.get("info") if isinstance(document.get("info"), dict) else {}
+    metadata: dict[str, Any] = {}
+    for key in ("exit_status", "model_stats", "swe_agent_version"):
+        if info.get(key) is not None:
+            metadata[key] = info[key]
+    if isinstance(document.get("trajectory"), list):
+        metadata["steps"] = len(document["trajectory"])
+        log.skip("trajectory_steps", len(document["trajectory"]))  # per-step copies of the same history
+    return Transcript(format=SWE_AGENT_FORMAT, messages=messages, model=_swe_agent_model(document),
+                      source=str(source.path), skipped=log.skipped, warnings=log.warnings, metadata=metadata)
+
+
+def _swe_agent_entry(entry: dict[str, Any], where: str, log: ImportLog) -> dict[str, Any]:
+    """A history entry as an OpenAI chat message: `tool_call_ids` (a list) becomes `tool_call_id`;
+    SWE-agent's own fields (thought, action: copies of content and call) are left out."""
+    message = {k: v for k, v in entry.items() if k in ("role", "content", "tool_calls", "name", "tool_call_id")}
+    ids = entry.get("tool_call_ids")
+    if entry.get("role") == "tool" and isinstance(ids, list) and ids and "tool_call_id" not in message:
+        message["tool_call_id"] = ids[0]
+        if len(ids) > 1:
+            log.warn(f"{where}: one observation answers {len(ids)} calls; it is kept as the answer to the first")
+    if message.get("tool_calls") is None:
+        message.pop("tool_calls", None)
+    return message
+
+
+def _swe_agent_model(document: dict[str, Any]) -> str | None:
+    config = document.get("replay_config")
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except json.JSONDecodeError:
+            return None
+    model = config.get("agent", {}).get("model", {}) if isinstance(config, dict) else {}
+    name = model.get("name") if isinstance(model, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _convert(raw: list[tuple[str, Any]], log: ImportLog, prefix: str,
+             meta_of: dict[str, dict[str, Any]]) -> list[Message]:
+    """Each raw message checked on its own (not an object, no chat role, or rejected by the converter:
+    skipped with a warning naming it), then the good ones converted together, so that the converter
+    groups consecutive tool messages and names results after their calls."""
+    good: list[tuple[str, dict[str, Any]]] = []
+    for where, item in raw:
+        if not isinstance(item, dict):
+            log.skip_bad("not_a_message", f"{where}: a JSON {type(item).__name__}, not a message object; skipped")
+        elif item.get("role") not in CHAT_ROLES:
+            log.skip_bad("not_a_message", f"{where}: role {item.get('role')!r} is not a chat role; skipped")
+        else:
+            try:
+                from_openai_chat([item])
+            except (ValueError, TypeError) as error:
+                reason = str(error).replace("openai chat message 0", where)
+                log.skip_bad("malformed_message", f"{reason}; skipped")
+            else:
+                good.append((where, item))
+    messages = from_openai_chat([item for _, item in good])
+    sources = _sources(good)
+    if len(sources) != len(messages):  # the converter grouped differently than expected: keep its output as is
+        sources = [[] for _ in messages]
+    out = []
+    for message, wheres in zip(messages, sources, strict=True):
+        meta: dict[str, Any] = {}
+        if wheres:
+            meta["source"] = wheres[0] if len(wheres) == 1 else wheres
+            for where in wheres[:1]:
+                meta.update(meta_of.get(where, {}))
+        meta.update(message.meta)
+        message_id = message.id or stable_id(prefix, wheres or len(out), message.content_key)
+        out.append(message.replace(id=message_id, meta=meta))
+    return out
+
+
+def _sources(good: list[tuple[str, dict[str, Any]]]) -> list[list[str]]:
+    """Which raw messages each converted message came from: one each, except that a run of consecutive
+    tool messages becomes one."""
+    groups: list[list[str]] = []
+    previous_tool = False
+    for where, item in good:
+        is_tool = item.get("role") == "tool"
+        if is_tool and previous_tool:
+            groups[-1].append(where)
+        else:
+            groups.append([where])
+        previous_tool = is_tool
+    return groups
