@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from pg import postgres_dsn  # noqa: F401  (session-scoped PostgreSQL server for the store tests)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CTXWIN_SHARED_DIR", REPO.parent / "shared")).resolve()
 TRANSCRIPTS = SHARED / "transcripts"

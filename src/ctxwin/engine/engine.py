@@ -98,6 +98,10 @@ class _State:
     last_repairs: frozenset[tuple[str, str | None, str]] = frozenset()
     recovery_attempts: int = 0
     budget_scale: float = 1.0
+    # The view as of the last call, extended in place while only appends happen (the common case):
+    # rebuilt only after a decision about an item already in it, a compaction or a pin.
+    view: list[Item] | None = None
+    view_records: int = 0  # records the cached view covers
 
 
 class ContextEngine:
@@ -141,6 +145,7 @@ class ContextEngine:
         self.calibrator = Calibrator()
         self.summarizer = summarizer
         self.tools = [dict(t) for t in tools or ()]
+        self._tools_json = json.dumps(self.tools, sort_keys=True) if self.tools else ""
         self.workspace = Path(workspace) if workspace is not None else None
         self.clock = clock or time.time
         self.memory_flush = memory_flush
@@ -169,6 +174,7 @@ class ContextEngine:
                 self._apply_compaction(entry.id, entry.payload)
             elif entry.kind == "pin":
                 self._state.pins.add(entry.payload["target"])
+                self._state.view = None
             elif entry.kind == "custom" and entry.payload.get("type") == "calibration":
                 self.calibrator = Calibrator.from_dict(entry.payload["state"])
             elif entry.kind == "custom" and entry.payload.get("type") == "recovery":
@@ -201,6 +207,7 @@ class ContextEngine:
         if compaction is not None and entry_id in compaction.lead_ids() and message is not None:
             compaction.overrides[entry_id] = message
             compaction.lead = []
+            self._state.view = None
 
     def _apply_logged_decision(self, payload: Mapping[str, Any]) -> None:
         stage = payload["stage"]
@@ -233,6 +240,7 @@ class ContextEngine:
         self._state.compaction = _CompactionState(
             entry_id, summary, first, tuple(payload.get("pinned_ids", ())),
             tuple(attachment_message(a) for a in payload.get("attachments", ())))
+        self._state.view = None
 
     # ------------------------------------------------------------------------------------------
     # Public API
@@ -256,6 +264,7 @@ class ContextEngine:
             if target not in self._state.pins:
                 self.session.append("pin", {"target": target})
                 self._state.pins.add(target)
+                self._state.view = None
 
     def _pair_of(self, entry_id: str) -> list[str]:
         """The entry plus the entries holding the other halves of its tool calls and results."""
@@ -320,15 +329,17 @@ class ContextEngine:
 
         # 3. Validate (incrementally: usually only the new tail); repair what cuts left behind.
         messages = [i.message for i in items]
-        problems = self._validator.check(messages, [m.content_key for m in messages])
+        keys = [m.content_key for m in messages]
+        problems = self._validator.check(messages, keys)
         if problems or self._state.last_repairs:
             items, repair_events = self._repair(items, ctx)
             events.extend(repair_events)
             if repair_events or problems:
                 messages = [i.message for i in items]
-                problems = self._validator.check(messages, [m.content_key for m in messages])
+                keys = [m.content_key for m in messages]
+                problems = self._validator.check(messages, keys)
 
-        prepared = self._finish(items, ctx, events, problems, now)
+        prepared = self._finish(items, keys, ctx, events, problems)
         state.last_call_at = now
         prepared.elapsed_ms = (time.perf_counter() - started) * 1000
         return prepared
@@ -451,7 +462,7 @@ class ContextEngine:
     def _context(self, now: float | None = None) -> StageContext:
         system = self.system_prompt
         system_tokens = self.overhead_tokens + (self.counter.count_text(system) if system else 0) + (
-            self.counter.count_text(json.dumps(self.tools, sort_keys=True)) if self.tools else 0)
+            self.counter.count_text(self._tools_json) if self.tools else 0)
         factor = self.calibrator.factor if self.calibrator.factor > 0 else 1.0
         return StageContext(
             counter=self.counter,
@@ -472,8 +483,11 @@ class ContextEngine:
         if p.spill.enabled:
             stages.append(("spill", lambda items, ctx: spill.stage(items, p.spill, ctx)))
         if p.dedup.enabled:
-            stages.append(("dedup", lambda items, ctx: dedup.stage(items, p.dedup, ctx, self._state.dedup,
-                                                                   self._originals(items), self._visible_by_id())))
+            # Superseding older outputs needs the visible older items; skip building that map unless
+            # the policy declares idempotent tools.
+            stages.append(("dedup", lambda items, ctx: dedup.stage(
+                items, p.dedup, ctx, self._state.dedup, self._originals(items),
+                self._visible_by_id() if p.dedup.idempotent_tools else {})))
         return stages
 
     def _originals(self, items: Sequence[Item]) -> dict[str, Message]:
@@ -498,7 +512,10 @@ class ContextEngine:
             position = self._state.index.get(decision.entry_id)
             if position is None:
                 self._apply_to_summary(decision.entry_id, decision.message)
+                self._state.view = None
                 continue
+            if position < self._state.view_records:
+                self._state.view = None
             record = self._state.records[position]
             if decision.message is None:
                 record.item = None
@@ -514,8 +531,13 @@ class ContextEngine:
 
     def _items(self, ctx: StageContext) -> list[Item]:
         """The view: the summary of the latest compaction, a marker where rounds were dropped, then
-        every kept record's current rendering."""
+        every kept record's current rendering. A copy: callers and past `Prepared`s may keep it."""
         state = self._state
+        records = state.records
+        if state.view is not None:
+            state.view.extend(r.item for r in records[state.view_records:] if r.item is not None)
+            state.view_records = len(records)
+            return list(state.view)
         start = state.compaction.first_kept if state.compaction else 0
         out: list[Item] = []
         if state.compaction is not None:
@@ -528,17 +550,19 @@ class ContextEngine:
                     compaction.lead.append(Item(lead_id, message, self.counter.count_message(message), synthetic=True))
             out.append(compaction.lead[0])
             for entry_id in compaction.pinned:
-                record = state.records[state.index[entry_id]]
+                record = records[state.index[entry_id]]
                 if record.item is not None and state.index[entry_id] < start:
                     out.append(record.item)
             out.extend(compaction.lead[1:])
-        kept = state.records[start:]
+        kept = records[start:]
         dropped = sum(1 for r in kept if r.item is None)
         if dropped:
             marker = fit.dropped_marker(dropped)
             out.append(Item(fit.MARKER_ID, marker, self.counter.count_message(marker), synthetic=True))
         out.extend(r.item for r in kept if r.item is not None)
-        return out
+        state.view = out
+        state.view_records = len(records)
+        return list(out)
 
     def _repair(self, items: list[Item], ctx: StageContext) -> tuple[list[Item], list[Event]]:
         messages = [i.message for i in items]
@@ -564,21 +588,18 @@ class ContextEngine:
                       details={"changes": [c.__dict__ for c in result.changes]})
         return fixed, [event]
 
-    def _finish(self, items: list[Item], ctx: StageContext, events: list[Event], problems: list,
-                now: float) -> Prepared:
+    def _finish(self, items: list[Item], keys: list[str], ctx: StageContext, events: list[Event],
+                problems: list) -> Prepared:
         state = self._state
         system = self.system_prompt
-        system_key = f"{system}\x00{json.dumps(self.tools, sort_keys=True)}"
-        keys = [i.message.content_key for i in items]
-        stable = 0
-        if system_key == state.last_system_key:
-            limit = min(len(keys), len(state.last_keys))
-            while stable < limit and keys[stable] == state.last_keys[stable]:
-                stable += 1
-        prefix_kept = system_key == state.last_system_key and stable == len(state.last_keys)
-        raw = ctx.system_tokens + total_tokens(items)
+        system_key = f"{system}\x00{self._tools_json}"
+        same_system = system_key == state.last_system_key
+        stable = _common_prefix(keys, state.last_keys) if same_system else 0
+        prefix_kept = same_system and stable == len(state.last_keys)
+        total = total_tokens(items)
+        raw = ctx.system_tokens + total
         factor = self.calibrator.factor if self.calibrator.factor > 0 else 1.0
-        stable_tokens = (ctx.system_tokens + total_tokens(items[:stable])) if system_key == state.last_system_key else 0
+        stable_tokens = ctx.system_tokens + total - total_tokens(items[stable:]) if same_system else 0
         prepared = Prepared(
             system=system,
             items=items,
@@ -676,6 +697,22 @@ def _reported_input(usage: Any) -> int | None:
         if isinstance(value, int | float):
             total += int(value)
     return total or None
+
+
+def _common_prefix(a: list[str], b: list[str]) -> int:
+    """Length of the longest common prefix of two key lists. Usually `b` is a prefix of `a` (the
+    request grew): one slice comparison in C; otherwise a binary search over slice comparisons."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    low, high = 0, n  # a[:low] == b[:low], a[:high] != b[:high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def _epoch(stamp: str) -> float | None:

@@ -4,13 +4,31 @@ depends on a backend."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias
+
+from ctxwin.errors import CtxwinError, InputError
 
 EntryKind: TypeAlias = Literal[
     "message", "compaction", "decision", "checkpoint", "pin", "label", "model_change", "custom"
 ]
+
+
+class BlobNotFoundError(InputError):
+    """A handle that names no blob in this store (or is not a handle at all)."""
+
+
+class BlobCorruptedError(CtxwinError):
+    """Stored bytes that no longer match their sha256: refused, never served."""
+
+
+class SessionLockedError(CtxwinError):
+    """Another writer holds the session (or another worker is compacting it)."""
+
+
+class SessionFormatError(InputError):
+    """A session file or database ctxwin cannot read as a session log."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +85,10 @@ class SessionLog(Protocol):
 
     def branch(self, entry_id: str) -> None: ...
 
-    def path(self, leaf_id: str | None = None) -> list[Entry]: ...
+    def path(self, leaf_id: str | None = None) -> Sequence[Entry]:
+        """Root first. The durable backends return a lazy `EntryPath` (read as entries are looked at);
+        a list satisfies this too."""
+        ...
 
     def get(self, entry_id: str) -> Entry: ...
 

@@ -1,0 +1,648 @@
+"""The JSONL session log: one folder per session.
+
+    <dir>/session.jsonl      line 1: header {"format": "ctxwin-session", "version": 1, ...}; then one entry per line
+    <dir>/index.sqlite       the index (a cache, rebuilt from session.jsonl whenever missing, stale or corrupt)
+    <dir>/blobs/             the session's blobs (`FileBlobStore`)
+    <dir>/writer.lock        flock held by the one writer
+    <dir>/compaction.lock    flock held while a worker compacts the session
+    <dir>/session.jsonl.torn-<offset>-<time>   bytes of a crashed append, moved aside on open (never deleted)
+
+Durability. `fsync` (default): `append` returns after the line is written and fdatasync'ed; a crash of
+the process or the machine loses nothing that was acknowledged. `batch` (group commit): `append`
+returns once the line is written to the OS (so a crash of the *process*, even SIGKILL, loses nothing
+acknowledged), and a background thread fdatasyncs the file every BATCH_MAX_DELAY_S and whenever
+BATCH_MAX_ENTRIES appends are unsynced, without making appends wait; `flush()` and `close()` sync too.
+A crash of the *machine* (power loss, kernel panic) in batch mode can lose the entries acknowledged
+since the last sync: about BATCH_MAX_DELAY_S of appends, and never more than BATCH_HARD_LIMIT entries
+(past that, append waits for the disk). It never leaves a half-written entry visible: a torn last
+line is moved aside on the next open.
+
+Locking. One writer at a time, by an exclusive `flock` on writer.lock held from open to close (a second
+writer is refused at once, or waits up to `lock_timeout` seconds). Readers (`readonly=True`) take no
+lock: they see every complete line and ignore a line still being written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ctxwin.errors import InputError
+from ctxwin.store import jsonl_index as ix
+from ctxwin.store.base import Entry, EntryKind, SessionFormatError, SessionLockedError
+from ctxwin.store.blobs import DIR_MODE, FILE_MODE, FileBlobStore, write_atomic
+from ctxwin.store.tree import (
+    ROOT,
+    EntryFormatError,
+    EntryPath,
+    check_append,
+    decode_entry,
+    dumps,
+    encode_entry,
+    new_id,
+    now_timestamp,
+    path_ranges,
+)
+
+FORMAT = "ctxwin-session"  # the header's "format"
+FORMAT_VERSION = 1  # the header's "version"; files with a newer version are refused
+SESSION_FILE = "session.jsonl"
+INDEX_FILE = "index.sqlite"
+BLOB_DIR = "blobs"
+WRITER_LOCK = "writer.lock"
+COMPACTION_LOCK = "compaction.lock"
+TORN_SUFFIX = ".torn-"  # side files holding the bytes of a torn last line
+BATCH_MAX_ENTRIES = 256  # batch mode: the background thread syncs once this many appends are unsynced
+BATCH_MAX_DELAY_S = 0.05  # batch mode: ... or this long after an append
+BATCH_HARD_LIMIT = 1024  # batch mode: past this many unsynced appends (a slow disk), append syncs itself
+INDEX_FLUSH_ROWS = 4096  # index rows kept in memory before they are written to SQLite
+ITER_CHUNK = 1024  # entries read at once when iterating
+LOCK_POLL_S = 0.005  # how often a waiting writer retries the lock (doubling up to LOCK_POLL_MAX_S)
+LOCK_POLL_MAX_S = 0.05
+
+Durability = Literal["fsync", "batch"]
+DURABILITIES: tuple[str, ...] = ("fsync", "batch")
+
+
+@dataclass
+class OpenReport:
+    """What opening the session found and did. Problems are reported, never fixed silently."""
+
+    entries: int = 0
+    index: str = "fresh"  # fresh | caught_up | rebuilt | created
+    index_reason: str | None = None  # why it was rebuilt
+    torn_tail_bytes: int = 0
+    torn_tail_file: str | None = None  # where the torn bytes were moved (writers only)
+    problems: list[ix.Problem] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def messages(self) -> list[str]:
+        """One line per fact worth telling a person."""
+        out = []
+        if self.torn_tail_bytes:
+            where = f"moved to {self.torn_tail_file}" if self.torn_tail_file else "ignored (read-only open)"
+            out.append(f"torn last line ({self.torn_tail_bytes} bytes, an append cut short by a crash): {where}")
+        if self.index == "rebuilt":
+            out.append(f"index rebuilt: {self.index_reason}")
+        out.extend(f"line {p.line}: {p.kind}: {p.detail}" for p in self.problems)
+        return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Locks
+
+
+class FileLock:
+    """An exclusive flock on a file. Locks belong to the open file, so two opens in one process
+    exclude each other just as two processes do."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self, timeout: float | None, what: str, hint: str) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = LOCK_POLL_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                    os.close(fd)
+                    waited = f" after waiting {timeout:g} s" if timeout else ""
+                    by = f" (by process {holder})" if holder else ""
+                    raise SessionLockedError(f"{what}{by}{waited}", hint) from None
+                time.sleep(pause)
+                pause = min(pause * 2, LOCK_POLL_MAX_S)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+
+# --------------------------------------------------------------------------------------------------
+# Header and torn tail
+
+
+def make_header(session_id: str, meta: dict[str, Any] | None) -> bytes:
+    header = {"format": FORMAT, "version": FORMAT_VERSION, "session_id": session_id, "created": now_timestamp(),
+              "meta": meta or {}}
+    return (dumps(header) + "\n").encode()
+
+
+def parse_header(line: bytes, path: Path) -> dict[str, Any]:
+    try:
+        header = json.loads(line)
+    except ValueError:
+        header = None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise SessionFormatError(f"{path} is not a ctxwin session file (line 1 is not its header)",
+                                 "give the folder of a session made by ctxwin, or import the file with `ctxwin import`")
+    version = header.get("version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise SessionFormatError(f"{path} has session format version {version!r}; this ctxwin reads up to "
+                                 f"{FORMAT_VERSION}", "upgrade ctxwin")
+    return header
+
+
+def last_newline_end(fd: int, size: int) -> int:
+    """Offset just past the last newline in the first `size` bytes (0 when there is none)."""
+    position = size
+    while position > 0:
+        start = max(0, position - 65536)
+        chunk = os.pread(fd, position - start, start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        position = start
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# The log
+
+
+class JsonlSessionLog:
+    """A `SessionLog` in a folder (see the module docstring). Use `Session.open` to get one."""
+
+    def __init__(self, directory: str | Path, *, durability: Durability = "fsync", lock_timeout: float | None = 0,
+                 readonly: bool = False, session_id: str | None = None, meta: dict[str, Any] | None = None) -> None:
+        started = time.perf_counter()
+        if durability not in DURABILITIES:
+            raise InputError(f"unknown durability {durability!r}", f"use one of: {', '.join(DURABILITIES)}")
+        self.directory = Path(directory)
+        self.durability = durability
+        self.readonly = readonly
+        self.report = OpenReport()
+        self._file = self.directory / SESSION_FILE
+        self._writer_lock = FileLock(self.directory / WRITER_LOCK)
+        self._mutex = threading.RLock()  # appends vs. the group-commit thread
+        self._read_fd = -1
+        self._write_fd = -1
+        self._closed = False
+        self._flusher: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._unsynced = 0
+        self._pending: list[tuple[Any, ...]] = []  # index rows not yet in SQLite
+        self._pending_jumps: list[tuple[int, int]] = []
+        self._pending_ids: dict[str, int] = {}
+        self._index: sqlite3.Connection | None = None
+        self._ids: set[str] | None = None
+        try:
+            self._open(lock_timeout, session_id, meta)
+        except BaseException:
+            self._release()
+            raise
+        self.report.entries = self._count
+        self.report.seconds = time.perf_counter() - started
+
+    # ---- opening
+
+    def _open(self, lock_timeout: float | None, session_id: str | None, meta: dict[str, Any] | None) -> None:
+        if self.directory.is_file():
+            raise InputError(f"{self.directory} is a file; a session is a folder holding {SESSION_FILE}",
+                             "give the session's folder (to import a transcript file, use `ctxwin import`)")
+        if self.readonly:
+            if not self._file.exists():
+                raise InputError(f"no session at {self.directory} (no {SESSION_FILE})", "check the path")
+        else:
+            self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+            self._writer_lock.acquire(
+                lock_timeout,
+                f"session {self.directory} is already open for writing",
+                "close the other writer first, wait for it (lock_timeout=SECONDS), or open the session read-only",
+            )
+            if not self._file.exists():
+                write_atomic(self._file, make_header(session_id or self.directory.name, meta))
+                self.report.index = "created"
+        self._read_fd = os.open(self._file, os.O_RDONLY)
+        header_end = ix.first_line_end(self._read_fd)
+        if header_end < 0:
+            raise SessionFormatError(f"{self._file} has no complete header line", "it is not a ctxwin session")
+        head = os.pread(self._read_fd, header_end, 0)
+        self.header = parse_header(head, self._file)
+        self.session_id = str(self.header.get("session_id") or self.directory.name)
+        self.blobs = FileBlobStore(self.directory / BLOB_DIR)
+        size = os.fstat(self._read_fd).st_size
+        end = last_newline_end(self._read_fd, size)
+        if end < size:
+            self._handle_torn_tail(end, size)
+        self._size = end
+        self._open_index(ix.header_sha(head), end)
+        if not self.readonly:
+            self._write_fd = os.open(self._file, os.O_WRONLY | os.O_APPEND)
+            if self.durability == "batch":
+                self._flusher = threading.Thread(target=self._flush_loop, name="ctxwin-group-commit", daemon=True)
+                self._flusher.start()
+
+    def _handle_torn_tail(self, end: int, size: int) -> None:
+        self.report.torn_tail_bytes = size - end
+        if self.readonly:
+            return  # a writer may be in the middle of this very line; never touch it
+        tail = os.pread(self._read_fd, size - end, end)
+        side = self._file.with_name(f"{SESSION_FILE}{TORN_SUFFIX}{end}-{time.strftime('%Y%m%dT%H%M%S')}")
+        write_atomic(side, tail)
+        fd = os.open(self._file, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, end)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.report.torn_tail_file = str(side)
+
+    def _open_index(self, head_sha: str, end: int) -> None:
+        path = self.directory / INDEX_FILE
+        mtime = os.fstat(self._read_fd).st_mtime_ns
+        reason = None
+        conn: sqlite3.Connection | None = None
+        cov = None
+        try:
+            image: bytes | None = path.read_bytes()
+        except FileNotFoundError:
+            image, reason = None, "missing"
+        if image is not None:
+            if ix.read_sum(path) != ix.digest(image):
+                reason = "corrupt (its checksum does not match: changed outside ctxwin, or a crash cut an index write)"
+            else:
+                try:
+                    conn = self._connect(path, image)
+                    cov = ix.read_coverage(conn)
+                    line = self._line_at(cov.last_offset, end) if cov.last_offset >= 0 else None
+                    reason = ix.check(cov, end, mtime, head_sha, line)
+                except (sqlite3.DatabaseError, ValueError, TypeError) as error:
+                    reason = f"corrupt ({error})"
+        if reason is not None:
+            if conn is not None:
+                conn.close()
+            if self.report.index != "created":
+                self.report.index, self.report.index_reason = "rebuilt", reason
+            if self.readonly:
+                conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+                ix.create(conn)
+                start = ix.Coverage(size=ix.first_line_end(self._read_fd), header_sha=head_sha)
+                scan = ix.index_lines(conn, self._read_fd, end, start, mtime)
+            else:
+                scan = ix.build(path, self._read_fd, end, head_sha, mtime)
+                conn = self._connect(path, None)
+            cov = scan.coverage
+        else:
+            assert conn is not None and cov is not None
+            if cov.size < end:
+                scan = ix.index_lines(conn, self._read_fd, end, cov, mtime)
+                cov = scan.coverage
+                self.report.index = "caught_up"
+                if not self.readonly:
+                    ix.write_sum(path)
+        self._index = conn
+        self._coverage = cov
+        self._jumps = ix.load_jumps(conn)
+        self.report.problems = ix.load_problems(conn)
+        self._count = cov.count
+        self._lines = cov.lines
+        self._leaf: tuple[int, str] | None = (cov.count - 1, cov.last_id) if cov.count else None
+
+    def _connect(self, path: Path, image: bytes | None) -> sqlite3.Connection:
+        """Writers use the index file in place; readers work on a private in-memory copy of the
+        image they checked, so they never write to a file the writer owns."""
+        if self.readonly:
+            conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            conn.deserialize(image if image is not None else path.read_bytes())
+            return conn
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        ix.configure(conn)
+        return conn
+
+    def _line_at(self, offset: int, end: int) -> bytes | None:
+        if offset >= end:
+            return None
+        data = os.pread(self._read_fd, min(1 << 20, end - offset), offset)
+        newline = data.find(b"\n")
+        return data if newline < 0 else data[:newline]
+
+    # ---- properties
+
+    @property
+    def leaf_id(self) -> str | None:
+        return None if self._leaf is None else self._leaf[1]
+
+    @property
+    def problems(self) -> list[ix.Problem]:
+        return list(self.report.problems)
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size
+
+    # ---- writing
+
+    def append(self, kind: EntryKind, payload: dict[str, Any], *, parent_id: str | None = None,
+               timestamp: str | None = None) -> Entry:
+        """Appends under `parent_id` (default: the current leaf) and makes the new entry the leaf.
+        Returns once the entry is durable (see the module docstring for what `batch` means)."""
+        self._check_writable()
+        check_append(kind, payload)
+        with self._mutex:
+            if parent_id is None:
+                parent = self._leaf
+            else:
+                parent = (self._seq_of(parent_id), parent_id)
+            entry = Entry(id=self._new_id(), parent_id=None if parent is None else parent[1], kind=kind,
+                          timestamp=timestamp or now_timestamp(), payload=payload)
+            line = encode_entry(entry)
+            offset = self._size
+            self._write(line, offset)
+            if self.durability == "fsync":
+                try:
+                    os.fdatasync(self._write_fd)
+                except OSError:
+                    # Not known to be on disk, so not appended: an append that raises leaves no entry.
+                    os.ftruncate(self._write_fd, offset)
+                    raise
+            else:
+                self._unsynced += 1
+                if self._unsynced == BATCH_MAX_ENTRIES:
+                    self._wake.set()
+                elif self._unsynced >= BATCH_HARD_LIMIT:
+                    self._sync()
+            self._size += len(line)
+            self._lines += 1
+            seq = self._count
+            self._count += 1
+            parent_seq = ROOT if parent is None else parent[0]
+            self._pending.append((seq, entry.id, entry.parent_id, parent_seq, kind, entry.timestamp, offset, len(line),
+                                  self._lines))
+            if parent_seq != seq - 1:
+                self._pending_jumps.append((seq, parent_seq))
+            self._pending_ids[entry.id] = seq
+            self._jumps.add(seq, parent_seq)
+            self._leaf = (seq, entry.id)
+            if len(self._pending) >= INDEX_FLUSH_ROWS:
+                self._flush_index()
+            return entry
+
+    def _write(self, line: bytes, offset: int) -> None:
+        view = memoryview(line)
+        try:
+            while view:
+                view = view[os.write(self._write_fd, view) :]
+        except BaseException:
+            # A partial line would corrupt the next append: cut the file back to where it was.
+            os.ftruncate(self._write_fd, offset)
+            raise
+
+    def _sync(self) -> None:
+        if self._unsynced:
+            os.fdatasync(self._write_fd)
+            self._unsynced = 0
+
+    def _flush_loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(BATCH_MAX_DELAY_S)
+            self._wake.clear()
+            with self._mutex:
+                pending, self._unsynced = self._unsynced, 0
+            if pending:
+                # Outside the mutex, so appends go on meanwhile: fdatasync covers every write that
+                # returned before it was called, and later writes count towards the next sync.
+                # close() stops this thread before it closes the file.
+                os.fdatasync(self._write_fd)
+
+    def _flush_index(self) -> None:
+        if not self._pending:
+            return
+        conn = self._index
+        conn.execute("BEGIN")
+        try:
+            ix.insert_rows(conn, self._pending, self._pending_jumps)
+            last = self._pending[-1]
+            cov = self._coverage
+            cov.size, cov.lines, cov.count = self._size, self._lines, self._count
+            cov.last_offset, cov.last_id = last[6], last[1]
+            cov.mtime_ns = os.fstat(self._read_fd).st_mtime_ns
+            ix.write_coverage(conn, cov)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        ix.write_sum(self.directory / INDEX_FILE)
+        self._pending, self._pending_jumps, self._pending_ids = [], [], {}
+
+    def branch(self, entry_id: str | None) -> None:
+        """Moves the leaf to `entry_id`, so the next append forks there; `None` makes the next append
+        a new root. The leaf lives in memory: reopening starts at the newest entry."""
+        self._check_open()
+        with self._mutex:
+            self._leaf = None if entry_id is None else (self._seq_of(entry_id), entry_id)
+
+    # ---- reading
+
+    def _seq_of(self, entry_id: str) -> int:
+        seq = self._pending_ids.get(entry_id)
+        if seq is not None:
+            return seq
+        row = self._index.execute("SELECT seq FROM entries WHERE id = ?", (entry_id,)).fetchone()
+        if row is None:
+            raise InputError(f"no entry {entry_id!r} in session {self.session_id}", "check the entry id")
+        return int(row[0])
+
+    def _id_taken(self, entry_id: str) -> bool:
+        if entry_id in self._pending_ids:
+            return True
+        return self._index.execute("SELECT 1 FROM entries WHERE id = ?", (entry_id,)).fetchone() is not None
+
+    def _new_id(self) -> str:
+        """A fresh id, unique in the session. The writer keeps every id in memory (loaded on its
+        first append): an index query per append would cost more than the append."""
+        if self._ids is None:
+            self._ids = {row[0] for row in self._index.execute("SELECT id FROM entries")}
+            self._ids.update(self._pending_ids)
+        entry_id = new_id(self._ids.__contains__)
+        self._ids.add(entry_id)
+        return entry_id
+
+    def _load(self, first: int, last: int) -> list[Entry]:
+        """Entries with seq in [first, last], read from the JSONL by the offsets in the index."""
+        with self._mutex:
+            self._flush_index()
+            rows = self._index.execute(
+                "SELECT seq, id, offset, length FROM entries WHERE seq BETWEEN ? AND ? ORDER BY seq", (first, last)
+            ).fetchall()
+        if len(rows) != last - first + 1:
+            self._distrust_index(f"seqs {first}..{last} are not all in the index")
+        if not rows:
+            return []
+        start = rows[0][2]
+        data = os.pread(self._read_fd, rows[-1][2] + rows[-1][3] - start, start)
+        out = []
+        for seq, entry_id, offset, length in rows:
+            try:
+                entry = decode_entry(data[offset - start : offset - start + length])
+            except EntryFormatError:
+                entry = None
+            if entry is None or entry.id != entry_id:
+                self._distrust_index(f"entry {seq} ({entry_id}) is not at byte {offset}")
+            out.append(entry)
+        return out  # type: ignore[return-value]
+
+    def _distrust_index(self, why: str) -> None:
+        """The index disagrees with the JSONL (edited behind our back): make the next open rebuild it."""
+        if not self.readonly:
+            (self.directory / INDEX_FILE).with_name(INDEX_FILE + ix.SUM_SUFFIX).unlink(missing_ok=True)
+        raise SessionFormatError(f"the index of {self.directory} disagrees with {SESSION_FILE}: {why}",
+                                 "reopen the session: the index is rebuilt from the JSONL on open")
+
+    def get(self, entry_id: str) -> Entry:
+        self._check_open()
+        seq = self._seq_of(entry_id)
+        return self._load(seq, seq)[0]
+
+    def __contains__(self, entry_id: object) -> bool:
+        return isinstance(entry_id, str) and self._id_taken(entry_id)
+
+    def path(self, leaf_id: str | None = None) -> EntryPath:
+        """Root-first entries from the root to `leaf_id` (default: the current leaf). The result is a
+        lazy sequence: entries are read when looked at."""
+        self._check_open()
+        if leaf_id is None:
+            if self._leaf is None:
+                return EntryPath([], self._load)
+            seq = self._leaf[0]
+        else:
+            seq = self._seq_of(leaf_id)
+        return EntryPath(path_ranges(self._jumps, seq), self._load)
+
+    def __iter__(self) -> Iterator[Entry]:
+        """Every entry in append order."""
+        return self.entries()
+
+    def entries(self, start: int = 0, stop: int | None = None) -> Iterator[Entry]:
+        """Entries by position in append order, `start` to `stop` (exclusive): a consumer that has seen
+        the first N reads only what came after."""
+        self._check_open()
+        stop = self._count if stop is None else min(stop, self._count)
+        for first in range(max(0, start), stop, ITER_CHUNK):
+            yield from self._load(first, min(stop, first + ITER_CHUNK) - 1)
+
+    def leaves(self) -> list[str]:
+        """Ids of the entries nobody hangs under (the tips of all branches), oldest first."""
+        self._check_open()
+        with self._mutex:
+            self._flush_index()
+            rows = self._index.execute(
+                "SELECT id FROM entries WHERE seq NOT IN (SELECT parent_seq FROM entries) ORDER BY seq"
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def kind_counts(self) -> dict[str, int]:
+        """How many entries of each kind the log holds."""
+        self._check_open()
+        with self._mutex:
+            self._flush_index()
+            rows = self._index.execute("SELECT kind, count(*) FROM entries GROUP BY kind ORDER BY kind").fetchall()
+        return dict(rows)
+
+    def newest_timestamp(self) -> str | None:
+        """The latest entry timestamp (entries may carry the original times of an import)."""
+        self._check_open()
+        with self._mutex:
+            self._flush_index()
+            return self._index.execute("SELECT max(ts) FROM entries").fetchone()[0]
+
+    @contextlib.contextmanager
+    def compaction_lock(self, timeout: float | None = 0) -> Iterator[None]:
+        """Held while a worker compacts this session, so two workers never compact it at once. Works
+        on read-only opens too (a worker may summarize while the agent keeps appending)."""
+        self._check_open()
+        lock = FileLock(self.directory / COMPACTION_LOCK)
+        lock.acquire(timeout, f"session {self.directory} is already being compacted",
+                     "wait for the other compaction to finish, or pass a timeout")
+        try:
+            yield
+        finally:
+            lock.release()
+
+    # ---- closing
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InputError(f"session {self.directory} is closed", "open it again")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.readonly:
+            raise InputError(f"session {self.directory} is open read-only", "open it for writing to append")
+
+    def flush(self) -> None:
+        """Makes everything appended so far durable and indexed (batch mode syncs early)."""
+        self._check_open()
+        with self._mutex:
+            if self._write_fd >= 0:
+                self._sync()
+            if not self.readonly:
+                self._flush_index()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            if self._write_fd >= 0 and self._index is not None:
+                self.flush()
+        finally:
+            self._closed = True
+            self._release()
+
+    def _release(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._flusher is not None:
+            self._flusher.join()
+            self._flusher = None
+        with self._mutex:
+            for fd in (self._write_fd, self._read_fd):
+                if fd >= 0:
+                    os.close(fd)
+            self._write_fd = self._read_fd = -1
+        if self._index is not None:
+            self._index.close()
+        self._writer_lock.release()
+
+    def __enter__(self) -> JsonlSessionLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Only releases OS resources of a log nobody closed; never writes.
+        if not getattr(self, "_closed", True):
+            with contextlib.suppress(Exception):
+                self._stop.set()
+                self._writer_lock.release()

@@ -1,0 +1,289 @@
+"""The SQLite index of a JSONL session: seq -> id, parent, kind, time, byte offset and line number of
+each entry, the jumps of the tree (see `tree.py`), and the problems found while reading the file.
+
+The index is a cache. The JSONL file is the truth, and the index records how much of it it covers
+(size, mtime, line count, the last entry's offset and id). `check` compares that with the file and
+says whether the index is fresh, can be caught up by reading only the bytes appended since, or must
+be rebuilt; `index_lines` reads lines of the JSONL into it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxwin.store.tree import MISSING, ROOT, EntryFormatError, Jumps, decode_entry
+
+INDEX_VERSION = 1  # bump when the schema below changes: older indexes are then rebuilt
+READ_CHUNK = 8 << 20  # bytes of JSONL read at once while indexing
+INSERT_BATCH = 10_000  # index rows inserted per executemany
+SUM_SUFFIX = ".sum"  # <index>.sum holds the sha256 of the index file as ctxwin last wrote it
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+CREATE TABLE entries (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    parent_id TEXT,
+    parent_seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    ts TEXT NOT NULL,
+    offset INTEGER NOT NULL,
+    length INTEGER NOT NULL,
+    line INTEGER NOT NULL
+);
+CREATE TABLE jumps (seq INTEGER PRIMARY KEY, parent_seq INTEGER NOT NULL);
+CREATE TABLE problems (line INTEGER PRIMARY KEY, offset INTEGER NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A line of the JSONL that is not a usable entry (`corrupt`, `duplicate_id`), or an entry whose
+    parent is not in the log (`orphan`). `line` is 1-based; the header is line 1."""
+
+    line: int
+    offset: int
+    kind: str
+    detail: str
+
+
+@dataclass
+class Coverage:
+    """How much of the JSONL the index covers, and where numbering continues."""
+
+    size: int = 0  # bytes of the file indexed (always the end of a complete line)
+    mtime_ns: int = 0
+    lines: int = 1  # lines indexed, the header included
+    count: int = 0  # entries indexed (the next seq)
+    last_offset: int = -1
+    last_id: str = ""
+    header_sha: str = ""
+
+    def to_rows(self) -> list[tuple[str, Any]]:
+        return [("version", INDEX_VERSION), *((k, v) for k, v in self.__dict__.items())]
+
+
+@dataclass
+class Scan:
+    """What `index_lines` found: the new coverage, problems, and how many entries it added."""
+
+    coverage: Coverage
+    added: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+
+def digest(image: bytes) -> str:
+    return hashlib.sha256(image).hexdigest()
+
+
+def read_sum(path: Path) -> str | None:
+    """The checksum recorded for the index file at `path`. SQLite checks its own structure but not
+    the values in it: a flipped byte in an offset would go unnoticed. The checksum notices any change
+    not made by ctxwin, and any index write a crash cut short."""
+    try:
+        return path.with_name(path.name + SUM_SUFFIX).read_text().strip()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+
+
+def write_sum(path: Path) -> None:
+    # Not fsync'ed: after a power loss a stale checksum only costs a rebuild.
+    side = path.with_name(path.name + SUM_SUFFIX)
+    tmp = side.with_name(side.name + ".tmp")
+    tmp.write_text(digest(path.read_bytes()) + "\n")
+    os.replace(tmp, side)
+
+
+def header_sha(header_line: bytes) -> str:
+    return hashlib.sha256(header_line).hexdigest()
+
+
+def create(conn: sqlite3.Connection) -> None:
+    conn.executescript(_SCHEMA)
+
+
+def configure(conn: sqlite3.Connection) -> None:
+    # The index is rebuilt from the JSONL after any loss, so it never waits for the disk. A rollback
+    # journal (not WAL) keeps every committed change in the one file the checksum covers.
+    conn.execute("PRAGMA journal_mode = DELETE")
+    conn.execute("PRAGMA synchronous = OFF")
+    conn.execute("PRAGMA busy_timeout = 5000")
+
+
+def read_coverage(conn: sqlite3.Connection) -> Coverage:
+    """The coverage the index records; raises sqlite3.DatabaseError or ValueError when unreadable."""
+    rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if rows.get("version") != INDEX_VERSION:
+        raise ValueError(f"index version {rows.get('version')!r}, expected {INDEX_VERSION}")
+    cov = Coverage()
+    for key in cov.__dict__:
+        if key not in rows:
+            raise ValueError(f"index meta lacks {key!r}")
+        setattr(cov, key, type(getattr(cov, key))(rows[key]))
+    return cov
+
+
+def write_coverage(conn: sqlite3.Connection, cov: Coverage) -> None:
+    conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", cov.to_rows())
+
+
+def check(cov: Coverage, size: int, mtime_ns: int, head_sha: str, line_at: bytes | None) -> str | None:
+    """None when the index can be used (fresh, or caught up from `cov.size`), else why it must be
+    rebuilt. `line_at` is the JSONL line at `cov.last_offset` (None when there is none)."""
+    if cov.header_sha != head_sha:
+        return "it belongs to another session file (header differs)"
+    if cov.size > size:
+        return f"the session file is shorter than the index says ({size} < {cov.size} bytes)"
+    if cov.size == size and cov.mtime_ns != mtime_ns:
+        return "the session file was modified in place (same size, new mtime)"
+    if cov.last_offset >= 0:
+        try:
+            last = decode_entry(line_at or b"")
+        except EntryFormatError:
+            return f"its last entry is not at byte {cov.last_offset} of the session file"
+        if last.id != cov.last_id:
+            return f"its last entry is not at byte {cov.last_offset} of the session file"
+    return None
+
+
+def iter_lines(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """(offset, line without its newline) for each complete line in bytes [start, end)."""
+    carry = b""
+    carry_offset = start
+    position = start
+    while position < end:
+        chunk = os.pread(fd, min(READ_CHUNK, end - position), position)
+        if not chunk:
+            break
+        position += len(chunk)
+        data = carry + chunk
+        begin = 0
+        while True:
+            newline = data.find(b"\n", begin)
+            if newline < 0:
+                break
+            yield carry_offset + begin, data[begin:newline]
+            begin = newline + 1
+        carry = data[begin:]
+        carry_offset += begin
+
+
+def index_lines(conn: sqlite3.Connection, fd: int, end: int, cov: Coverage, mtime_ns: int) -> Scan:
+    """Reads the JSONL from `cov.size` to `end` (the end of a complete line) into the index, in one
+    transaction with the new coverage. Bad lines become problems; the rest is indexed."""
+    scan = Scan(coverage=Coverage(**cov.__dict__))
+    new = scan.coverage
+    fresh_ids: dict[str, int] = {}
+    rows: list[tuple[Any, ...]] = []
+    jumps: list[tuple[int, int]] = []
+    problems: list[tuple[int, int, str, str]] = []
+
+    def seq_of(entry_id: str) -> int | None:
+        if entry_id in fresh_ids:
+            return fresh_ids[entry_id]
+        row = conn.execute("SELECT seq FROM entries WHERE id = ?", (entry_id,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def problem(line: int, offset: int, kind: str, detail: str) -> None:
+        scan.problems.append(Problem(line, offset, kind, detail))
+        problems.append((line, offset, kind, detail))
+
+    conn.execute("BEGIN")
+    try:
+        for offset, raw in iter_lines(fd, cov.size, end):
+            new.lines += 1
+            line_no = new.lines
+            if not raw.strip():
+                problem(line_no, offset, "corrupt", "blank line")
+                continue
+            try:
+                entry = decode_entry(raw)
+            except EntryFormatError as error:
+                problem(line_no, offset, "corrupt", str(error))
+                continue
+            if seq_of(entry.id) is not None:
+                problem(line_no, offset, "duplicate_id", f"id {entry.id} appeared earlier; this line is ignored")
+                continue
+            seq = new.count
+            if entry.parent_id is None:
+                parent_seq = ROOT
+            else:
+                found = seq_of(entry.parent_id)
+                parent_seq = MISSING if found is None else found
+                if found is None:
+                    problem(line_no, offset, "orphan", f"entry {entry.id}: parent {entry.parent_id} is not in the log")
+            fresh_ids[entry.id] = seq
+            rows.append((seq, entry.id, entry.parent_id, parent_seq, entry.kind, entry.timestamp, offset,
+                         len(raw) + 1, line_no))
+            if parent_seq != seq - 1:
+                jumps.append((seq, parent_seq))
+            new.count += 1
+            new.last_offset, new.last_id = offset, entry.id
+            scan.added += 1
+            if len(rows) >= INSERT_BATCH:
+                insert_rows(conn, rows, jumps)
+                rows, jumps = [], []
+        insert_rows(conn, rows, jumps)
+        conn.executemany("INSERT OR REPLACE INTO problems VALUES (?, ?, ?, ?)", problems)
+        new.size, new.mtime_ns = end, mtime_ns
+        write_coverage(conn, new)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return scan
+
+
+def insert_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]], jumps: list[tuple[int, int]]) -> None:
+    conn.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    conn.executemany("INSERT INTO jumps VALUES (?, ?)", jumps)
+
+
+def load_jumps(conn: sqlite3.Connection) -> Jumps:
+    rows = conn.execute("SELECT seq, parent_seq FROM jumps ORDER BY seq").fetchall()
+    return Jumps(seqs=[r[0] for r in rows], parents=[r[1] for r in rows])
+
+
+def load_problems(conn: sqlite3.Connection) -> list[Problem]:
+    return [Problem(*row) for row in conn.execute("SELECT line, offset, kind, detail FROM problems ORDER BY line")]
+
+
+def build(path: Path, fd: int, end: int, head_sha: str, mtime_ns: int) -> Scan:
+    """A complete new index of bytes [header end, end) written to `path` (replaced atomically)."""
+    tmp = path.with_name(path.name + ".tmp")
+    for stale in (tmp, tmp.with_name(tmp.name + "-journal")):
+        stale.unlink(missing_ok=True)
+    conn = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = OFF")  # a failed build is thrown away whole
+        conn.execute("PRAGMA synchronous = OFF")
+        create(conn)
+        header_end = first_line_end(fd)
+        scan = index_lines(conn, fd, end, Coverage(size=header_end, header_sha=head_sha), mtime_ns)
+    finally:
+        conn.close()
+    # A journal or WAL left by the old index would be replayed into the new one: remove them first.
+    for suffix in ("-journal", "-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    os.replace(tmp, path)
+    write_sum(path)
+    return scan
+
+
+def first_line_end(fd: int) -> int:
+    """Offset just past the first newline (the end of the header line), or -1."""
+    position = 0
+    while True:
+        chunk = os.pread(fd, 65536, position)
+        if not chunk:
+            return -1
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            return position + newline + 1
+        position += len(chunk)

@@ -1,0 +1,590 @@
+"""The PostgreSQL backend: session logs and blobs in tables, for many processes or machines sharing
+sessions. Same API and semantics as the JSONL backend (`jsonl.py`), with these equivalents:
+
+- The schema is created and upgraded by numbered migrations (`MIGRATIONS`), applied once under a
+  transaction-level advisory lock, so concurrent first connections do not race.
+- One writer per session: a session-level advisory lock (`pg_try_advisory_lock`) held by the writer's
+  connection from open to close; it is released by the server if the process dies.
+- `compaction_lock()`: a second advisory lock per session, so two workers never compact at once.
+- Durability `fsync`: every append is its own committed transaction (durable when append returns).
+  `batch` (group commit): appends are buffered in the client and sent together, in one transaction
+  by COPY, every BATCH_MAX_ENTRIES appends, every BATCH_MAX_DELAY_S (background thread), before any
+  read, and on flush/close. A crash of the *client process* in batch mode loses the entries appended
+  since the last send (at most BATCH_MAX_ENTRIES, or about BATCH_MAX_DELAY_S of appends); a group
+  is committed whole or not at all, so nothing half-written is ever visible.
+- Readers (`readonly=True`) take no lock and see the log as it was when they opened it.
+
+Needs the `postgres` extra (psycopg 3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ctxwin.errors import InputError
+from ctxwin.store.base import (
+    BlobInfo,
+    BlobNotFoundError,
+    Entry,
+    EntryKind,
+    SessionFormatError,
+    SessionLockedError,
+)
+from ctxwin.store.blobs import (
+    HANDLE_MIN_HEX,
+    HANDLE_PREFIX,
+    byte_range,
+    choose_match,
+    count_lines,
+    line_range,
+    parse_handle,
+    sha256_hex,
+    shortest_unique_prefix,
+    verify,
+)
+from ctxwin.store.tree import (
+    ROOT,
+    EntryPath,
+    Jumps,
+    check_append,
+    dumps,
+    entry_from_dict,
+    new_id,
+    now_timestamp,
+    path_ranges,
+)
+
+LOCK_POLL_S = 0.01  # how often a waiting writer retries the advisory lock (doubling up to LOCK_POLL_MAX_S)
+LOCK_POLL_MAX_S = 0.1
+LOAD_CHUNK = 2048  # entries fetched per query when iterating
+BATCH_MAX_ENTRIES = 256  # batch mode: buffered appends are sent at the latest after this many
+BATCH_MAX_DELAY_S = 0.05  # batch mode: ... or this long after an append (background thread)
+MIGRATION_LOCK = 0x637478_77696E  # pg_advisory_xact_lock key serializing migrations ("ctxwin")
+DURABILITIES: tuple[str, ...] = ("fsync", "batch")
+
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (1, """
+CREATE TABLE ctxwin_sessions (
+    session_id text PRIMARY KEY,
+    created text NOT NULL,
+    meta text NOT NULL DEFAULT '{}'
+);
+CREATE TABLE ctxwin_entries (
+    session_id text NOT NULL REFERENCES ctxwin_sessions (session_id) ON DELETE CASCADE,
+    seq bigint NOT NULL,
+    id text NOT NULL,
+    parent_id text,
+    parent_seq bigint NOT NULL,
+    kind text NOT NULL,
+    ts text NOT NULL,
+    payload text NOT NULL,  -- JSON as written (jsonb would reorder keys; json rejects lone surrogates)
+    PRIMARY KEY (session_id, seq),
+    UNIQUE (session_id, id)
+);
+CREATE INDEX ctxwin_entries_jumps ON ctxwin_entries (session_id, seq) WHERE parent_seq <> seq - 1;
+CREATE TABLE ctxwin_blobs (
+    session_id text NOT NULL,
+    sha256 text COLLATE "C" NOT NULL,
+    handle text NOT NULL,
+    size bigint NOT NULL,
+    lines bigint NOT NULL,
+    media_type text,
+    origin text,
+    data bytea NOT NULL,
+    created text NOT NULL,
+    PRIMARY KEY (session_id, sha256)
+);
+"""),
+)
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise InputError("the PostgreSQL backend needs psycopg 3", "pip install 'ctxwin[postgres]'") from None
+    return psycopg
+
+
+def connect(dsn: str) -> Any:
+    """An autocommit psycopg connection with the schema migrated to SCHEMA_VERSION."""
+    psycopg = _psycopg()
+    try:
+        conn = psycopg.connect(dsn, autocommit=True)
+    except psycopg.OperationalError as error:
+        raise InputError(f"cannot connect to PostgreSQL: {str(error).strip()}",
+                         "check the DSN and that the server is running") from None
+    migrate(conn)
+    return conn
+
+
+def migrate(conn: Any) -> int:
+    """Applies the migrations the database lacks; returns the schema version."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        conn.execute("CREATE TABLE IF NOT EXISTS ctxwin_schema (version integer NOT NULL, applied text NOT NULL)")
+        current = conn.execute("SELECT coalesce(max(version), 0) FROM ctxwin_schema").fetchone()[0]
+        if current > SCHEMA_VERSION:
+            raise SessionFormatError(f"the database has ctxwin schema version {current}; this ctxwin knows up to "
+                                     f"{SCHEMA_VERSION}", "upgrade ctxwin")
+        for version, sql in MIGRATIONS:
+            if version > current:
+                conn.execute(sql)
+                conn.execute("INSERT INTO ctxwin_schema VALUES (%s, %s)", (version, now_timestamp()))
+    return SCHEMA_VERSION
+
+
+def lock_key(purpose: str, session_id: str) -> int:
+    """A signed 64-bit advisory-lock key for (purpose, session)."""
+    digest = hashlib.blake2b(f"ctxwin:{purpose}:{session_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def try_advisory_lock(conn: Any, key: int, timeout: float | None,
+                      guard: contextlib.AbstractContextManager[Any] | None = None) -> bool:
+    """Takes a session-level advisory lock, retrying until `timeout` (None: forever). `guard` is held
+    around each attempt (not while sleeping), for connections shared between threads."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = LOCK_POLL_S
+    while True:
+        with guard or contextlib.nullcontext():
+            got = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
+        if got:
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, LOCK_POLL_MAX_S)
+
+
+# --------------------------------------------------------------------------------------------------
+# Blobs
+
+
+class PostgresBlobStore:
+    """A `BlobStore` in the `ctxwin_blobs` table, one namespace per session. `lock` guards the
+    connection when it is shared (a session log passes its own)."""
+
+    def __init__(self, conn: Any, session_id: str, lock: threading.RLock | None = None) -> None:
+        self.conn = conn
+        self.session_id = session_id
+        self._lock = lock or threading.RLock()
+
+    def _with_prefix(self, prefix: str, columns: str) -> list[tuple[Any, ...]]:
+        # sha256 is COLLATE "C", so this range is a prefix scan of the primary key
+        return list(self.conn.execute(
+            f"SELECT {columns} FROM ctxwin_blobs WHERE session_id = %s AND sha256 >= %s AND sha256 < %s",
+            (self.session_id, prefix, prefix + "g"),
+        ).fetchall())
+
+    def _resolve(self, handle: str) -> str:
+        prefix = parse_handle(handle)
+        return choose_match(handle, prefix, [(r[0], r[1]) for r in self._with_prefix(prefix, "sha256, handle")])
+
+    def put(self, data: bytes, *, media_type: str | None = None, origin: str | None = None) -> BlobInfo:
+        with self._lock:
+            return self._put(data, media_type=media_type, origin=origin)
+
+    def _put(self, data: bytes, *, media_type: str | None = None, origin: str | None = None) -> BlobInfo:
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise InputError(f"blob data must be bytes, not {type(data).__name__}", "encode text first")
+        data = bytes(data)
+        digest = sha256_hex(data)
+        with self.conn.transaction():
+            # sha256() runs in the server: an intact copy is recognized without shipping it back
+            row = self.conn.execute(
+                "SELECT encode(sha256(data), 'hex') = sha256 FROM ctxwin_blobs WHERE session_id = %s AND sha256 = %s "
+                "FOR UPDATE", (self.session_id, digest)).fetchone()
+            if row is not None:
+                if not row[0]:  # the same bytes again repair a damaged copy
+                    self.conn.execute("UPDATE ctxwin_blobs SET data = %s WHERE session_id = %s AND sha256 = %s",
+                                      (data, self.session_id, digest))
+                return self._stat(HANDLE_PREFIX + digest)
+            others = [r[0] for r in self._with_prefix(digest[:HANDLE_MIN_HEX], "sha256")]
+            info = BlobInfo(HANDLE_PREFIX + shortest_unique_prefix(digest, others), digest, len(data),
+                            count_lines(data), media_type, origin)
+            self.conn.execute(
+                "INSERT INTO ctxwin_blobs VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (self.session_id, digest, info.handle, info.size, info.lines, media_type, origin, data,
+                 now_timestamp()))
+        return self._stat(HANDLE_PREFIX + digest)
+
+    def stat(self, handle: str) -> BlobInfo:
+        with self._lock:
+            return self._stat(handle)
+
+    def _stat(self, handle: str) -> BlobInfo:
+        digest = self._resolve(handle)
+        row = self.conn.execute(
+            "SELECT handle, sha256, size, lines, media_type, origin FROM ctxwin_blobs "
+            "WHERE session_id = %s AND sha256 = %s", (self.session_id, digest)).fetchone()
+        if row is None:
+            raise BlobNotFoundError(f"no blob {handle} in this store", "check the handle")
+        return BlobInfo(row[0], row[1], int(row[2]), int(row[3]), row[4], row[5])
+
+    def get(self, handle: str) -> bytes:
+        with self._lock:
+            return self._get(handle)
+
+    def _get(self, handle: str) -> bytes:
+        digest = self._resolve(handle)
+        row = self.conn.execute("SELECT data FROM ctxwin_blobs WHERE session_id = %s AND sha256 = %s",
+                                (self.session_id, digest)).fetchone()
+        if row is None:
+            raise BlobNotFoundError(f"no blob {handle} in this store", "check the handle")
+        return verify(handle, digest, bytes(row[0]), f"table ctxwin_blobs, session {self.session_id}")
+
+    def read_bytes(self, handle: str, offset: int = 0, limit: int | None = None) -> bytes:
+        return byte_range(self.get(handle), offset, limit)
+
+    def read_lines(self, handle: str, offset: int = 1, limit: int | None = None) -> tuple[list[str], int]:
+        return line_range(self.get(handle), offset, limit)
+
+    def __contains__(self, handle: object) -> bool:
+        try:
+            self.stat(str(handle))
+        except (BlobNotFoundError, InputError):
+            return False
+        return True
+
+    def infos(self) -> list[BlobInfo]:
+        with self._lock:
+            return self._infos()
+
+    def _infos(self) -> list[BlobInfo]:
+        rows = self.conn.execute(
+            "SELECT handle, sha256, size, lines, media_type, origin FROM ctxwin_blobs WHERE session_id = %s "
+            "ORDER BY sha256", (self.session_id,)).fetchall()
+        return [BlobInfo(r[0], r[1], int(r[2]), int(r[3]), r[4], r[5]) for r in rows]
+
+
+# --------------------------------------------------------------------------------------------------
+# The log
+
+
+class PostgresSessionLog:
+    """A `SessionLog` in PostgreSQL. Use `Session.postgres(dsn, session_id)` to get one."""
+
+    def __init__(self, dsn: str, session_id: str, *, durability: str = "fsync", lock_timeout: float | None = 0,
+                 readonly: bool = False, meta: dict[str, Any] | None = None) -> None:
+        if durability not in DURABILITIES:
+            raise InputError(f"unknown durability {durability!r}", f"use one of: {', '.join(DURABILITIES)}")
+        if not session_id:
+            raise InputError("a PostgreSQL session needs a session id")
+        self.session_id = session_id
+        self.durability = durability
+        self.readonly = readonly
+        self._closed = False
+        self._compacting = False
+        self._mutex = threading.RLock()  # one connection, shared with the group-commit thread
+        self._pending: list[tuple[Any, ...]] = []  # batch mode: rows appended but not yet sent
+        self._ids: set[str] | None = None  # batch mode: every id, so a buffered id is known unique
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
+        self.conn = connect(dsn)
+        try:
+            self._open(lock_timeout, meta)
+        except BaseException:
+            self.conn.close()
+            raise
+        self.blobs = PostgresBlobStore(self.conn, session_id, self._mutex)
+        if durability == "batch" and not readonly:
+            self._flusher = threading.Thread(target=self._flush_loop, name="ctxwin-pg-group-commit", daemon=True)
+            self._flusher.start()
+
+    def _open(self, lock_timeout: float | None, meta: dict[str, Any] | None) -> None:
+        conn = self.conn
+        if not self.readonly and not try_advisory_lock(conn, lock_key("writer", self.session_id), lock_timeout):
+            waited = f" after waiting {lock_timeout:g} s" if lock_timeout else ""
+            raise SessionLockedError(
+                f"session {self.session_id} is already open for writing{waited}",
+                "close the other writer first, wait for it (lock_timeout=SECONDS), or open the session read-only")
+        row = conn.execute("SELECT created, meta FROM ctxwin_sessions WHERE session_id = %s",
+                           (self.session_id,)).fetchone()
+        if row is None:
+            if self.readonly:
+                raise InputError(f"no session {self.session_id!r} in the database", "check the session id")
+            conn.execute("INSERT INTO ctxwin_sessions VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                         (self.session_id, now_timestamp(), dumps(meta or {})))
+            row = conn.execute("SELECT created, meta FROM ctxwin_sessions WHERE session_id = %s",
+                               (self.session_id,)).fetchone()
+        self.header = {"session_id": self.session_id, "created": row[0], "meta": json.loads(row[1])}
+        last = conn.execute("SELECT seq, id FROM ctxwin_entries WHERE session_id = %s ORDER BY seq DESC LIMIT 1",
+                            (self.session_id,)).fetchone()
+        self._count = 0 if last is None else int(last[0]) + 1
+        self._leaf: tuple[int, str] | None = None if last is None else (int(last[0]), last[1])
+        rows = conn.execute("SELECT seq, parent_seq FROM ctxwin_entries "
+                            "WHERE session_id = %s AND parent_seq <> seq - 1 ORDER BY seq",
+                            (self.session_id,)).fetchall()
+        self._jumps = Jumps(seqs=[int(r[0]) for r in rows], parents=[int(r[1]) for r in rows])
+
+    # ---- properties
+
+    @property
+    def leaf_id(self) -> str | None:
+        return None if self._leaf is None else self._leaf[1]
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def problems(self) -> list[Any]:
+        return []  # rows are typed and constrained: nothing to report
+
+    # ---- writing
+
+    def append(self, kind: EntryKind, payload: dict[str, Any], *, parent_id: str | None = None,
+               timestamp: str | None = None) -> Entry:
+        """Appends under `parent_id` (default: the current leaf). `fsync`: returns once committed.
+        `batch`: returns at once; the entry is sent with its group (see the module docstring)."""
+        self._check_writable()
+        check_append(kind, payload)
+        try:
+            text = dumps(payload)
+        except (TypeError, ValueError) as error:
+            raise InputError(f"entry payload is not JSON: {error}", "payloads hold plain JSON data only") from None
+        with self._mutex:
+            parent = self._leaf if parent_id is None else (self._seq_of(parent_id), parent_id)
+            parent_seq = ROOT if parent is None else parent[0]
+            parent_ref = None if parent is None else parent[1]
+            ts = timestamp or now_timestamp()
+            seq = self._count
+            if self.durability == "batch":
+                if self._ids is None:
+                    self._ids = {r[0] for r in self.conn.execute(
+                        "SELECT id FROM ctxwin_entries WHERE session_id = %s", (self.session_id,))}
+                entry_id = new_id(self._ids.__contains__)
+                self._ids.add(entry_id)
+                self._pending.append((self.session_id, seq, entry_id, parent_ref, parent_seq, kind, ts, text))
+                if len(self._pending) >= BATCH_MAX_ENTRIES:
+                    self._send_pending()
+            else:
+                while True:
+                    entry_id = new_id(lambda _candidate: False)  # the unique constraint catches a collision
+                    inserted = self.conn.execute(
+                        "INSERT INTO ctxwin_entries VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                        "ON CONFLICT (session_id, id) DO NOTHING RETURNING seq",
+                        (self.session_id, seq, entry_id, parent_ref, parent_seq, kind, ts, text),
+                    ).fetchone()
+                    if inserted is not None:
+                        break
+            self._count += 1
+            self._jumps.add(seq, parent_seq)
+            self._leaf = (seq, entry_id)
+        return Entry(id=entry_id, parent_id=parent_ref, kind=kind, timestamp=ts, payload=json.loads(text))
+
+    def _send_pending(self) -> None:
+        """One transaction with every buffered row (COPY: the fastest way in)."""
+        if not self._pending:
+            return
+        columns = "session_id, seq, id, parent_id, parent_seq, kind, ts, payload"
+        with (self.conn.transaction(), self.conn.cursor() as cursor,
+              cursor.copy(f"COPY ctxwin_entries ({columns}) FROM STDIN") as copy):
+            for row in self._pending:
+                copy.write_row(row)
+        self._pending = []
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(BATCH_MAX_DELAY_S):
+            with self._mutex:
+                if not self.conn.closed:
+                    self._send_pending()
+
+    def branch(self, entry_id: str | None) -> None:
+        self._check_open()
+        with self._mutex:
+            self._leaf = None if entry_id is None else (self._seq_of(entry_id), entry_id)
+
+    # ---- reading (each read first sends what is buffered, so it sees every append)
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        with self._mutex:
+            self._send_pending()
+            return list(self.conn.execute(sql, params).fetchall())
+
+    def _seq_of(self, entry_id: str) -> int:
+        rows = self._query("SELECT seq FROM ctxwin_entries WHERE session_id = %s AND id = %s",
+                           (self.session_id, entry_id))
+        if not rows or int(rows[0][0]) >= self._count:
+            raise InputError(f"no entry {entry_id!r} in session {self.session_id}", "check the entry id")
+        return int(rows[0][0])
+
+    def _load(self, first: int, last: int) -> list[Entry]:
+        rows = self._query("SELECT id, parent_id, kind, ts, payload FROM ctxwin_entries "
+                           "WHERE session_id = %s AND seq BETWEEN %s AND %s ORDER BY seq",
+                           (self.session_id, first, last))
+        return [entry_from_dict({"id": r[0], "parent_id": r[1], "kind": r[2], "timestamp": r[3],
+                                 "payload": json.loads(r[4])}) for r in rows]
+
+    def get(self, entry_id: str) -> Entry:
+        self._check_open()
+        seq = self._seq_of(entry_id)
+        return self._load(seq, seq)[0]
+
+    def __contains__(self, entry_id: object) -> bool:
+        if not isinstance(entry_id, str):
+            return False
+        try:
+            self._seq_of(entry_id)
+        except InputError:
+            return False
+        return True
+
+    def path(self, leaf_id: str | None = None) -> EntryPath:
+        """Root-first entries from the root to `leaf_id` (default: the current leaf), read lazily."""
+        self._check_open()
+        if leaf_id is None:
+            if self._leaf is None:
+                return EntryPath([], self._load)
+            seq = self._leaf[0]
+        else:
+            seq = self._seq_of(leaf_id)
+        return EntryPath(path_ranges(self._jumps, seq), self._load)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return self.entries()
+
+    def entries(self, start: int = 0, stop: int | None = None) -> Iterator[Entry]:
+        """Entries by position in append order, `start` to `stop` (exclusive)."""
+        self._check_open()
+        stop = self._count if stop is None else min(stop, self._count)
+        for first in range(max(0, start), stop, LOAD_CHUNK):
+            yield from self._load(first, min(stop, first + LOAD_CHUNK) - 1)
+
+    def leaves(self) -> list[str]:
+        self._check_open()
+        rows = self._query(
+            "SELECT id FROM ctxwin_entries WHERE session_id = %s AND seq < %s AND seq NOT IN "
+            "(SELECT parent_seq FROM ctxwin_entries WHERE session_id = %s AND seq < %s) ORDER BY seq",
+            (self.session_id, self._count, self.session_id, self._count))
+        return [r[0] for r in rows]
+
+    def kind_counts(self) -> dict[str, int]:
+        self._check_open()
+        rows = self._query("SELECT kind, count(*) FROM ctxwin_entries WHERE session_id = %s AND seq < %s "
+                           "GROUP BY kind ORDER BY kind", (self.session_id, self._count))
+        return {r[0]: int(r[1]) for r in rows}
+
+    def newest_timestamp(self) -> str | None:
+        self._check_open()
+        rows = self._query("SELECT max(ts) FROM ctxwin_entries WHERE session_id = %s AND seq < %s",
+                           (self.session_id, self._count))
+        return rows[0][0]
+
+    @contextlib.contextmanager
+    def compaction_lock(self, timeout: float | None = 0) -> Iterator[None]:
+        """Held while a worker compacts this session (an advisory lock), so two workers never compact
+        it at once. Not reentrant: a second `compaction_lock` on the same log is refused too."""
+        self._check_open()
+        key = lock_key("compaction", self.session_id)
+        if self._compacting or not try_advisory_lock(self.conn, key, timeout, self._mutex):
+            raise SessionLockedError(f"session {self.session_id} is already being compacted",
+                                     "wait for the other compaction to finish, or pass a timeout")
+        self._compacting = True
+        try:
+            yield
+        finally:
+            self._compacting = False
+            with self._mutex:
+                if not self.conn.closed:
+                    self.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    # ---- closing
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InputError(f"session {self.session_id} is closed", "open it again")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.readonly:
+            raise InputError(f"session {self.session_id} is open read-only", "open it for writing to append")
+
+    def flush(self) -> None:
+        """Sends and commits everything appended so far (batch mode sends early)."""
+        self._check_open()
+        with self._mutex:
+            self._send_pending()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._stop.set()
+        if self._flusher is not None:
+            self._flusher.join()
+            self._flusher = None
+        try:
+            if not self.conn.closed:
+                self.flush()
+                if not self.readonly:
+                    # Closing the connection releases the lock too, but the server notices the
+                    # disconnect a moment later: a writer reopening at once would be refused.
+                    with self._mutex:
+                        self.conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key("writer", self.session_id),))
+        finally:
+            self._closed = True
+            self.conn.close()
+
+    def __enter__(self) -> PostgresSessionLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# Listing and deleting
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresSessionRow:
+    session_id: str
+    entries: int
+    payload_bytes: int
+    blobs: int
+    blob_bytes: int
+    created: str
+    last_activity: str | None
+
+
+def list_postgres_sessions(dsn: str) -> list[PostgresSessionRow]:
+    conn = connect(dsn)
+    try:
+        rows = conn.execute("""
+            SELECT s.session_id, s.created,
+                   (SELECT count(*) FROM ctxwin_entries e WHERE e.session_id = s.session_id),
+                   (SELECT coalesce(sum(octet_length(payload)), 0) FROM ctxwin_entries e
+                    WHERE e.session_id = s.session_id),
+                   (SELECT max(ts) FROM ctxwin_entries e WHERE e.session_id = s.session_id),
+                   (SELECT count(*) FROM ctxwin_blobs b WHERE b.session_id = s.session_id),
+                   (SELECT coalesce(sum(size), 0) FROM ctxwin_blobs b WHERE b.session_id = s.session_id)
+            FROM ctxwin_sessions s ORDER BY s.session_id""").fetchall()
+    finally:
+        conn.close()
+    return [PostgresSessionRow(session_id=r[0], created=r[1], entries=int(r[2]), payload_bytes=int(r[3]),
+                               last_activity=r[4], blobs=int(r[5]), blob_bytes=int(r[6])) for r in rows]
+
+
+def delete_postgres_session(dsn: str, session_id: str) -> dict[str, Any]:
+    """Deletes a session's entries and blobs; refused while a writer has it open."""
+    conn = connect(dsn)
+    try:
+        if not try_advisory_lock(conn, lock_key("writer", session_id), 0):
+            raise SessionLockedError(f"session {session_id} is open for writing", "close it before deleting it")
+        with conn.transaction():
+            blobs = conn.execute("DELETE FROM ctxwin_blobs WHERE session_id = %s", (session_id,)).rowcount
+            entries = conn.execute("DELETE FROM ctxwin_entries WHERE session_id = %s", (session_id,)).rowcount
+            sessions = conn.execute("DELETE FROM ctxwin_sessions WHERE session_id = %s", (session_id,)).rowcount
+        if not sessions:
+            raise InputError(f"no session {session_id!r} in the database", "check the session id")
+    finally:
+        conn.close()
+    return {"session_id": session_id, "entries": entries, "blobs": blobs}
