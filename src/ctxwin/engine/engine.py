@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -332,7 +332,16 @@ class ContextEngine:
         keys = [m.content_key for m in messages]
         problems = self._validator.check(messages, keys)
         if problems or self._state.last_repairs:
-            items, repair_events = self._repair(items, ctx)
+            repaired, repair_events = self._repair(items, ctx)
+            overhead = total_tokens(repaired) - total_tokens(items)
+            if (self.policy.fit.enabled and overhead > 0
+                    and ctx.system_tokens + total_tokens(repaired) > ctx.budget):
+                # What repair adds (error results for calls the history never answered) must fit too:
+                # fit again with that much less room, then repair the smaller view.
+                tighter = replace(ctx, budget=ctx.budget - overhead)
+                items = self._run_view_stage("fit", fit.stage(items, self.policy.fit, tighter), events, ctx)
+                repaired, repair_events = self._repair(items, ctx)
+            items = repaired
             events.extend(repair_events)
             if repair_events or problems:
                 messages = [i.message for i in items]
