@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import TRANSCRIPTS, shared_path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import TRANSCRIPTS, shared_path
 from ctxwin import policy as policies
 from ctxwin.engine import ContextEngine, iter_replay
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
