@@ -165,7 +165,8 @@ def test_mask_keeps_error_line(counter) -> None:
     items, calls = session(counter, ["step\n" * 100 + "FAILED tests/test_x.py::test_y - AssertionError\n", "x", "y"])
     items[2] = Item("t0", tool_result("c0", items[2].message.tool_results[0].text, name="bash", is_error=True),
                     items[2].tokens)
-    result = mask.stage(items, MaskPolicy(enabled=True, keep_last=1, batch=1, min_tokens=0), ctx_for(counter, calls=calls))
+    policy = MaskPolicy(enabled=True, keep_last=1, batch=1, min_tokens=0)
+    result = mask.stage(items, policy, ctx_for(counter, calls=calls))
     assert "FAILED tests/test_x.py::test_y - AssertionError" in result.items[2].message.tool_results[0].text
 
 

@@ -13,7 +13,7 @@ where the first compaction's kept messages vanished, cannot happen.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -39,6 +39,12 @@ of 200K)."""
 GUARD_SHARE = 0.1
 """Share of the summary budget held back from the summarizer so the identifier guard has room to
 append what the summary lost."""
+INDEX_SHARE = 0.15
+"""Share of the summary budget for the recall index: where the largest evicted outputs can be read
+back, byte for byte (the page table of what left the view)."""
+INDEX_MIN_TOKENS = 150
+"""Outputs and inputs smaller than about this many tokens are not worth an index line."""
+INDEX_HEADING = "## Recall index"
 SPLIT_PREFIX_SHARE = 0.35
 """Share of the summary budget given to a split turn's prefix summary (Pi runs both in parallel)."""
 SPLIT_TURN_HEADER = "**Turn Context (split turn):**"
@@ -209,6 +215,12 @@ def plan_cut(items: Sequence[Item], policy: CompactionPolicy, ctx: StageContext,
         keep = policy.keep_recent_tokens
         if policy.strategy == "openclaw":
             keep = min(keep, int(ctx.window * policy.history_share / factor))
+        elif policy.strategy == "ctxwin" and policy.target_ratio is not None:
+            # ctxwin sizes the kept tail to what is left of its target after the system prompt and
+            # the summary: a harness with a 26K system prompt keeps little verbatim, one with a
+            # small prompt keeps much more. `keep_recent_tokens` is then the floor.
+            target = int(ctx.window * policy.target_ratio / factor)
+            keep = max(keep, target - ctx.system_tokens - summary_budget(policy, ctx.window, factor))
         cut = find_cut(items, start, keep)
         summary_tokens = summary_budget(policy, ctx.window, factor)
         for _ in range(KEEP_SHRINK_STEPS):
@@ -216,7 +228,9 @@ def plan_cut(items: Sequence[Item], policy: CompactionPolicy, ctx: StageContext,
                 break
             keep //= 2
             cut = find_cut(items, start, keep)
-    split = turn_start(items, start, cut) if policy.strategy in ("pi", "openclaw", "ctxwin", "checkpoint") else None
+    # A turn too large to keep is summarized apart (Pi) where the summarizer is a model; ctxwin reads the
+    # whole span at once, so the prefix of a split turn is simply part of it.
+    split = turn_start(items, start, cut) if policy.strategy in ("pi", "openclaw", "checkpoint") else None
     span_end = split if split is not None else cut
     span = [i for i in items[start:span_end] if not i.synthetic]
     prefix = list(items[split:cut]) if split is not None else []
@@ -241,6 +255,7 @@ def compact_view(
     memory_flush: Callable[[list[Message]], None] | None = None,
     trigger: str = "threshold",
     factor: float = 1.0,
+    originals: Mapping[str, Message] | None = None,
 ) -> Outcome:
     """Plan, summarize, guard. Raises `CompactionFailed` (history untouched) when there is nothing
     to summarize, the summarizer fails, or the result would not shrink the view enough."""
@@ -255,7 +270,7 @@ def compact_view(
         memory_flush([i.message for i in plan.summarized])
     summarizer = summarizer or ExtractiveSummarizer()
     budget = summary_budget(policy, ctx.window, factor)
-    summarizer_budget = max(int(budget * (1 - GUARD_SHARE)), 1)
+    summarizer_budget = max(int(budget * (1 - GUARD_SHARE - INDEX_SHARE)), 1)
     span_messages = [i.message for i in plan.span]
     prefix_messages = [i.message for i in plan.prefix]
     try:
@@ -272,7 +287,8 @@ def compact_view(
                                            budget_tokens=summarizer_budget, counter=ctx.counter)
     except Exception as error:  # a failed summary never deletes history
         raise CompactionFailed(f"summarizer {getattr(summarizer, 'name', '?')} failed: {error}", before) from error
-    summary = guard(summary, span_messages + prefix_messages, ctx.counter, budget)
+    summary = guard(summary, span_messages + prefix_messages, ctx.counter, int(budget * (1 - INDEX_SHARE)))
+    summary = with_recall_index(summary, plan.summarized, ctx, budget, originals)
     covered = tuple(dict.fromkeys([*(previous.covered_ids if previous else ()),
                                    *(i.entry_id for i in plan.summarized)]))
     summary = replace(summary, covered_ids=covered)
@@ -291,6 +307,49 @@ def compact_view(
                "kept_messages": len(plan.kept), "summary_tokens": summary.tokens,
                "identifier_guard": summary.details.get("identifier_guard", {})}
     return Outcome(policy.strategy, summary, plan, before, after, reason, attachments, details)
+
+
+def recall_index(items: Sequence[Item], ctx: StageContext, budget_tokens: int,
+                 originals: Mapping[str, Message] | None = None) -> list[str]:
+    """Index lines for the largest outputs and call inputs of the summarized span (largest first,
+    listed in conversation order) within `budget_tokens`: what each was and the ref that returns
+    it byte for byte. Sizes are those of the messages as logged (`originals`, by entry id): an output
+    already masked in the view is still worth indexing."""
+    from ctxwin.compaction.identifiers import call_arguments
+    from ctxwin.pipeline.view import describe_call, recall_ref
+
+    candidates: list[tuple[int, int, str]] = []  # (size in characters, position, line)
+    for position, item in enumerate(items):
+        message = (originals or {}).get(item.entry_id, item.message)
+        for result in message.tool_results:
+            size = len(result.text)
+            if size >= INDEX_MIN_TOKENS * 4:
+                candidates.append((size, position, f"- output of {describe_call(ctx.calls.get(result.call_id))}: "
+                                                   f"recall(\"{recall_ref(item.entry_id, result.call_id)}\")"))
+        for call in message.tool_calls:
+            size = sum(len(v) for v in call_arguments(call).values() if isinstance(v, str))
+            if size >= INDEX_MIN_TOKENS * 4:
+                candidates.append((size, position, f"- input of {describe_call(call)}: "
+                                                   f"recall(\"{recall_ref(item.entry_id, call.id)}\")"))
+    chosen: list[tuple[int, str]] = []
+    used = 0
+    for _, position, line in sorted(candidates, key=lambda c: (-c[0], c[1])):
+        cost = ctx.counter.count_text(line) + 1
+        if used + cost <= budget_tokens:
+            chosen.append((position, line))
+            used += cost
+    return [line for _, line in sorted(chosen)]
+
+
+def with_recall_index(summary: Summary, items: Sequence[Item], ctx: StageContext, budget: int,
+                      originals: Mapping[str, Message] | None = None) -> Summary:
+    room = budget - ctx.counter.count_text(summary.text) - ctx.counter.count_text(INDEX_HEADING) - 2
+    lines = recall_index(items, ctx, room, originals)
+    if not lines:
+        return summary
+    text = f"{summary.text.rstrip()}\n\n{INDEX_HEADING}\n" + "\n".join(lines)
+    return replace(summary, text=text, tokens=ctx.counter.count_text(text),
+                   details={**summary.details, "recall_index": len(lines)})
 
 
 def join_split_turn(history: Summary | None, turn: Summary, ctx: StageContext) -> Summary:

@@ -52,6 +52,10 @@ STATE_KEY = "extractive"  # where the merged state lives in Summary.details
 MIN_ROOT_FILES = 3  # paths shown relative to a project root only when this many share it
 ROOT_GROUP_DEPTH = 3  # files are grouped by their first directories, this many deep, to find the root
 FOCUS_BOOST = 1_000_000.0  # rank bonus for items matching the focus instruction (kept first)
+RECENT_MESSAGES = 400  # references are looked for in the span's last this many messages
+RECENT_TEXT_CHARS = 20_000  # of each message, at most this much is scanned for references
+RECENT_PER_LINE = 8  # references per line of the section (a line is the unit the budget trims)
+RECENT_LINES = 12
 
 GOAL = "Goal"
 USER = "User messages"
@@ -64,20 +68,22 @@ DECISIONS = "Decisions"
 OPEN = "Open tasks"
 CURRENT = "Current work"
 IDENTIFIERS = "Identifiers"
+RECENT = "Recent references"
 
-ORDER = (GOAL, USER, ROOT, MODIFIED, READ, COMMANDS, ERRORS, DECISIONS, OPEN, CURRENT, IDENTIFIERS)
+ORDER = (GOAL, USER, ROOT, MODIFIED, READ, COMMANDS, ERRORS, DECISIONS, OPEN, CURRENT, IDENTIFIERS, RECENT)
 # Share of the budget when sections compete for it.
 WEIGHTS: Mapping[str, float] = {
     GOAL: 2.0, USER: 6.0, ROOT: 1.0, MODIFIED: 3.0, READ: 2.5, COMMANDS: 4.0, ERRORS: 3.0,
-    DECISIONS: 1.5, OPEN: 2.0, CURRENT: 2.0, IDENTIFIERS: 2.0,
+    DECISIONS: 1.5, OPEN: 2.0, CURRENT: 2.0, IDENTIFIERS: 2.0, RECENT: 2.0,
 }
 OTHER_WEIGHT = 2.0  # sections carried from another summarizer's summary
 # How each section merges with the previous summary's (see summary.merge_sections).
-RULES: Mapping[str, str] = {GOAL: "keep", OPEN: "replace", CURRENT: "replace", IDENTIFIERS: "front"}
+RULES: Mapping[str, str] = {GOAL: "keep", OPEN: "replace", CURRENT: "replace", IDENTIFIERS: "front",
+                            RECENT: "replace"}
 # At most this many items per section are kept in the merged state (the newest; identifiers: the first).
 STATE_CAPS: Mapping[str, int] = {
     GOAL: 3, USER: 200, MODIFIED: 1_000, READ: 1_000, COMMANDS: 300, ERRORS: 100, DECISIONS: 60,
-    OPEN: 40, CURRENT: 10, IDENTIFIERS: 300,
+    OPEN: 40, CURRENT: 10, IDENTIFIERS: 300, RECENT: 40,
 }
 OTHER_CAP = 50
 
@@ -208,8 +214,41 @@ def span_state(span: Sequence[Message], *, per_message_chars: int = PER_MESSAGE_
         OPEN: open_tasks(span),
         CURRENT: current_work(span),
         IDENTIFIERS: extract_identifiers(span),
+        RECENT: recent_references(span),
     }
     return {k: v for k, v in state.items() if v}
+
+
+# Code symbols (snake_case, camelCase, PascalCase with two capitals, dotted names) and paths.
+_REFERENCE = re.compile(r"(?<![\w/.-])(?:[\w.-]*/[\w./-]+\w|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)")
+_CODE_WORD = re.compile(r"_[A-Za-z0-9]|[a-z][A-Z]|[A-Z][a-z]+[A-Z]|\.[A-Za-z_]")
+
+
+def recent_references(span: Sequence[Message]) -> list[str]:
+    """What the agent was working with, for it to pick up again: code symbols and paths of the span,
+    ranked by how recently and how often they appear (tool call arguments count double: the agent
+    typed them). Rendered a few per line, most relevant first."""
+    scores: dict[str, float] = {}
+    recent = span[-RECENT_MESSAGES:]
+    for position, message in enumerate(recent, start=1):
+        weight = 0.2 + 0.8 * position / len(recent)  # recent counts most; often-used old names still rank
+        texts: list[tuple[str, float]] = []
+        for block in message.blocks:
+            if isinstance(block, Text):
+                texts.append((block.text, 1.0))
+            elif isinstance(block, ToolCall):
+                texts.extend((v, 2.0) for v in call_arguments(block).values() if isinstance(v, str))
+            elif isinstance(block, ToolResult):
+                texts.append((block.text, 0.5))
+        for text, factor in texts:
+            for found in _REFERENCE.findall(text[:RECENT_TEXT_CHARS]):
+                token = found.strip(".-")
+                if len(token) < 4 or len(token) > 120 or not ("/" in token or _CODE_WORD.search(token)):
+                    continue
+                scores[token] = scores.get(token, 0.0) + weight * factor
+    ranked = sorted(scores, key=lambda t: (-scores[t], t))
+    lines = [", ".join(ranked[i:i + RECENT_PER_LINE]) for i in range(0, len(ranked), RECENT_PER_LINE)]
+    return lines[:RECENT_LINES]
 
 
 def _dedup_last(items: Sequence[str]) -> list[str]:
@@ -362,10 +401,36 @@ def _todo_items(call: ToolCall) -> list[str] | None:
     return active + pending + done
 
 
+_CHECKBOX = re.compile(r"^\s*[-*]\s+\[( |x|X)\]\s+(.+?)\s*$", re.M)
+PLAN_ITEMS = 8  # unchecked items taken from each plan document, in document order
+
+
+def _plan_items(call: ToolCall, plans: dict[str, dict[str, bool]]) -> None:
+    """Track checklists in the markdown files the agent writes or edits (plan documents): item text
+    -> checked, per file, updated by each write (the whole list) and edit (the changed lines)."""
+    args = call_arguments(call)
+    path = call_path(args)
+    if not path or not path.lower().endswith((".md", ".markdown", ".txt")):
+        return
+    kind = tool_kind(call.name)
+    text = args.get("content") if kind in ("write", "write_file", "create", "create_file") else None
+    if text is None:
+        text = args.get("new_string", args.get("newText", args.get("new_str")))
+    if not isinstance(text, str):
+        return
+    items = plans.setdefault(path, {})
+    if text is args.get("content"):  # a whole new version of the file
+        items.clear()
+    for mark, item in _CHECKBOX.findall(text):
+        items[item] = mark != " "
+
+
 def open_tasks(span: Sequence[Message]) -> list[str]:
-    """Unanswered user asks, the latest todo list (open items first), and the latest "next steps"."""
+    """Unanswered user asks, the latest todo list (open items first), the next unchecked items of
+    plan documents the agent wrote, and the latest "next steps"."""
     todos: list[str] = []
     next_steps: list[str] = []
+    plans: dict[str, dict[str, bool]] = {}
     last_reply = -1
     for index, message in enumerate(span):
         if message.role != "assistant":
@@ -374,6 +439,7 @@ def open_tasks(span: Sequence[Message]) -> list[str]:
             items = _todo_items(call)
             if items is not None:
                 todos = items
+            _plan_items(call, plans)
         text = message.text
         if text.strip():
             last_reply = index
@@ -382,7 +448,9 @@ def open_tasks(span: Sequence[Message]) -> list[str]:
                 next_steps = steps
     unanswered = [f"Unanswered: {clip(t, USER_MEDIUM_CHARS)}"
                   for t in (user_text(m) for m in span[last_reply + 1:]) if t]
-    return unanswered + todos + [f"Next: {s}" for s in next_steps]
+    planned = [f"Plan ({_short_path(path)}): {clip(item, SHORT_CHARS * 2)}"
+               for path, items in plans.items() for item in [i for i, done in items.items() if not done][:PLAN_ITEMS]]
+    return unanswered + todos + [f"Next: {s}" for s in next_steps] + planned
 
 
 def _next_steps(text: str) -> list[str]:
@@ -571,6 +639,7 @@ def fit_input(state: Mapping[str, Sequence[str]], *, root: str | None, focus: st
         OPEN: in_order(state.get(OPEN, ()), USER_MEDIUM_CHARS, USER_SHORT_CHARS),
         CURRENT: in_order(state.get(CURRENT, ()), CURRENT_TEXT_CHARS, USER_MEDIUM_CHARS),
         IDENTIFIERS: in_order(identifiers, 10_000),
+        RECENT: in_order(state.get(RECENT, ()), 10_000),
     }
     sections = []
     for key in ORDER:

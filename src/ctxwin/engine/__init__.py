@@ -2,6 +2,6 @@
 
 from ctxwin.engine.engine import ContextEngine
 from ctxwin.engine.prepared import Prepared
-from ctxwin.engine.replay import CallRecord, ReplayResult, iter_replay, replay
+from ctxwin.engine.replay import CallRecord, ReplayResult, call_record, iter_replay, replay
 
-__all__ = ["CallRecord", "ContextEngine", "Prepared", "ReplayResult", "iter_replay", "replay"]
+__all__ = ["CallRecord", "ContextEngine", "Prepared", "ReplayResult", "call_record", "iter_replay", "replay"]

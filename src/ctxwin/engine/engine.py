@@ -45,6 +45,8 @@ PROVIDER_FOR_VALIDATION = "anthropic"
 MAX_RECOVERY_ATTEMPTS = 3
 """Overflow recoveries allowed in a row before `recover` gives up (OpenClaw's 3 attempts); a
 successful call (`record_usage`) resets the count."""
+REPAIR_FIT_ROUNDS = 3
+"""Times fit runs again when what repair adds pushes a request back over its budget."""
 RECOVERY_SHRINK = 0.85
 """Each recovery shrinks the request budget by this factor, on top of what it learned from the
 error: the provider counted more than we did, so we aim lower."""
@@ -112,9 +114,9 @@ class ContextEngine:
     `policy`: a preset name, a TOML path or a `Policy`. `summarizer`: None gives the deterministic
     extractive summarizer. `system` and `tools`: the system prompt and tool schemas sent with every
     request (counted against the budget). `workspace`: where bootstrap files are read from.
-    `clock`: seconds since the epoch (tests and replays pass their own). `overhead_tokens`: tokens
-    sent with every request that the engine does not see (a harness's own system prompt and tool
-    schemas), counted against the budget.
+    `clock`: seconds since the epoch (tests and replays pass their own). `overhead_tokens`: model
+    tokens sent with every request that the engine does not see (a harness's own system prompt and
+    tool schemas, as the provider counts them), counted against the budget.
     """
 
     def __init__(
@@ -141,6 +143,12 @@ class ContextEngine:
         self.window = UNLIMITED_WINDOW if self.policy.unlimited_window else (window or info.context_window)
         self.max_output = max_output or info.max_output
         self.reserve = 0 if self.policy.unlimited_window else self.policy.reserve(self.max_output)
+        if self.window <= self.reserve:
+            raise CtxwinError(
+                f"the context window ({self.window:,} tokens) is not larger than the reserve kept free for the "
+                f"answer ({self.reserve:,}: output {min(self.policy.output_reserve_tokens, self.max_output):,} "
+                f"+ margin {self.policy.safety_margin_tokens:,})",
+                "give a larger window, or a smaller max_output / policy output_reserve_tokens")
         self.counter = counter if isinstance(counter, CachedCounter) else CachedCounter(counter or counter_for(model))
         self.calibrator = Calibrator()
         self.summarizer = summarizer
@@ -333,12 +341,17 @@ class ContextEngine:
         problems = self._validator.check(messages, keys)
         if problems or self._state.last_repairs:
             repaired, repair_events = self._repair(items, ctx)
-            overhead = total_tokens(repaired) - total_tokens(items)
-            if (self.policy.fit.enabled and overhead > 0
-                    and ctx.system_tokens + total_tokens(repaired) > ctx.budget):
+            slack = 0
+            for attempt in range(REPAIR_FIT_ROUNDS):
+                over = ctx.system_tokens + total_tokens(repaired) - ctx.budget
+                if not self.policy.fit.enabled or over <= 0:
+                    break
                 # What repair adds (error results for calls the history never answered) must fit too:
-                # fit again with that much less room, then repair the smaller view.
-                tighter = replace(ctx, budget=ctx.budget - overhead)
+                # fit the unrepaired view with that much less room, then repair the smaller view; if a
+                # residue remains (the dropped-rounds marker grew a digit), squeeze that much more.
+                slack += over if attempt else 0
+                added = total_tokens(repaired) - total_tokens(items)
+                tighter = replace(ctx, budget=ctx.budget - max(added, 0) - slack)
                 items = self._run_view_stage("fit", fit.stage(items, self.policy.fit, tighter), events, ctx)
                 repaired, repair_events = self._repair(items, ctx)
             items = repaired
@@ -439,7 +452,10 @@ class ContextEngine:
                 for result in message.tool_results:
                     if result.call_id == call_id:
                         return result.text
-                raise CtxwinError(f"{ref}: entry has no result for call {call_id}")
+                for call in message.tool_calls:  # a cleared call input: the call as it was made
+                    if call.id == call_id:
+                        return json.dumps(call.arguments, ensure_ascii=False)
+                raise CtxwinError(f"{ref}: entry has no result or call {call_id}")
             return message.text or "\n".join(r.text for r in message.tool_results) or json.dumps(message.to_dict())
         raise CtxwinError(f"not a recall reference: {ref!r}",
                           "refs look like entry:<id>, entry:<id>#<call> or blob:<hash>")
@@ -470,9 +486,10 @@ class ContextEngine:
 
     def _context(self, now: float | None = None) -> StageContext:
         system = self.system_prompt
-        system_tokens = self.overhead_tokens + (self.counter.count_text(system) if system else 0) + (
-            self.counter.count_text(self._tools_json) if self.tools else 0)
         factor = self.calibrator.factor if self.calibrator.factor > 0 else 1.0
+        # Stages count in counter units; the overhead is given in the model's own tokens.
+        system_tokens = round(self.overhead_tokens / factor) + (self.counter.count_text(system) if system else 0) + (
+            self.counter.count_text(self._tools_json) if self.tools else 0)
         return StageContext(
             counter=self.counter,
             window=self.window,
@@ -643,7 +660,9 @@ class ContextEngine:
             if tokens - state.failed_at_tokens < self.window * 0.1:
                 return False
             state.compaction_failures = 0
-        return compaction_due(tokens, ctx, self.policy.compaction, self.calibrator.factor or 1.0)
+        # Past the request budget, compacting beats letting fit drop history, whatever the trigger.
+        return tokens > ctx.budget or compaction_due(tokens, ctx, self.policy.compaction,
+                                                     self.calibrator.factor or 1.0)
 
     def _compact(self, items: list[Item], ctx: StageContext, events: list[Event], *, focus: str | None,
                  trigger: str, force: bool = False) -> list[Item]:
@@ -654,7 +673,7 @@ class ContextEngine:
             outcome = compact_view(items, self.policy.compaction, ctx, summarizer=self.summarizer,
                                    previous=previous, focus=focus, pins=self._state.pins, force=force,
                                    memory_flush=self.memory_flush, trigger=trigger,
-                                   factor=self.calibrator.factor or 1.0)
+                                   factor=self.calibrator.factor or 1.0, originals=self._originals(items))
         except CompactionFailed as failure:
             state = self._state
             state.compaction_failures += 1

@@ -97,6 +97,24 @@ def categories(prepared: Prepared) -> dict[str, int]:
     return {k: round(v * factor) for k, v in out.items()}
 
 
+def call_record(index: int, prepared: Prepared, engine: ContextEngine) -> CallRecord:
+    """The record of one model call of a replay (message `index` is what the real call produced)."""
+    factor = prepared.tokens / max(prepared.raw_tokens, 1)
+    return CallRecord(
+        index=index,
+        tokens=prepared.tokens,
+        messages=len(prepared.items),
+        cached_tokens=round(prepared.stable_prefix_tokens * factor),
+        prefix_kept=prepared.prefix_kept,
+        valid=prepared.valid,
+        over_budget=prepared.tokens > prepared.budget,
+        latency_ms=prepared.elapsed_ms,
+        timestamp=engine.clock(),
+        events=tuple(prepared.events),
+        categories=categories(prepared),
+    )
+
+
 def iter_replay(
     transcript: Transcript,
     policy: str | Path | Policy = policies.DEFAULT,
@@ -139,19 +157,7 @@ def replay(
     calls: list[CallRecord] = []
     engine: ContextEngine | None = None
     for index, prepared, engine in iter_replay(transcript, policy, **options):
-        calls.append(CallRecord(
-            index=index,
-            tokens=prepared.tokens,
-            messages=len(prepared.items),
-            cached_tokens=round(prepared.stable_prefix_tokens * (prepared.tokens / max(prepared.raw_tokens, 1))),
-            prefix_kept=prepared.prefix_kept,
-            valid=prepared.valid,
-            over_budget=prepared.tokens > prepared.budget,
-            latency_ms=prepared.elapsed_ms,
-            timestamp=engine.clock(),
-            events=tuple(prepared.events),
-            categories=categories(prepared),
-        ))
+        calls.append(call_record(index, prepared, engine))
     if engine is None:
         engine = ContextEngine(model=options.get("model") or transcript.model, policy=policy)
     return ReplayResult(engine.policy.name, engine.model, engine.window, engine.budget, calls, engine)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ctxwin.messages import ToolResult
+from ctxwin.messages import Message, ToolCall, ToolResult
 from ctxwin.pipeline.view import (
     Decision,
     Event,
@@ -69,12 +69,33 @@ def _protected_from(items: Sequence[Item], keep_last: int) -> int:
     return 0
 
 
+def _long_inputs(message: Message, limit: int) -> bool:
+    return any(isinstance(v, str) and len(v) > limit for c in message.tool_calls
+               if isinstance(c.arguments, dict) for v in c.arguments.values())
+
+
+def cleared_call(call: ToolCall, limit: int, ref: str) -> ToolCall:
+    """The call with every string argument longer than `limit` replaced by a note saying where the
+    original is; paths, commands and other short arguments stay as they were."""
+    if not isinstance(call.arguments, dict):
+        return call
+    arguments = {k: (f"[cleared to save context: {len(v):,} characters; recall(\"{ref}\") has the call as made]"
+                     if isinstance(v, str) and len(v) > limit else v) for k, v in call.arguments.items()}
+    return ToolCall(call.id, call.name, arguments, call.extra)
+
+
 def candidates(items: Sequence[Item], policy: MaskPolicy) -> list[int]:
     cutoff = _protected_from(items, policy.keep_last) if policy.keep_last > 0 else len(items)
     found = []
     for index in range(cutoff):
         item = items[index]
-        if item.message.role != "tool" or item.synthetic or item.rendered_by in MASKED_BY:
+        if item.synthetic or item.rendered_by in MASKED_BY:
+            continue
+        if item.message.role == "assistant":
+            if policy.call_inputs_chars and _long_inputs(item.message, policy.call_inputs_chars):
+                found.append(index)
+            continue
+        if item.message.role != "tool":
             continue
         if item.tokens < policy.min_tokens:
             continue
@@ -90,12 +111,19 @@ def stage(items: Sequence[Item], policy: MaskPolicy, ctx: StageContext) -> Stage
     if total <= policy.trigger_tokens or total <= policy.trigger_ratio * ctx.budget:
         return StageResult(out)
     due = candidates(out, policy)
-    if sum(len(out[i].message.blocks) for i in due) < policy.batch:
+    if sum(len(out[i].message.blocks) for i in due if out[i].message.role == "tool") < policy.batch:
         return StageResult(out)
     decisions: list[Decision] = []
     before = total_tokens(out[i] for i in due)
     for index in due:
         item = out[index]
+        if item.message.role == "assistant":
+            blocks = tuple(cleared_call(b, policy.call_inputs_chars, recall_ref(item.entry_id, b.id))
+                           if isinstance(b, ToolCall) else b for b in item.message.blocks)
+            new = rerender(item, item.message.replace(blocks=blocks), ctx, "mask")
+            out[index] = new
+            decisions.append(Decision("mask", item.entry_id, new.message))
+            continue
         per_block = max(item.tokens // max(len(item.message.blocks), 1), 1)
         changed = {
             b_index: text_result(block, placeholder(block, ctx, item.entry_id, per_block))

@@ -87,6 +87,10 @@ class MaskPolicy(_Stage):
     """Only these tools are masked (glob patterns, case-insensitive; empty: all)."""
     tools_deny: list[str] = Field(default_factory=list)
     """These tools are never masked (wins over the allow list)."""
+    call_inputs_chars: int = 0
+    """Also clear the string arguments of old tool calls longer than this many characters (the file
+    contents of write and edit calls), keeping paths and short arguments (0: never; Anthropic's
+    `clear_tool_inputs`)."""
 
 
 class PrunePolicy(_Stage):
@@ -133,7 +137,9 @@ class CompactionPolicy(_Stage):
     keep_recent_tokens: int = 20_000
     """Tokens of recent history kept verbatim after the summary."""
     target_ratio: float | None = None
-    """Letta's sliding window: evict until the view is under this share of the window (0.7)."""
+    """The view's size after a compaction, as a share of the window: Letta's sliding window evicts
+    until under it (0.7); ctxwin keeps as much recent history verbatim as fits under it, with
+    `keep_recent_tokens` as the floor."""
     summary_max_tokens: int = 13_107
     """Upper bound of a summary's tokens (Pi: 0.8 x reserve)."""
     history_share: float = 0.5

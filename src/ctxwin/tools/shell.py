@@ -91,6 +91,10 @@ def run_command(
             tail += chunk
             if len(tail) > tail_bytes:
                 del tail[: len(tail) - tail_bytes]
+    if not timed_out:
+        # EOF can arrive a moment before the shell exits: let it exit, or its status would read as SIGKILL.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.0, min(deadline - time.monotonic(), EXIT_GRACE_S)))
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)  # nothing of the command outlives the call
     proc.stdout.close()

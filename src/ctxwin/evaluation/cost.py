@@ -1,0 +1,214 @@
+"""What a sequence of model calls costs, with prompt caching priced in.
+
+The model, per call (input tokens only; output tokens are the same for every policy replayed on one
+transcript, so they are left out):
+
+- **Anthropic** (the default, `scheme="anthropic"`): the longest prefix the request shares with the
+  previous request (`cached_tokens`) is a cache read at 0.1x the input price, provided the previous
+  call was within the cache lifetime (5 minutes, refreshed by every hit; `ttl="1h"` for the 1-hour
+  cache). Everything after it is a cache write at 1.25x (2x with the 1-hour cache): a harness marks
+  the end of every request as a cache breakpoint, so what is not read is written. After the lifetime
+  has passed, the whole request is a write.
+- **OpenAI** (`scheme="openai"`): automatic caching, no write surcharge; the shared prefix is billed
+  at the model's cached-input rate: 0.1x for the GPT-5 family (the current discount, and the default
+  for models not in the table), 0.25x for GPT-4.1, 0.5x for GPT-4o and the o-series. Lifetime 5
+  minutes of inactivity (OpenAI documents 5-10 minutes; the shorter is assumed).
+- `cost_uncached_usd` prices every token at the input rate: what the calls cost with no cache.
+- `recorded` usage (what a harness really sent) is priced from its own cache reads and writes, with
+  1-hour writes at 2x when the transcript says which writes went to the 1-hour cache.
+
+Simplifications, the same for every policy: a cache hit needs the prefix of the previous request
+only (an older cached prefix is not looked up), and the providers' minimum cacheable length (1,024 to
+4,096 tokens) is ignored, since every request replayed here is far above it.
+
+Prices are USD per million input tokens, from Anthropic's pricing page
+(platform.claude.com/docs/en/about-claude/pricing) and OpenAI's (developers.openai.com/api/docs/pricing),
+as read in November 2026. A model not in the table is priced at `DEFAULT_INPUT_USD` and says so
+(`Pricing.known`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Scheme = Literal["anthropic", "openai"]
+SCHEMES: tuple[str, ...] = ("anthropic", "openai")
+TTLS: dict[str, float] = {"5m": 300.0, "1h": 3600.0}
+"""Cache lifetimes by name, in seconds."""
+
+ANTHROPIC_READ = 0.1  # cache read (hit or refresh), as a multiple of the input price
+ANTHROPIC_WRITE = {"5m": 1.25, "1h": 2.0}  # cache write, as a multiple of the input price, by lifetime
+OPENAI_TTL_SECONDS = 300.0  # OpenAI keeps a prefix 5-10 minutes after its last use; the shorter is assumed
+OPENAI_DEFAULT_CACHED = 0.1  # the current (GPT-5 family) cached-input rate, for models not in the table
+DEFAULT_INPUT_USD = 3.0  # input price of a model not in the table (a mid-range model), USD per million
+PRICE_SOURCE = "Anthropic and OpenAI pricing pages, read November 2026"
+
+INPUT_USD_PER_MTOK: dict[str, float] = {
+    # Anthropic. Keys are name prefixes; the longest matching prefix wins.
+    "claude-opus-4-5": 5.0,
+    "claude-opus-4-6": 5.0,
+    "claude-opus-4-7": 5.0,
+    "claude-opus-4-1": 15.0,
+    "claude-opus-4": 15.0,
+    "claude-3-opus": 15.0,
+    "claude-sonnet-4": 3.0,
+    "claude-3-7-sonnet": 3.0,
+    "claude-3-5-sonnet": 3.0,
+    "claude-haiku-4-5": 1.0,
+    "claude-3-5-haiku": 0.8,
+    "claude-3-haiku": 0.25,
+    # OpenAI.
+    "gpt-5-mini": 0.25,
+    "gpt-5-nano": 0.05,
+    "gpt-5": 1.25,
+    "gpt-4.1-mini": 0.4,
+    "gpt-4.1-nano": 0.1,
+    "gpt-4.1": 2.0,
+    "gpt-4o-mini": 0.15,
+    "gpt-4o": 2.5,
+    "o3": 2.0,
+    "o4-mini": 1.1,
+}
+OPENAI_CACHED: dict[str, float] = {"gpt-5": 0.1, "gpt-4.1": 0.25, "gpt-4o": 0.5, "o3": 0.25, "o4-mini": 0.25}
+"""OpenAI's cached-input rate as a multiple of the input price, by model prefix."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """How calls are priced: the input price and the cache multipliers of one scheme and model."""
+
+    scheme: str
+    model: str | None
+    input_usd_per_mtok: float
+    read_multiplier: float
+    write_multiplier: float
+    ttl_seconds: float
+    ttl: str
+    known: bool = True
+
+    def to_dict(self) -> dict[str, object]:
+        return {"scheme": self.scheme, "model": self.model, "input_usd_per_mtok": self.input_usd_per_mtok,
+                "cache_read_multiplier": self.read_multiplier, "cache_write_multiplier": self.write_multiplier,
+                "cache_ttl_seconds": self.ttl_seconds, "price_known": self.known, "source": PRICE_SOURCE}
+
+
+def _lookup(model: str | None, table: dict[str, float]) -> float | None:
+    if not model:
+        return None
+    name = model.lower().rsplit("/", 1)[-1]
+    best = max((key for key in table if name.startswith(key)), key=len, default=None)
+    return table[best] if best is not None else None
+
+
+def pricing_for(model: str | None, scheme: str = "anthropic", ttl: str = "5m") -> Pricing:
+    """The pricing of `model` under a caching scheme. Raises ValueError for an unknown scheme or TTL."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown pricing scheme {scheme!r}: use one of {', '.join(SCHEMES)}")
+    if ttl not in TTLS:
+        raise ValueError(f"unknown cache lifetime {ttl!r}: use one of {', '.join(TTLS)}")
+    price = _lookup(model, INPUT_USD_PER_MTOK)
+    known = price is not None
+    if price is None:
+        price = DEFAULT_INPUT_USD
+    if scheme == "anthropic":
+        return Pricing(scheme, model, price, ANTHROPIC_READ, ANTHROPIC_WRITE[ttl], TTLS[ttl], ttl, known)
+    cached = _lookup(model, OPENAI_CACHED)
+    return Pricing(scheme, model, price, OPENAI_DEFAULT_CACHED if cached is None else cached, 1.0,
+                   OPENAI_TTL_SECONDS, ttl, known)
+
+
+@dataclass(frozen=True, slots=True)
+class CallTokens:
+    """One call as the cost model sees it: tokens sent, the prefix shared with the previous request,
+    and when it was made (seconds since the epoch; None: unknown, assumed within the cache lifetime)."""
+
+    tokens: int
+    cached_tokens: int = 0
+    timestamp: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallCost:
+    """What one call was billed: tokens read from the cache, written to it, and sent uncached, and
+    the cost in input-token units (tokens x multiplier)."""
+
+    read_tokens: int
+    write_tokens: int
+    fresh_tokens: int
+    units: float
+    expired: bool = False
+
+
+def call_costs(calls: Sequence[CallTokens], pricing: Pricing) -> list[CallCost]:
+    """The cost of each call under `pricing`, in order (the first call never reads the cache)."""
+    out: list[CallCost] = []
+    previous: CallTokens | None = None
+    for call in calls:
+        expired = (previous is not None and call.timestamp is not None and previous.timestamp is not None
+                   and call.timestamp - previous.timestamp > pricing.ttl_seconds)
+        read = 0 if previous is None or expired else max(0, min(call.cached_tokens, call.tokens))
+        rest = call.tokens - read
+        if pricing.write_multiplier == 1.0:  # no write surcharge: the rest is plain input
+            cost = CallCost(read, 0, rest, read * pricing.read_multiplier + rest, expired)
+        else:
+            cost = CallCost(read, rest, 0, read * pricing.read_multiplier + rest * pricing.write_multiplier, expired)
+        out.append(cost)
+        previous = call
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class CostSummary:
+    """Totals over a run. `*_units` are input-token equivalents (the unit measured-baselines.md uses);
+    `*_usd` apply the model's input price."""
+
+    tokens: int
+    read_tokens: int
+    write_tokens: int
+    fresh_tokens: int
+    cached_units: float
+    uncached_units: float
+    cached_usd: float
+    uncached_usd: float
+    expired_calls: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        return self.read_tokens / self.tokens if self.tokens else 0.0
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"tokens": self.tokens, "cache_read_tokens": self.read_tokens, "cache_write_tokens": self.write_tokens,
+                "uncached_input_tokens": self.fresh_tokens, "cost_cached_units": round(self.cached_units),
+                "cost_uncached_units": self.uncached_units, "cost_cached_usd": round(self.cached_usd, 4),
+                "cost_uncached_usd": round(self.uncached_usd, 4), "cache_hit_rate": round(self.hit_rate, 4),
+                "cache_expired_calls": self.expired_calls}
+
+
+def summarize(costs: Sequence[CallCost], pricing: Pricing) -> CostSummary:
+    read = sum(c.read_tokens for c in costs)
+    write = sum(c.write_tokens for c in costs)
+    fresh = sum(c.fresh_tokens for c in costs)
+    tokens = read + write + fresh
+    units = sum(c.units for c in costs)
+    usd = pricing.input_usd_per_mtok / 1_000_000
+    return CostSummary(tokens, read, write, fresh, units, float(tokens), units * usd, tokens * usd,
+                       sum(1 for c in costs if c.expired))
+
+
+def price_calls(calls: Sequence[CallTokens], pricing: Pricing) -> CostSummary:
+    """Totals of a replayed run under `pricing`."""
+    return summarize(call_costs(calls, pricing), pricing)
+
+
+def recorded_cost(read: int, write: int, fresh: int, pricing: Pricing, write_1h: int = 0) -> CallCost:
+    """One recorded call, priced from what the provider reported: cache reads, cache writes (of which
+    `write_1h` went to the 1-hour cache) and uncached input. Under the OpenAI scheme writes are
+    plain input."""
+    if pricing.scheme == "openai":
+        return CallCost(read, 0, fresh + write, read * pricing.read_multiplier + fresh + write)
+    write_1h = min(write_1h, write)
+    units = (read * pricing.read_multiplier + (write - write_1h) * ANTHROPIC_WRITE["5m"]
+             + write_1h * ANTHROPIC_WRITE["1h"] + fresh)
+    return CallCost(read, write, fresh, units)

@@ -1,0 +1,314 @@
+"""Probe facts: what a compacted context should still let the model know, drawn from the transcript.
+
+At a compaction point, the *evicted span* is every message before the first message the real harness
+kept verbatim (`messages[:first_kept]`, from the start of the session: a fact evicted by an earlier
+compaction still counts). Probes come from it, by type (the definitions of
+reference/measured-baselines.md):
+
+- `modified_files`: paths of Edit/Write-style calls (and SWE-agent editor commands other than `view`).
+- `read_files`: paths of Read-style calls (and editor `view`), for files never modified in the span.
+- `errors`: one distinctive line of each failing result (an error result, or a non-zero exit),
+  verbatim: the first line that names an error, else the first substantial line.
+- `commands`: every shell command run, whole.
+- `identifiers`: what the user typed that names something exactly: URLs, UUIDs, hashes, numbers of
+  three or more digits, code names (camelCase, PascalCase, snake_case), file names and paths.
+- `continuation`: paths and identifiers in the arguments of the 30 tool calls after the point that
+  also appear in the evicted span (what the agent needed next, and could only know from before).
+- `user_constraints`: the first 80 characters of each message the user typed.
+
+A probe is found in a context by normalized containment: case-insensitive, whitespace collapsed; a
+path also matches by its last two components. The probe definitions are written apart from the
+engine's own identifier extraction (`ctxwin.compaction.identifiers`), so the engine is not graded by
+the code that decides what it keeps; only tool-call parsing (tool kinds, path and command arguments)
+is shared.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from ctxwin.compaction.identifiers import (
+    EDITOR_TOOLS,
+    READ_TOOLS,
+    WRITE_TOOLS,
+    call_arguments,
+    call_path,
+    shell_command,
+    tool_kind,
+)
+from ctxwin.messages import Image, Message, Text, ToolCall, ToolResult
+
+PROBE_TYPES: tuple[str, ...] = ("modified_files", "read_files", "errors", "commands", "identifiers", "continuation",
+                                "user_constraints")
+CONTINUATION_CALLS = 30  # tool calls after the point whose arguments give continuation probes
+CONSTRAINT_CHARS = 80  # a user instruction probe is the message's first this many characters
+MIN_TYPED_CHARS = 12  # typed user messages shorter than this ("continue", "ok") are not instructions
+MAX_ERROR_LINE_CHARS = 200  # an error probe is at most this long (the line's head)
+MIN_ERROR_LINE_CHARS = 12  # shorter lines are not distinctive
+MIN_IDENTIFIER_CHARS = 4  # shorter identifiers match by accident
+MAX_ARGUMENT_CHARS = 2_000  # longer string arguments are file bodies, not names: not scanned
+EXIT_SCAN_CHARS = 2_000  # a non-zero exit status is looked for in this many characters at each end of an output
+
+_WS = re.compile(r"\s+")
+_ERROR_WORDS = re.compile(r"error|exception|fatal|failed|failure|cannot|could not|not found|no such|denied|"
+                          r"undefined|invalid|refused|panic|abort|✗|×", re.I)
+_GENERIC_ERROR_LINE = re.compile(r"^(exit code \d+|traceback \(most recent call last\):?|error:?|errors?)$", re.I)
+_NONZERO_EXIT = re.compile(r"\b(?:exit(?:ed)?(?: with)? (?:code|status)|exit code|error code) [1-9]\d*\b", re.I)
+_URL = re.compile(r"https?://[^\s<>\"'`)\]}]+", re.I)
+_UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
+_HEX = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b")
+_NUMBER = re.compile(r"(?<![\w.])\d{3,}(?![\w])")
+_CAMEL = re.compile(r"\b(?:[a-z]+(?:[A-Z][a-z0-9]+)+|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+)\b")
+_SNAKE = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b")
+_PATH = re.compile(r"(?<![\w/.~@-])[@~.]{0,2}/?(?:[\w.@+-]+/)+[\w.@+-]*[\w]")
+_EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,5}$")
+_FILE = re.compile(r"\b[\w.-]+\.[A-Za-z][A-Za-z0-9]{0,5}\b")
+_REJECTED = "The user doesn't want to proceed with this tool use"
+_HARNESS_TEXT = ("<", "[Request interrupted", "Caveat: The messages below")
+_BODY_KEYS = frozenset({"content", "new_string", "old_string", "new_str", "old_str", "newText", "oldText",
+                        "file_text", "text", "edits", "todos", "prompt", "description", "plan", "body", "message"})
+
+
+def normalize(text: str) -> str:
+    """Case-folded, whitespace collapsed: how probes and contexts are compared."""
+    return _WS.sub(" ", text).strip().lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    type: str
+    text: str
+    is_path: bool = False
+
+    def variants(self) -> tuple[str, ...]:
+        """The normalized forms that count as a match: the text, and for a path its last two components."""
+        text = normalize(self.text)
+        if not self.is_path:
+            return (text,)
+        path = text.lstrip("@").removeprefix("./").rstrip("/")
+        parts = [p for p in path.split("/") if p]
+        tail = "/".join(parts[-2:])
+        return tuple(dict.fromkeys(v for v in (path, tail) if v))
+
+    def found_in(self, haystack: str) -> bool:
+        """Whether a normalized context holds this probe."""
+        return any(v in haystack for v in self.variants())
+
+
+# --------------------------------------------------------------------------------------------------
+# Rendering a context as text
+
+
+def message_text(message: Message) -> str:
+    """What the model reads of a message: text, tool calls (name and argument values), tool results.
+    Thinking is left out (providers drop earlier turns' thinking), images have no text."""
+    parts: list[str] = []
+    for block in message.blocks:
+        if isinstance(block, Text):
+            parts.append(block.text)
+        elif isinstance(block, ToolCall):
+            parts.append(block.name)
+            parts.extend(_argument_texts(block.arguments))
+        elif isinstance(block, ToolResult):
+            parts.extend(p.text for p in block.content if isinstance(p, Text))
+        elif isinstance(block, Image):
+            continue
+    return "\n".join(parts)
+
+
+def _argument_texts(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _argument_texts(v)]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _argument_texts(v)]
+    return [] if value is None else [str(value)]
+
+
+def haystack(texts: Iterable[str]) -> str:
+    """One normalized string to search probes in (parts joined by a separator no probe contains)."""
+    return "\x00".join(normalize(t) for t in texts)
+
+
+# --------------------------------------------------------------------------------------------------
+# Extraction
+
+
+def is_typed(message: Message) -> bool:
+    """A message the user typed (not a tool result, not text the harness injected)."""
+    if message.role != "user" or message.tool_results or message.meta.get("pi_bash_execution"):
+        return False
+    if message.meta.get("is_meta") or message.meta.get("isMeta") or message.meta.get("is_compact_summary"):
+        return False
+    text = message.text.strip()
+    return len(text) >= MIN_TYPED_CHARS and not text.startswith(_HARNESS_TEXT)
+
+
+def error_line(text: str) -> str | None:
+    """The distinctive line of a failing output: the first line naming an error, else the first
+    substantial line; None when there is nothing distinctive."""
+    lines = [line.strip() for line in text.splitlines()]
+    lines = [line for line in lines if len(line) >= MIN_ERROR_LINE_CHARS and not _GENERIC_ERROR_LINE.match(line)]
+    if not lines:
+        return None
+    named = next((line for line in lines if _ERROR_WORDS.search(line)), lines[0])
+    return named[:MAX_ERROR_LINE_CHARS]
+
+
+def is_failure(result: ToolResult) -> bool:
+    """An error result or a non-zero exit; a call the user declined (Claude Code's rejection notice)
+    is a decision, not a failure."""
+    if result.text.startswith(_REJECTED):
+        return False
+    text = result.text
+    # Harnesses print the exit status first (Claude Code) or last (Pi): look at both ends.
+    return result.is_error or bool(_NONZERO_EXIT.search(text[:EXIT_SCAN_CHARS] + "\n" + text[-EXIT_SCAN_CHARS:]))
+
+
+def _is_path(value: str) -> bool:
+    """A slash-separated token names a file or folder when it is anchored (/, ~, ., @), has a file
+    extension, or has three or more parts; "print/json" and "show/hide" are prose."""
+    parts = [p for p in value.split("/") if p]
+    return value.startswith(("/", "~", ".", "@")) or bool(_EXTENSION.search(parts[-1] if parts else "")) \
+        or len(parts) >= 3
+
+
+def user_identifiers(text: str) -> list[tuple[str, bool]]:
+    """(identifier, is_path) pairs a user message names exactly, in order of appearance."""
+    found: list[tuple[int, str, bool]] = []
+    taken: list[tuple[int, int]] = []
+
+    def add(pattern: re.Pattern[str], is_path: bool = False, minimum: int = MIN_IDENTIFIER_CHARS,
+            accept: Callable[[str], bool] | None = None) -> None:
+        for match in pattern.finditer(text):
+            start, end = match.span()
+            value = match.group(0).rstrip(".,;:")
+            if len(value) < minimum or any(s <= start < e or s < end <= e for s, e in taken):
+                continue
+            if accept is not None and not accept(value):
+                continue
+            taken.append((start, end))
+            found.append((start, value, is_path))
+
+    add(_URL)
+    add(_UUID)
+    add(_PATH, is_path=True, accept=_is_path)
+    add(_FILE)
+    add(_HEX)
+    add(_CAMEL)
+    add(_SNAKE)
+    add(_NUMBER, minimum=3)
+    return [(value, is_path) for _, value, is_path in sorted(found)]
+
+
+def call_identifiers(call: ToolCall) -> list[tuple[str, bool]]:
+    """Paths and identifiers in a tool call's arguments (file bodies and prose left out; bare numbers,
+    such as timeouts and line offsets, are settings rather than names)."""
+    args = call_arguments(call)
+    out: list[tuple[str, bool]] = []
+    path = call_path(args)
+    if path:
+        out.append((path, True))
+    for key, value in args.items():
+        if key in _BODY_KEYS:
+            continue
+        for text in _argument_texts(value):
+            if len(text) <= MAX_ARGUMENT_CHARS:
+                out.extend(item for item in user_identifiers(text)
+                           if (not item[1] or item[0] != path) and not item[0].isdigit())
+    return list(dict.fromkeys(out))
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSet:
+    """The probes of one compaction point, by type, and the span they came from."""
+
+    probes: dict[str, list[Probe]]
+    evicted_messages: int
+
+    def counts(self) -> dict[str, int]:
+        return {t: len(self.probes.get(t, [])) for t in PROBE_TYPES}
+
+
+def _dedup(probes: Iterable[Probe]) -> list[Probe]:
+    seen: dict[str, Probe] = {}
+    for probe in probes:
+        seen.setdefault(normalize(probe.text), probe)
+    return list(seen.values())
+
+
+def extract(messages: Sequence[Message], first_kept: int, point: int) -> ProbeSet:
+    """The probes at a compaction point: facts of `messages[:first_kept]`, continuation from the tool
+    calls after `messages[:point]`."""
+    evicted = messages[:first_kept]
+    modified: list[str] = []
+    read: list[str] = []
+    errors: list[Probe] = []
+    commands: list[Probe] = []
+    identifiers: list[Probe] = []
+    constraints: list[Probe] = []
+    for message in evicted:
+        for call in message.tool_calls:
+            kind = tool_kind(call.name)
+            path = call_path(call_arguments(call))
+            if path and kind in EDITOR_TOOLS:  # SWE-agent's editor: `view` reads, every other command writes
+                (read if call_arguments(call).get("command") == "view" else modified).append(path)
+            elif path and kind in WRITE_TOOLS:
+                modified.append(path)
+            elif path and kind in READ_TOOLS:
+                read.append(path)
+            command = shell_command(call)
+            if command:
+                commands.append(Probe("commands", command.strip()))
+        for result in message.tool_results:
+            if is_failure(result):
+                line = error_line(result.text)
+                if line:
+                    errors.append(Probe("errors", line))
+        if is_typed(message):
+            text = message.text.strip()
+            constraints.append(Probe("user_constraints", text[:CONSTRAINT_CHARS]))
+            identifiers.extend(Probe("identifiers", value, is_path) for value, is_path in user_identifiers(text))
+    modified_set = {normalize(p) for p in modified}
+    before = haystack(message_text(m) for m in evicted)
+    continuation: list[Probe] = []
+    calls = [c for m in messages[point:] for c in m.tool_calls][:CONTINUATION_CALLS]
+    for call in calls:
+        for value, is_path in call_identifiers(call):
+            probe = Probe("continuation", value, is_path)
+            if probe.found_in(before):
+                continuation.append(probe)
+    probes = {
+        "modified_files": _dedup(Probe("modified_files", p, True) for p in modified),
+        "read_files": _dedup(Probe("read_files", p, True) for p in read if normalize(p) not in modified_set),
+        "errors": _dedup(errors),
+        "commands": _dedup(commands),
+        "identifiers": _dedup(identifiers),
+        "continuation": _dedup(continuation),
+        "user_constraints": _dedup(constraints),
+    }
+    return ProbeSet(probes, len(evicted))
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    found: int
+    total: int
+    missing: tuple[str, ...] = ()
+
+    @property
+    def recall(self) -> float | None:
+        return self.found / self.total if self.total else None
+
+
+def score(probes: ProbeSet, context: str) -> dict[str, Score]:
+    """Recall of each probe type in a normalized context (`haystack`)."""
+    out = {}
+    for kind in PROBE_TYPES:
+        items = probes.probes.get(kind, [])
+        missing = tuple(p.text for p in items if not p.found_in(context))
+        out[kind] = Score(len(items) - len(missing), len(items), missing)
+    return out
