@@ -123,3 +123,12 @@ def test_secrets_in_the_environment_stay_out(ws: Workspace, monkeypatch: pytest.
     assert shell(ws, "echo $HOME").text == os.environ["HOME"]
     custom = Workspace(ws.roots, allow_shell=True, shell_env={"GREETING": "hello"})
     assert shell(custom, "echo $GREETING").text == "hello"
+
+
+def test_a_finished_command_is_never_reported_killed(ws: Workspace) -> None:
+    """Regression: the process group was killed as soon as the pipe closed, and a command that had
+    already exited was sometimes reported as killed by SIGKILL."""
+    for _ in range(60):
+        out = shell(ws, "echo done")
+        assert not out.is_error, out.text
+        assert out.details.get("signal") is None and out.details.get("exit_code") == 0, out.details
