@@ -4,7 +4,16 @@ registers itself on the shared app when imported."""
 from __future__ import annotations
 
 from ctxwin.cli import app as _app
+from ctxwin.cli import compact as _compact  # noqa: F401  (registers `compact`)
+from ctxwin.cli import demo as _demo  # noqa: F401  (registers `demo`)
+from ctxwin.cli import evaluate as _evaluate  # noqa: F401  (registers `eval retention` and `eval needles`)
+from ctxwin.cli import health as _health  # noqa: F401  (registers `health`)
 from ctxwin.cli import inspect as _inspect  # noqa: F401  (registers `inspect`)
+from ctxwin.cli import policies as _policies  # noqa: F401
+from ctxwin.cli import replay as _replay  # noqa: F401  (registers `replay`)
+from ctxwin.cli import report as _report  # noqa: F401  (registers `report`)
+from ctxwin.cli import store as _store  # noqa: F401  (registers `import` and `sessions`)
+from ctxwin.cli import tool as _tool  # noqa: F401  (registers `tool`)
 
 app = _app.app
 

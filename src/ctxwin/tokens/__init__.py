@@ -1,38 +1,74 @@
-"""Token accounting. (Placeholder until the token-accounting work lands: a chars/4 counter.)"""
+"""Token accounting: counters behind one interface, a per-message cache, calibration from reported
+usage, the model registry and the usage breakdown.
+
+`counter_for(model)` picks the best counter: exact tiktoken counts (o200k_base, cl100k_base, loaded
+offline from the vendored files) for OpenAI models, the content-type estimator with the model
+family's ratio otherwise. Nothing here touches the network.
+"""
 
 from __future__ import annotations
 
-import json
+from typing import TYPE_CHECKING
 
-from ctxwin.messages import Image, Message, Text, Thinking, ToolCall, ToolResult
 from ctxwin.tokens.base import TokenCounter
+from ctxwin.tokens.breakdown import CATEGORIES, PRESSURE_LEVELS, Breakdown, Category, usage_breakdown
+from ctxwin.tokens.cache import CachedCounter
+from ctxwin.tokens.calibration import CalibratedCounter, Calibrator, UsageObservation, usage_observations
+from ctxwin.tokens.estimator import FAMILIES, TYPES, EstimatorCounter, classify
+from ctxwin.tokens.exact import TiktokenCounter
+from ctxwin.tokens.framing import image_tokens
+from ctxwin.tokens.registry import MODELS, ModelInfo, UnknownModelWarning, model_info
+
+if TYPE_CHECKING:
+    from ctxwin.tokens.session_health import HealthReport
 
 
-class _Chars4:
-    name = "estimate:chars4"
-    exact = False
+def counter_for(model: str | None = None, *, exact: bool | None = None) -> TokenCounter:
+    """The best counter for `model`: `TiktokenCounter` with the model's encoding for OpenAI models,
+    else `EstimatorCounter` with the model's tokenizer family (cl100k ratios for no or an unknown
+    model). `exact=False` forces the estimator (faster: 50+ MB/s against ~5-8 MB/s); `exact=True`
+    asks for a real tokenizer and raises ValueError when the model has none."""
+    import warnings
 
-    def count_text(self, text: str) -> int:
-        return (len(text) + 3) // 4
-
-    def count_message(self, message: Message) -> int:
-        total = 4
-        for block in message.blocks:
-            if isinstance(block, Text):
-                total += self.count_text(block.text)
-            elif isinstance(block, Thinking):
-                total += self.count_text(block.thinking)
-            elif isinstance(block, ToolCall):
-                total += self.count_text(block.name + json.dumps(block.arguments))
-            elif isinstance(block, ToolResult):
-                total += sum(self.count_text(p.text) if isinstance(p, Text) else 1200 for p in block.content)
-            elif isinstance(block, Image):
-                total += 1200
-        return total
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnknownModelWarning)  # the breakdown and health say it instead
+        info = model_info(model)
+    if exact is not False and info.encoding:
+        return TiktokenCounter(info.encoding)
+    if exact:
+        raise ValueError(f"no public tokenizer for {model!r} (family {info.family}); use the estimator and calibrate")
+    return EstimatorCounter(info.family if model else "cl100k")
 
 
-def counter_for(model: str | None = None) -> TokenCounter:
-    return _Chars4()
+def health(path: str, model: str | None = None, format: str | None = None) -> HealthReport:
+    """Read a session file and report the token breakdown of the context it would send next."""
+    from ctxwin.tokens.session_health import health as _health  # imports the transcript readers, which import us
+
+    return _health(path, model=model, format=format)
 
 
-__all__ = ["TokenCounter", "counter_for"]
+__all__ = [
+    "CATEGORIES",
+    "FAMILIES",
+    "MODELS",
+    "PRESSURE_LEVELS",
+    "TYPES",
+    "Breakdown",
+    "CachedCounter",
+    "CalibratedCounter",
+    "Calibrator",
+    "Category",
+    "EstimatorCounter",
+    "ModelInfo",
+    "TiktokenCounter",
+    "TokenCounter",
+    "UnknownModelWarning",
+    "UsageObservation",
+    "classify",
+    "counter_for",
+    "health",
+    "image_tokens",
+    "model_info",
+    "usage_breakdown",
+    "usage_observations",
+]
