@@ -30,6 +30,7 @@ def transcript_files() -> list[str]:
     return [str(p.relative_to(TRANSCRIPTS)) for p in files if "letta-filesystem" not in str(p)]
 
 
+@pytest.mark.filterwarnings("ignore::ctxwin.tokens.UnknownModelWarning")  # SWE-agent's "replay" model
 @pytest.mark.parametrize("name", transcript_files())
 @pytest.mark.parametrize("policy", PRESETS)
 def test_every_call_of_every_session_under_every_preset(name: str, policy: str, tmp_path: Path) -> None:
