@@ -29,8 +29,17 @@ from ctxwin.errors import CtxwinError
 from ctxwin.messages import Message, ToolCall
 from ctxwin.messages.pairing import repair
 from ctxwin.pipeline import bootstrap, budget, dedup, fit, mask, prune, spill
-from ctxwin.pipeline.validate import IncrementalValidator
-from ctxwin.pipeline.view import Decision, Event, Item, StageContext, StageResult, total_tokens
+from ctxwin.pipeline.validate import IncrementalValidator, common_prefix
+from ctxwin.pipeline.view import (
+    Decision,
+    Event,
+    Item,
+    MessagesView,
+    StageContext,
+    StageResult,
+    keys_of,
+    total_tokens,
+)
 from ctxwin.policy.model import Policy
 from ctxwin.store.base import SessionLog
 from ctxwin.store.memory import MemorySessionLog
@@ -100,6 +109,8 @@ class _State:
     last_repairs: frozenset[tuple[str, str | None, str]] = frozenset()
     recovery_attempts: int = 0
     budget_scale: float = 1.0
+    # (keys of the last unrepaired view, its repaired items, their keys): reused while views extend it.
+    repair_cache: tuple[list[str], list[Item], list[str]] | None = None
     # The view as of the last call, extended in place while only appends happen (the common case):
     # rebuilt only after a decision about an item already in it, a compaction or a pin.
     view: list[Item] | None = None
@@ -336,30 +347,7 @@ class ContextEngine:
                 budget=ctx.budget, hint="enable [fit] in the policy, or compaction")
 
         # 3. Validate (incrementally: usually only the new tail); repair what cuts left behind.
-        messages = [i.message for i in items]
-        keys = [m.content_key for m in messages]
-        problems = self._validator.check(messages, keys)
-        if problems or self._state.last_repairs:
-            repaired, repair_events = self._repair(items, ctx)
-            slack = 0
-            for attempt in range(REPAIR_FIT_ROUNDS):
-                over = ctx.system_tokens + total_tokens(repaired) - ctx.budget
-                if not self.policy.fit.enabled or over <= 0:
-                    break
-                # What repair adds (error results for calls the history never answered) must fit too:
-                # fit the unrepaired view with that much less room, then repair the smaller view; if a
-                # residue remains (the dropped-rounds marker grew a digit), squeeze that much more.
-                slack += over if attempt else 0
-                added = total_tokens(repaired) - total_tokens(items)
-                tighter = replace(ctx, budget=ctx.budget - max(added, 0) - slack)
-                items = self._run_view_stage("fit", fit.stage(items, self.policy.fit, tighter), events, ctx)
-                repaired, repair_events = self._repair(items, ctx)
-            items = repaired
-            events.extend(repair_events)
-            if repair_events or problems:
-                messages = [i.message for i in items]
-                keys = [m.content_key for m in messages]
-                problems = self._validator.check(messages, keys)
+        items, keys, problems = self._validate_and_repair(items, ctx, events)
 
         prepared = self._finish(items, keys, ctx, events, problems)
         state.last_call_at = now
@@ -590,6 +578,47 @@ class ContextEngine:
         state.view_records = len(records)
         return list(out)
 
+    def _validate_and_repair(self, items: list[Item], ctx: StageContext,
+                             events: list[Event]) -> tuple[list[Item], list[str], list]:
+        """The view made valid, its keys, and what is still wrong (nothing, unless repair failed).
+
+        A request usually extends the previous one. Then the previous repair (say, error results for
+        calls the history never answered) is reused for the unchanged prefix and only the new tail is
+        validated; the full validation and repair run when the prefix changed or the tail needs it."""
+        state = self._state
+        keys = keys_of(items)
+        cached = state.repair_cache
+        if cached is not None and len(keys) >= len(cached[0]) and keys[: len(cached[0])] == cached[0]:
+            extended = cached[1] + items[len(cached[0]):]
+            extended_keys = cached[2] + keys[len(cached[0]):]
+            fits = not self.policy.fit.enabled or ctx.system_tokens + total_tokens(extended) <= ctx.budget
+            if fits and not self._validator.check(MessagesView(extended), extended_keys):
+                state.repair_cache = (keys, extended, extended_keys)
+                return extended, extended_keys, []
+        problems = self._validator.check(MessagesView(items), keys)
+        if not problems and not state.last_repairs:
+            state.repair_cache = (keys, items, keys)
+            return items, keys, []
+        repaired, repair_events = self._repair(items, ctx)
+        slack = 0
+        for attempt in range(REPAIR_FIT_ROUNDS):
+            over = ctx.system_tokens + total_tokens(repaired) - ctx.budget
+            if not self.policy.fit.enabled or over <= 0:
+                break
+            # What repair adds (error results for calls the history never answered) must fit too:
+            # fit the unrepaired view with that much less room, then repair the smaller view; if a
+            # residue remains (the dropped-rounds marker grew a digit), squeeze that much more.
+            slack += over if attempt else 0
+            added = total_tokens(repaired) - total_tokens(items)
+            tighter = replace(ctx, budget=ctx.budget - max(added, 0) - slack)
+            items = self._run_view_stage("fit", fit.stage(items, self.policy.fit, tighter), events, ctx)
+            repaired, repair_events = self._repair(items, ctx)
+        events.extend(repair_events)
+        repaired_keys = keys_of(repaired)
+        problems = self._validator.check(MessagesView(repaired), repaired_keys)
+        state.repair_cache = None if problems else (keys_of(items), repaired, repaired_keys)
+        return repaired, repaired_keys, problems
+
     def _repair(self, items: list[Item], ctx: StageContext) -> tuple[list[Item], list[Event]]:
         messages = [i.message for i in items]
         result = repair(messages, PROVIDER_FOR_VALIDATION)
@@ -620,7 +649,7 @@ class ContextEngine:
         system = self.system_prompt
         system_key = f"{system}\x00{self._tools_json}"
         same_system = system_key == state.last_system_key
-        stable = _common_prefix(keys, state.last_keys) if same_system else 0
+        stable = common_prefix(keys, state.last_keys) if same_system else 0
         prefix_kept = same_system and stable == len(state.last_keys)
         total = total_tokens(items)
         raw = ctx.system_tokens + total
@@ -725,22 +754,6 @@ def _reported_input(usage: Any) -> int | None:
         if isinstance(value, int | float):
             total += int(value)
     return total or None
-
-
-def _common_prefix(a: list[str], b: list[str]) -> int:
-    """Length of the longest common prefix of two key lists. Usually `b` is a prefix of `a` (the
-    request grew): one slice comparison in C; otherwise a binary search over slice comparisons."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    low, high = 0, n  # a[:low] == b[:low], a[:high] != b[:high]
-    while high - low > 1:
-        middle = (low + high) // 2
-        if a[:middle] == b[:middle]:
-            low = middle
-        else:
-            high = middle
-    return low
 
 
 def _epoch(stamp: str) -> float | None:

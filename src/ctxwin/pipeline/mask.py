@@ -85,23 +85,26 @@ def cleared_call(call: ToolCall, limit: int, ref: str) -> ToolCall:
 
 
 def candidates(items: Sequence[Item], policy: MaskPolicy) -> list[int]:
+    """Indices of the items a batch would mask now. Masking always takes every item due up to its
+    cutoff, so the scan runs back from the cutoff only as far as the last masked item: its cost is
+    the number of items since the last batch, not the length of the session."""
     cutoff = _protected_from(items, policy.keep_last) if policy.keep_last > 0 else len(items)
     found = []
-    for index in range(cutoff):
+    for index in range(cutoff - 1, -1, -1):
         item = items[index]
+        if item.rendered_by == "mask":
+            break
         if item.synthetic or item.rendered_by in MASKED_BY:
             continue
-        if item.message.role == "assistant":
+        role = item.message.role
+        if role == "assistant":
             if policy.call_inputs_chars and _long_inputs(item.message, policy.call_inputs_chars):
                 found.append(index)
-            continue
-        if item.message.role != "tool":
-            continue
-        if item.tokens < policy.min_tokens:
-            continue
-        if any(tool_matches(b.name, policy.tools_allow, policy.tools_deny)
-               for b in item.message.blocks if isinstance(b, ToolResult)):
+        elif role == "tool" and item.tokens >= policy.min_tokens and any(
+                tool_matches(b.name, policy.tools_allow, policy.tools_deny)
+                for b in item.message.blocks if isinstance(b, ToolResult)):
             found.append(index)
+    found.reverse()
     return found
 
 

@@ -1,10 +1,10 @@
 """Validation per request, in time proportional to what changed.
 
 `pairing.validate` is one linear pass; on a 10,000-message session that is tens of milliseconds on
-every call. But a request almost always extends the previous one, which was valid: then only the
-part from the last turn boundary before the new messages needs checking, plus one look-up per new
-tool call for ids the unchanged prefix already used. Everything else (a prefix that changed, a first
-call, a view with problems) gets the full pass. The answer is the same as the full pass: the
+every call. But a request shares most of its messages with the previous one, which was valid: only
+the part from the last turn boundary before the first changed (or new) message needs checking, plus
+one look-up per tool call there for ids the unchanged prefix already used. A first call, or a change
+before the first turn boundary, gets the full pass. The answer is the same as the full pass: the
 property tests check it.
 """
 
@@ -26,24 +26,37 @@ class IncrementalValidator:
     provider: Provider = "anthropic"
     keys: list[str] = field(default_factory=list)  # content keys of the last view found valid
     call_index: dict[str, int] = field(default_factory=dict)  # its tool call ids -> message index
+    calls: list[tuple[int, str]] = field(default_factory=list)  # the same, in message order
 
     def check(self, messages: Sequence[Message], keys: list[str]) -> list[Problem]:
-        previous = len(self.keys)
-        if previous and len(keys) >= previous and keys[:previous] == self.keys:
-            boundary = _turn_start(messages, previous)
+        """The problems of `messages` (whose content keys are `keys`), as `validate` would report
+        them. Only the part from the last turn boundary before the first message that differs from
+        the last valid view is checked (with one look-up per call id for ids used before it)."""
+        if self.keys:
+            common = common_prefix(keys, self.keys)
+            boundary = _turn_start(messages, common)
             if boundary > 0:
                 problems = self._check_tail(messages, boundary)
                 if not problems:
+                    self._forget_from(boundary)
                     self._remember(messages, keys, boundary)
                 return problems
         problems = validate(messages, self.provider)
+        self.call_index = {}
+        self.calls = []
         if problems:
             self.keys = []
-            self.call_index = {}
         else:
-            self.call_index = {}
             self._remember(messages, keys, 0)
         return problems
+
+    def _forget_from(self, boundary: int) -> None:
+        """Drop the calls at or after `boundary` (they are checked and remembered again)."""
+        calls = self.calls
+        while calls and calls[-1][0] >= boundary:
+            index, call_id = calls.pop()
+            if self.call_index.get(call_id) == index:
+                del self.call_index[call_id]
 
     def _check_tail(self, messages: Sequence[Message], boundary: int) -> list[Problem]:
         tail = [_OPENER, *messages[boundary:]]
@@ -58,10 +71,28 @@ class IncrementalValidator:
         return problems
 
     def _remember(self, messages: Sequence[Message], keys: list[str], start: int) -> None:
-        self.keys = list(keys)
+        self.keys = keys
         for index in range(start, len(messages)):
             for call in messages[index].tool_calls:
-                self.call_index.setdefault(call.id, index)
+                if call.id not in self.call_index:
+                    self.call_index[call.id] = index
+                    self.calls.append((index, call.id))
+
+
+def common_prefix(a: list[str], b: list[str]) -> int:
+    """Length of the longest common prefix of two key lists. Usually `b` is a prefix of `a` (the
+    request grew): one slice comparison in C; otherwise a binary search over slice comparisons."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    low, high = 0, n  # a[:low] == b[:low], a[:high] != b[:high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def _turn_start(messages: Sequence[Message], limit: int) -> int:

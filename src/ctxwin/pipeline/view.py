@@ -31,6 +31,13 @@ class Item:
     synthetic: bool = False
     rendered_by: str = ""
     """The stage whose recorded decision this rendering is ("" for the message as logged)."""
+    key: str = field(default="", compare=False)
+    """The message's content key, taken once here: the engine compares requests by their keys on
+    every call."""
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            object.__setattr__(self, "key", self.message.content_key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +112,32 @@ class StageContext:
 
 
 _TOKENS = attrgetter("tokens")
+_KEY = attrgetter("key")
 
 
 def total_tokens(items: Iterable[Item]) -> int:
     return sum(map(_TOKENS, items))  # map + attrgetter: the loop stays in C (this runs on every call)
+
+
+def keys_of(items: Iterable[Item]) -> list[str]:
+    return list(map(_KEY, items))
+
+
+class MessagesView(Sequence[Message]):
+    """The messages of a list of items, read lazily: validation usually looks at a few of them."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Sequence[Item]) -> None:
+        self._items = items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        if isinstance(index, slice):
+            return [item.message for item in self._items[index]]
+        return self._items[index].message
 
 
 def result_chars(message: Message) -> int:
