@@ -1,0 +1,66 @@
+"""Rebuild the README's comparison and retention tables from the CLI's own JSON output.
+
+    python scripts/comparison_table.py [../shared/transcripts]
+
+Runs `ctxwin replay FILE --compare ... --json` on each long shared session and `ctxwin eval retention
+... --json` on all of them, and prints the Markdown tables (numbers only come from those commands).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+POLICIES = "ctxwin,claude-code,pi,openclaw,letta,masking,truncate,raw,recorded"
+SESSIONS = {
+    "Claude Code 258c7280": "claude-code/258c7280-ae70-4798-800f-63464d01a85d.jsonl",
+    "Claude Code 4d5611e5": "claude-code/4d5611e5-241a-462a-8d15-5122611a9569.jsonl",
+    "Claude Code 8463c716": "claude-code/8463c716-a2ea-4c14-9efa-87158ebd9f20.jsonl",
+    "Pi before-compaction": "pi/before-compaction.jsonl",
+}
+PROBES = ["modified_files", "read_files", "errors", "commands", "identifiers", "continuation", "user_constraints"]
+
+
+def ctxwin(*args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "ctxwin.cli.main", *args, "--json", "--quiet"],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "shared" / "transcripts")
+    print("| session | policy | input tokens, all calls | vs raw | vs recorded | peak | compactions "
+          "| prefix kept | cost with caching | without |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for label, name in SESSIONS.items():
+        data = ctxwin("replay", str(root / name), "--compare", POLICIES)["policies"]
+        raw, recorded = data["raw"]["cumulative_input_tokens"], data["recorded"]["cumulative_input_tokens"]
+        cheapest = min(data, key=lambda p: data[p]["cost_cached_usd"])
+        for policy in POLICIES.split(","):
+            row = data[policy]
+            tokens = row["cumulative_input_tokens"]
+            cost = f"**${row['cost_cached_usd']:.2f}**" if policy == cheapest else f"${row['cost_cached_usd']:.2f}"
+            print(f"| {label} | {policy} | {tokens / 1e6:.2f}M | {tokens / raw:.0%} | {tokens / recorded:.0%} "
+                  f"| {row['peak_tokens'] / 1e3:.0f}K | {row['compactions']} | {row['prefix_kept_fraction']:.0%} "
+                  f"| {cost} | ${row['cost_uncached_usd']:.2f} |")
+    retention = ctxwin("eval", "retention", *(str(root / n) for n in SESSIONS.values()),
+                       "--policy", "ctxwin,claude-code,pi,openclaw,letta,masking,recorded")
+    print()
+    print("| point | policy | view tokens | " + " | ".join(PROBES) + " |")
+    print("|---|---|---|" + "---|" * len(PROBES))
+    for session in retention["sessions"]:
+        next_call = session.get("recorded_next_call_tokens") or 0
+        point = f"{Path(session['file']).name[:8]} @{session['index']} (recorded next call {next_call:,})"
+        for policy in ("ctxwin", "recorded"):
+            view = session["policies"].get(policy)
+            if view is None:
+                continue
+            cells = ["–" if view["recall"][p] is None else f"{view['recall'][p]:.2f} ({session['probes'][p]})"
+                     for p in PROBES]
+            print(f"| {point} | {policy} | {view['view_tokens']:,} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
