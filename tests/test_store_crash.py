@@ -130,6 +130,8 @@ def tear(folder: Path, acked: set[str], rng: random.Random) -> bytes:
     the torn bytes."""
     path = folder / SESSION_FILE
     data = path.read_bytes()
+    if not data.endswith(b"\n"):
+        return b""  # the kill itself tore the last line (a write cut short under load): already torn
     start = data.rstrip(b"\n").rfind(b"\n") + 1
     last = json.loads(data[start:])
     if last.get("id") not in acked and "format" not in last:
