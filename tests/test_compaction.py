@@ -297,3 +297,46 @@ def test_kill_during_compaction_leaves_session_unchanged(tmp_path: Path) -> None
         reopened = ContextEngine(session, model="gpt-4o", policy="pi", window=200_000, max_output=2_000)
         assert json.dumps(reopened.prepare().to_anthropic()) == before
         assert not any(e.kind == "compaction" for e in session.path())
+
+
+# --------------------------------------------------------------------------------------------------
+# Checkpoint (Alyx): the agent writes its own state summary when asked
+
+
+def scripted_agent(engine: ContextEngine, turns: int, answer_checkpoints: bool) -> list:
+    """A loop that plays the agent: it answers a checkpoint request with a <checkpoint> block."""
+    prepared_list = []
+    for message in conversation(turns, 12):
+        if message.role == "assistant":
+            prepared = engine.prepare()
+            prepared_list.append(prepared)
+            last = prepared.messages[-1]
+            if answer_checkpoints and "<checkpoint>" in last.text:
+                message = Message("assistant", (Text(
+                    "<checkpoint>Goal: fix issues #1000-#1005 in src/mod*.py. Done: mod0, mod1. "
+                    "Next: mod2, keep the API stable. Ticket CHK-42.</checkpoint>"), *message.tool_calls))
+        engine.append(message)
+    return prepared_list
+
+
+def test_checkpoint_strategy_compacts_with_the_agents_own_summary() -> None:
+    engine = engine_for("checkpoint", window=60_000)
+    prepared = scripted_agent(engine, turns=6, answer_checkpoints=True)
+    assert any(e.action == "checkpoint_request" for p in prepared for e in p.events)
+    compactions = [e for e in engine.session.path() if e.kind == "compaction"]
+    assert compactions
+    first = compactions[0].payload
+    assert first["summarizer"] == "agent checkpoint"
+    assert "Ticket CHK-42" in first["summary"]
+    assert all(p.valid and p.tokens <= p.budget for p in prepared)
+    check_nothing_lost(engine)
+
+
+def test_checkpoint_strategy_falls_back_when_the_agent_does_not_answer() -> None:
+    engine = engine_for("checkpoint", window=60_000)
+    prepared = scripted_agent(engine, turns=6, answer_checkpoints=False)
+    requests = [e for p in prepared for e in p.events if e.action == "checkpoint_request"]
+    compactions = [e for e in engine.session.path() if e.kind == "compaction"]
+    assert compactions and all(c.payload["summarizer"] == "extractive" for c in compactions)
+    assert 1 <= len(requests) <= len(compactions) + 1  # once per compaction cycle, not on every call
+    assert all(p.valid and p.tokens <= p.budget for p in prepared)

@@ -118,3 +118,42 @@ def test_recover_refuses_other_errors() -> None:
     with pytest.raises(CtxwinError, match="not a context overflow"):
         engine.recover(ProviderError(429, {"error": {"type": "rate_limit_error", "message": "Rate limited"}},
                                      "Rate limited", "anthropic"))
+
+
+def test_engine_through_the_official_sdks() -> None:
+    """The engine's payloads go through the real SDKs unchanged, the SDKs' overflow exceptions are
+    recognised and recovered from, and their usage objects calibrate the engine."""
+    anthropic = pytest.importorskip("anthropic", reason="the anthropic SDK is a test-only dependency")
+    openai = pytest.importorskip("openai", reason="the openai SDK is a test-only dependency")
+    with FakeProvider(context_window=30_000, max_output=1_000) as server:
+        engine = ContextEngine(model="claude-sonnet-4-5", policy="pi", window=200_000, max_output=1_000)
+        fill(engine, rounds=40)
+        client = anthropic.Anthropic(base_url=server.anthropic_base_url, api_key="test", max_retries=0)
+        for _ in range(MAX_RECOVERY_ATTEMPTS + 1):
+            try:
+                response = client.messages.create(model="claude-sonnet-4-5", max_tokens=1_000,
+                                                  **engine.prepare().to_anthropic())
+                break
+            except anthropic.APIStatusError as error:
+                assert engine.is_overflow_error(error)
+                engine.recover(error)
+        else:
+            raise AssertionError("did not recover")
+        assert response.content[0].text
+        engine.record_usage(response.usage)
+
+        engine = ContextEngine(model="gpt-4o", policy="pi", window=200_000, max_output=1_000)
+        fill(engine, rounds=40)
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key="test", max_retries=0)
+        for _ in range(MAX_RECOVERY_ATTEMPTS + 1):
+            try:
+                completion = client.chat.completions.create(model="gpt-4o", max_completion_tokens=1_000,
+                                                            **engine.prepare().to_openai_chat())
+                break
+            except openai.APIStatusError as error:
+                assert engine.is_overflow_error(error)
+                engine.recover(error)
+        else:
+            raise AssertionError("did not recover")
+        assert completion.choices[0].message.content
+        engine.record_usage(completion.usage)

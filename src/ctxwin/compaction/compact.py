@@ -13,6 +13,7 @@ where the first compaction's kept messages vanished, cannot happen.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -52,6 +53,32 @@ SPLIT_TURN_HEADER = "**Turn Context (split turn):**"
 
 MERGE_STATE_KEYS = ("extractive",)
 """Keys of `Summary.details` that summarizers read back from the previous summary."""
+
+
+CHECKPOINT_TAG = re.compile(r"<checkpoint>(.*?)(?:</checkpoint>|$)", re.S)
+CHECKPOINT_SHARE = 0.75
+"""Without `checkpoint_tokens`, the agent is asked for its checkpoint at this share of the trigger."""
+CHECKPOINT_REQUEST = (
+    "[ctxwin] The context is at {tokens:,} tokens and older history will soon be trimmed. Before anything "
+    "else in your next reply, write a state summary of the work so far inside <checkpoint>...</checkpoint>: "
+    "the goal and the user's constraints, files read and changed, what is done, what failed and why, what "
+    "comes next, and every exact identifier (paths, ids, hashes, URLs, numbers) still needed. It will stand "
+    "in for the older history. Then continue the task."
+)
+
+
+def checkpoint_text(message: Message) -> str | None:
+    """The state summary an agent wrote into `message` when asked (Alyx's checkpoint), if any."""
+    if message.role != "assistant":
+        return None
+    found = CHECKPOINT_TAG.search(message.text)
+    return found.group(1).strip() if found and found.group(1).strip() else None
+
+
+def checkpoint_due(tokens: int, window: int, policy: CompactionPolicy, factor: float = 1.0) -> bool:
+    """Whether to ask the agent for its checkpoint now (view at `tokens`, counter units)."""
+    mark = policy.checkpoint_tokens or int(threshold(window, policy) * CHECKPOINT_SHARE)
+    return tokens * factor > mark
 
 
 class CompactionFailed(CtxwinError):
@@ -256,6 +283,7 @@ def compact_view(
     trigger: str = "threshold",
     factor: float = 1.0,
     originals: Mapping[str, Message] | None = None,
+    checkpoint: tuple[str, str] | None = None,
 ) -> Outcome:
     """Plan, summarize, guard. Raises `CompactionFailed` (history untouched) when there is nothing
     to summarize, the summarizer fails, or the result would not shrink the view enough."""
@@ -264,6 +292,8 @@ def compact_view(
 
     before = ctx.system_tokens + total_tokens(items)
     plan = plan_cut(items, policy, ctx, pins, factor)
+    if checkpoint is not None and policy.strategy == "checkpoint":
+        plan = checkpoint_cut(items, checkpoint[0], pins) or plan
     if not plan.summarized:
         raise CompactionFailed("nothing to compact: the recent history alone is within the kept budget", before)
     if memory_flush is not None and trigger != "manual":
@@ -274,7 +304,15 @@ def compact_view(
     span_messages = [i.message for i in plan.span]
     prefix_messages = [i.message for i in plan.prefix]
     try:
-        if plan.prefix:
+        if checkpoint is not None and policy.strategy == "checkpoint" and plan.first_kept_id != checkpoint[0] \
+                and any(i.entry_id == checkpoint[0] for i in plan.span):
+            # The agent's own summary stands for the span (Alyx); the guard and the index still apply.
+            summary = Summary(text=checkpoint[1], summarizer="agent checkpoint",
+                              tokens=ctx.counter.count_text(checkpoint[1]))
+            if summary.tokens > summarizer_budget:
+                summary = summarizer.summarize([Message("assistant", (Text(checkpoint[1]),))], previous=None,
+                                               focus=focus, budget_tokens=summarizer_budget, counter=ctx.counter)
+        elif plan.prefix:
             history_budget = int(summarizer_budget * (1 - SPLIT_PREFIX_SHARE))
             history = summarizer.summarize(span_messages, previous=previous, focus=focus,
                                            budget_tokens=history_budget, counter=ctx.counter) \
@@ -350,6 +388,20 @@ def with_recall_index(summary: Summary, items: Sequence[Item], ctx: StageContext
     text = f"{summary.text.rstrip()}\n\n{INDEX_HEADING}\n" + "\n".join(lines)
     return replace(summary, text=text, tokens=ctx.counter.count_text(text),
                    details={**summary.details, "recall_index": len(lines)})
+
+
+def checkpoint_cut(items: Sequence[Item], reply_id: str, pins: set[str]) -> CutPlan | None:
+    """Everything up to and including the agent's checkpoint reply is summarized (by that reply);
+    the history after it is kept, from the first cut point after the reply (its tool results go with
+    it, into the summarized span)."""
+    start = first_content(items)
+    position = next((i for i, item in enumerate(items) if item.entry_id == reply_id), None)
+    if position is None:
+        return None
+    cut = next((i for i in range(position + 1, len(items)) if is_cut_point(items, i)), len(items))
+    span = [i for i in items[start:cut] if not i.synthetic]
+    pinned = [i for i in items[start:cut] if i.entry_id in pins]
+    return CutPlan(span, [], list(items[cut:]), pinned)
 
 
 def join_split_turn(history: Summary | None, turn: Summary, ctx: StageContext) -> Summary:

@@ -24,9 +24,15 @@ from typing import Any
 
 from ctxwin import policy as policies
 from ctxwin.compaction.base import Summarizer, Summary
-from ctxwin.compaction.compact import attachment_message, summary_message
+from ctxwin.compaction.compact import (
+    CHECKPOINT_REQUEST,
+    attachment_message,
+    checkpoint_due,
+    checkpoint_text,
+    summary_message,
+)
 from ctxwin.errors import CtxwinError
-from ctxwin.messages import Message, ToolCall
+from ctxwin.messages import Message, Text, ToolCall
 from ctxwin.messages.pairing import repair
 from ctxwin.pipeline import bootstrap, budget, dedup, fit, mask, prune, spill
 from ctxwin.pipeline.validate import IncrementalValidator, common_prefix
@@ -51,6 +57,8 @@ from .prepared import Prepared
 UNLIMITED_WINDOW = 10**12
 """The window of a policy with `unlimited_window` (the raw baseline)."""
 PROVIDER_FOR_VALIDATION = "anthropic"
+CHECKPOINT_META = "checkpoint_request"
+"""`meta["ctxwin"]` of the user message that asks the agent for its checkpoint."""
 MAX_RECOVERY_ATTEMPTS = 3
 """Overflow recoveries allowed in a row before `recover` gives up (OpenClaw's 3 attempts); a
 successful call (`record_usage`) resets the count."""
@@ -109,6 +117,8 @@ class _State:
     last_repairs: frozenset[tuple[str, str | None, str]] = frozenset()
     recovery_attempts: int = 0
     budget_scale: float = 1.0
+    checkpoint_requested: bool = False  # the agent was asked for its checkpoint and has not answered
+    checkpoint: tuple[str, str] | None = None  # (reply entry id, its summary) since the last compaction
     # (keys of the last unrepaired view, its repaired items, their keys): reused while views extend it.
     repair_cache: tuple[list[str], list[Item], list[str]] | None = None
     # The view as of the last call, extended in place while only appends happen (the common case):
@@ -186,7 +196,9 @@ class ContextEngine:
             self._state.last_call_at = _epoch(path[-1].timestamp)
         for entry in path:
             if entry.kind == "message":
-                self._add_record(entry.id, Message.from_dict(entry.payload))
+                message = Message.from_dict(entry.payload)
+                self._add_record(entry.id, message)
+                self._note_checkpoint(entry.id, message)
             elif entry.kind == "decision":
                 self._apply_logged_decision(entry.payload)
             elif entry.kind == "compaction":
@@ -260,6 +272,8 @@ class ContextEngine:
             entry_id, summary, first, tuple(payload.get("pinned_ids", ())),
             tuple(attachment_message(a) for a in payload.get("attachments", ())))
         self._state.view = None
+        self._state.checkpoint = None  # a checkpoint serves one compaction
+        self._state.checkpoint_requested = False
 
     # ------------------------------------------------------------------------------------------
     # Public API
@@ -272,7 +286,20 @@ class ContextEngine:
             entry = self.session.append("message", item.to_dict())
             self._add_record(entry.id, item)
             ids.append(entry.id)
+            self._note_checkpoint(entry.id, item)
         return ids
+
+    def _note_checkpoint(self, entry_id: str, message: Message) -> None:
+        """An agent's answer to a checkpoint request: remember it for the next compaction."""
+        if self.policy.compaction.strategy != "checkpoint":
+            return
+        if message.meta.get("ctxwin") == CHECKPOINT_META:
+            self._state.checkpoint_requested = True
+            return
+        text = checkpoint_text(message)
+        if text is not None:
+            self._state.checkpoint = (entry_id, text)
+            self._state.checkpoint_requested = False
 
     def pin(self, entry_id: str) -> None:
         """Never summarize this entry away: it stays verbatim in the view across compactions. A tool
@@ -332,6 +359,8 @@ class ContextEngine:
 
         # 2. View-wide stages.
         items = self._items(ctx)
+        if new and self._checkpoint_wanted(items, ctx):  # only after the agent had a turn
+            items = self._request_checkpoint(items, ctx, events)
         if self.policy.mask.enabled:
             items = self._run_view_stage("mask", mask.stage(items, self.policy.mask, ctx), events, ctx)
         if self.policy.prune.enabled:
@@ -678,6 +707,25 @@ class ContextEngine:
     # ------------------------------------------------------------------------------------------
     # Compaction
 
+    def _checkpoint_wanted(self, items: Sequence[Item], ctx: StageContext) -> bool:
+        policy = self.policy.compaction
+        state = self._state
+        return (policy.enabled and policy.strategy == "checkpoint" and not state.checkpoint_requested
+                and state.checkpoint is None and bool(items) and not items[-1].message.tool_calls
+                and checkpoint_due(ctx.system_tokens + total_tokens(items), ctx.window, policy,
+                                   self.calibrator.factor or 1.0))
+
+    def _request_checkpoint(self, items: list[Item], ctx: StageContext, events: list[Event]) -> list[Item]:
+        """Ask the agent for its own state summary (Alyx's checkpoint): a user message, logged like any
+        other (the model sees it), that the next compaction will look for an answer to."""
+        tokens = round((ctx.system_tokens + total_tokens(items)) * (self.calibrator.factor or 1.0))
+        request = Message("user", (Text(CHECKPOINT_REQUEST.format(tokens=tokens)),), meta={"ctxwin": CHECKPOINT_META})
+        [entry_id] = self.append(request)
+        self._state.processed = len(self._state.records)
+        events.append(Event("compaction", "checkpoint_request", (entry_id,), 0, 0,
+                            f"view at {tokens:,} tokens: the agent is asked to write its checkpoint"))
+        return self._items(ctx)
+
     def _compaction_due(self, items: Sequence[Item], ctx: StageContext) -> bool:
         from ctxwin.compaction.compact import compaction_due
 
@@ -702,7 +750,8 @@ class ContextEngine:
             outcome = compact_view(items, self.policy.compaction, ctx, summarizer=self.summarizer,
                                    previous=previous, focus=focus, pins=self._state.pins, force=force,
                                    memory_flush=self.memory_flush, trigger=trigger,
-                                   factor=self.calibrator.factor or 1.0, originals=self._originals(items))
+                                   factor=self.calibrator.factor or 1.0, originals=self._originals(items),
+                                   checkpoint=self._state.checkpoint)
         except CompactionFailed as failure:
             state = self._state
             state.compaction_failures += 1
