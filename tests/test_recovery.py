@@ -126,12 +126,12 @@ def test_engine_through_the_official_sdks() -> None:
     anthropic = pytest.importorskip("anthropic", reason="the anthropic SDK is a test-only dependency")
     openai = pytest.importorskip("openai", reason="the openai SDK is a test-only dependency")
     with FakeProvider(context_window=30_000, max_output=1_000) as server:
-        engine = ContextEngine(model="claude-sonnet-4-5", policy="pi", window=200_000, max_output=1_000)
+        engine = ContextEngine(model="claude-sonnet-4-6", policy="pi", window=200_000, max_output=1_000)
         fill(engine, rounds=40)
         client = anthropic.Anthropic(base_url=server.anthropic_base_url, api_key="test", max_retries=0)
         for _ in range(MAX_RECOVERY_ATTEMPTS + 1):
             try:
-                response = client.messages.create(model="claude-sonnet-4-5", max_tokens=1_000,
+                response = client.messages.create(model="claude-sonnet-4-6", max_tokens=1_000,
                                                   **engine.prepare().to_anthropic())
                 break
             except anthropic.APIStatusError as error:
