@@ -6,8 +6,8 @@ of the session's history on every call, with the same counter and no per-message
 library does that keeps no accounting between calls: LangChain's summarization middleware counts its
 whole message state before every model call); also reported, re-counting only the request actually
 sent (`naive_view_*`, smaller once ctxwin has compacted). Then a synthetic session of about 1M tokens
-in 10,000 messages, with a window that holds it all, so every call sees the whole history. Prints one
-JSON object on its last line.
+(1.03M by the estimator) in 10,000 messages, with a 2M window, so every call sees the whole history
+(masked outputs included). Prints one JSON object on its last line.
 
     python benchmarks/overhead.py [--quick]
 """
@@ -54,7 +54,7 @@ def synthetic(messages: int = SYNTHETIC_MESSAGES) -> Transcript:
             out.append(Message("user", (Text(f"Task {n}: look at module m{n} and fix the failing test t{n}."),)))
         call = ToolCall(f"c{n}", "bash", {"command": f"cat m{n}.py"})
         out.append(Message("assistant", (Text(f"Checking m{n}."), call)))
-        body = "".join(f"def f{n}_{k}(x):\n    return x * {k} + {n}\n" for k in range(12))
+        body = "".join(f"def f{n}_{k}(x):\n    return x * {k} + {n}\n" for k in range(7))
         out.append(Message("tool", (ToolResult(f"c{n}", (Text(body),), name="bash"),)))
         n += 1
     return Transcript(format="synthetic", messages=out[:messages], model="claude-sonnet-4-5")
@@ -117,7 +117,10 @@ def main() -> None:
         print(f"{path.name[:8]}: {result}", file=sys.stderr)
         all_latencies.append(result["p95_ms"])  # type: ignore[arg-type]
         all_naive.append(result["naive_p95_ms"])  # type: ignore[arg-type]
-    synth = run(synthetic(2_000 if args.quick else SYNTHETIC_MESSAGES), "ctxwin", SYNTHETIC_WINDOW, naive=False)
+    session = synthetic(2_000 if args.quick else SYNTHETIC_MESSAGES)
+    synth = run(session, "ctxwin", SYNTHETIC_WINDOW, naive=False)
+    counter = counter_for(session.model)
+    synth["session_tokens"] = sum(counter.count_message(m) for m in session.messages)
     print(f"synthetic: {synth}", file=sys.stderr)
     p95 = max(all_latencies)
     naive_p95 = max(all_naive)
@@ -133,6 +136,7 @@ def main() -> None:
                                  / max(raw_p95), 1),
         "synthetic_p95_ms": synth["p95_ms"],
         "synthetic_peak_tokens": synth["peak_tokens"],
+        "synthetic_session_tokens": synth["session_tokens"],
         "synthetic_messages": 2_000 if args.quick else SYNTHETIC_MESSAGES,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "sessions": per_session,

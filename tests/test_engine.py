@@ -91,7 +91,8 @@ def check_call(engine: ContextEngine, previous: list[str] | None) -> list[str]:
     prepared = engine.prepare()
     messages = prepared.messages
     for provider in ("anthropic", "openai_chat", "openai_responses"):
-        assert validate(messages, provider) == [], (provider, validate(messages, provider))
+        sent = prepared._for(provider)  # what the converter for that provider sends
+        assert validate(sent, provider) == [], (provider, validate(sent, provider))
     assert prepared.tokens <= prepared.budget, (prepared.tokens, prepared.budget)
     keys = [m.content_key for m in messages]
     if previous is not None and keys[: len(previous)] != previous:
@@ -205,3 +206,74 @@ def test_pin_survives_compaction(tmp_path) -> None:
     view = engine.prepare()
     assert any(e.entry_id == ids[0] and not e.synthetic for e in view.items)
     assert any(entry.kind == "compaction" for entry in engine.session.path())
+
+
+# --------------------------------------------------------------------------------------------------
+# Edge cases a user can hit
+
+
+def test_append_refuses_plain_text_with_a_hint() -> None:
+    from ctxwin.errors import InputError
+
+    engine = ContextEngine(model="gpt-4o", policy="ctxwin")
+    with pytest.raises(InputError, match="takes messages"):
+        engine.append("hello")
+
+
+def test_pinned_call_keeps_results_that_arrive_after_the_pin() -> None:
+    engine = ContextEngine(model="gpt-4o", policy="pi", window=30_000, max_output=1_000)
+    engine.append(Message("user", (Text("start"),)))
+    [call_entry] = engine.append(Message("assistant", (ToolCall("keep", "bash", {"command": "deploy --id D-77"}),)))
+    engine.pin(call_entry)
+    engine.append(Message("tool", (ToolResult("keep", (Text("deployed D-77 to prod-eu-3"),), name="bash"),)))
+    for n in range(60):
+        engine.append(Message("assistant", (ToolCall(f"c{n}", "bash", {"command": f"ls {n}"}),)))
+        engine.append(Message("tool", (ToolResult(f"c{n}", (Text(f"file{n}\n" * 300),), name="bash"),)))
+        prepared = engine.prepare()
+        assert prepared.tokens <= prepared.budget
+    assert any(e.kind == "compaction" for e in engine.session.path())
+    shown = "\n".join(r.text for m in engine.prepare().messages for r in m.tool_results)
+    assert "deployed D-77 to prod-eu-3" in shown  # the real result, not a synthetic error
+    assert "SYNTHETIC" not in shown and "missing from the conversation" not in shown
+
+
+def test_fit_cuts_a_giant_tool_call_argument() -> None:
+    engine = ContextEngine(model="gpt-4o", policy="truncate", window=8_000, max_output=1_000)
+    engine.append(Message("user", (Text("write the file"),)))
+    big = ToolCall("w", "write", {"path": "big.txt", "content": "lorem ipsum " * 8_000})
+    engine.append(Message("assistant", (big,)))
+    engine.append(Message("tool", (ToolResult("w", (Text("written"),), name="write"),)))
+    prepared = engine.prepare()
+    assert prepared.tokens <= prepared.budget
+    call = prepared.messages[1].tool_calls[0]
+    assert call.arguments["path"] == "big.txt" and "cut to fit the context window" in call.arguments["content"]
+    assert json.loads(engine.recall(call.arguments["content"].split("Full text: ")[1].split("]")[0]))[
+        "content"] == "lorem ipsum " * 8_000
+
+
+def test_health_is_fresh_after_append() -> None:
+    engine = ContextEngine(model="gpt-4o", policy="raw")
+    engine.append(Message("user", (Text("short"),)))
+    engine.prepare()
+    engine.append(Message("user", (Text("word " * 40_000),)))
+    assert "Token usage: 4" in engine.health()  # ~40K, not the stale few tokens
+
+
+def test_recover_from_a_window_smaller_than_the_reserve() -> None:
+    engine = ContextEngine(model="gpt-4o", policy="pi", window=128_000)
+    engine.append(Message("user", (Text("hello " * 2_000),)))
+    engine.prepare()
+    prepared = engine.recover("This model's maximum context length is 8192 tokens. However, your messages "
+                              "resulted in 9000 tokens. Please reduce the length of the messages.")
+    assert engine.window == 8_192 and engine.reserve < engine.window // 2
+    assert prepared.tokens <= prepared.budget > 0
+
+
+def test_recall_refuses_negative_offsets() -> None:
+    from ctxwin.errors import InputError
+
+    engine = ContextEngine(model="gpt-4o", policy="raw")
+    [entry] = engine.append(Message("user", (Text("abcdef"),)))
+    assert engine.recall(f"entry:{entry}", offset=2, limit=2) == "cd"
+    with pytest.raises(InputError):
+        engine.recall(f"entry:{entry}", offset=-2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 from rich.table import Table
 
@@ -21,7 +23,7 @@ def policies_command(
         if json_output:
             print_json(policy.model_dump())
         else:
-            console.print(policies.to_toml(policy), end="", markup=False, highlight=False)
+            sys.stdout.write(policies.to_toml(policy))  # verbatim: a console would wrap long lines
         return
     rows = [(name, policies.get(name).description) for name in policies.names()]
     if json_output:

@@ -21,7 +21,7 @@ from typing import Any
 from ctxwin.compaction.base import Summarizer, Summary
 from ctxwin.errors import CtxwinError
 from ctxwin.messages import Message, Text, ToolResult
-from ctxwin.pipeline.view import Item, StageContext, total_tokens
+from ctxwin.pipeline.view import CHARS_PER_TOKEN, Item, StageContext, total_tokens
 from ctxwin.policy.model import CompactionPolicy
 
 MIN_THRESHOLD_SHARE = 0.5
@@ -209,9 +209,9 @@ def turn_start(items: Sequence[Item], start: int, cut: int) -> int | None:
 
 
 def letta_cut(items: Sequence[Item], start: int, target: int, fixed: int) -> int:
-    """Letta's sliding window: evict 30 % of the messages, then 10 % more per step, each time snapping
-    back to an assistant message, until the rest fits `target` tokens (`fixed`: tokens that stay
-    whatever is evicted)."""
+    """Letta's sliding window: starting from 30 %, evict 10 % more of the messages per step (so the
+    first cut tried is at 40 %, as in Letta's code), each time snapping back to an assistant message,
+    until the rest fits `target` tokens (`fixed`: tokens that stay whatever is evicted)."""
     n = len(items) - start
     evict = LETTA_START_EVICT
     cut = start
@@ -259,10 +259,27 @@ def plan_cut(items: Sequence[Item], policy: CompactionPolicy, ctx: StageContext,
     # whole span at once, so the prefix of a split turn is simply part of it.
     split = turn_start(items, start, cut) if policy.strategy in ("pi", "openclaw", "checkpoint") else None
     span_end = split if split is not None else cut
-    span = [i for i in items[start:span_end] if not i.synthetic]
-    prefix = list(items[split:cut]) if split is not None else []
-    pinned = [i for i in items[start:cut] if i.entry_id in pins]
+    pinned = pinned_items(items[start:cut], pins)
+    held = {i.entry_id for i in pinned}
+    span = [i for i in items[start:span_end] if not i.synthetic and i.entry_id not in held]
+    prefix = [i for i in items[split:cut] if i.entry_id not in held] if split is not None else []
     return CutPlan(span, prefix, list(items[cut:]), pinned)
+
+
+def pinned_items(items: Sequence[Item], pins: set[str]) -> list[Item]:
+    """The pinned items of a span, with the other halves of their tool calls and results (a pinned
+    call is kept with its results, a pinned result with its call), in order. Pinned items are kept
+    verbatim and left out of the summary."""
+    chosen = {i.entry_id for i in items if i.entry_id in pins}
+    if not chosen:
+        return []
+    call_ids = {c.id for i in items if i.entry_id in chosen for c in i.message.tool_calls} | {
+        r.call_id for i in items if i.entry_id in chosen for r in i.message.tool_results}
+    for item in items:
+        if any(c.id in call_ids for c in item.message.tool_calls) or any(
+                r.call_id in call_ids for r in item.message.tool_results):
+            chosen.add(item.entry_id)
+    return [i for i in items if i.entry_id in chosen]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -361,12 +378,12 @@ def recall_index(items: Sequence[Item], ctx: StageContext, budget_tokens: int,
         message = (originals or {}).get(item.entry_id, item.message)
         for result in message.tool_results:
             size = len(result.text)
-            if size >= INDEX_MIN_TOKENS * 4:
+            if size >= INDEX_MIN_TOKENS * CHARS_PER_TOKEN:
                 candidates.append((size, position, f"- output of {describe_call(ctx.calls.get(result.call_id))}: "
                                                    f"recall(\"{recall_ref(item.entry_id, result.call_id)}\")"))
         for call in message.tool_calls:
             size = sum(len(v) for v in call_arguments(call).values() if isinstance(v, str))
-            if size >= INDEX_MIN_TOKENS * 4:
+            if size >= INDEX_MIN_TOKENS * CHARS_PER_TOKEN:
                 candidates.append((size, position, f"- input of {describe_call(call)}: "
                                                    f"recall(\"{recall_ref(item.entry_id, call.id)}\")"))
     chosen: list[tuple[int, str]] = []
@@ -399,8 +416,9 @@ def checkpoint_cut(items: Sequence[Item], reply_id: str, pins: set[str]) -> CutP
     if position is None:
         return None
     cut = next((i for i in range(position + 1, len(items)) if is_cut_point(items, i)), len(items))
-    span = [i for i in items[start:cut] if not i.synthetic]
-    pinned = [i for i in items[start:cut] if i.entry_id in pins]
+    pinned = pinned_items(items[start:cut], pins)
+    held = {i.entry_id for i in pinned}
+    span = [i for i in items[start:cut] if not i.synthetic and i.entry_id not in held]
     return CutPlan(span, [], list(items[cut:]), pinned)
 
 

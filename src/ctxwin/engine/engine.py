@@ -31,7 +31,7 @@ from ctxwin.compaction.compact import (
     checkpoint_text,
     summary_message,
 )
-from ctxwin.errors import CtxwinError
+from ctxwin.errors import CtxwinError, InputError
 from ctxwin.messages import Message, Text, ToolCall
 from ctxwin.messages.pairing import repair
 from ctxwin.pipeline import bootstrap, budget, dedup, fit, mask, prune, spill
@@ -44,6 +44,7 @@ from ctxwin.pipeline.view import (
     StageContext,
     StageResult,
     keys_of,
+    shapes_of,
     total_tokens,
 )
 from ctxwin.policy.model import Policy
@@ -57,6 +58,8 @@ from .prepared import Prepared
 UNLIMITED_WINDOW = 10**12
 """The window of a policy with `unlimited_window` (the raw baseline)."""
 PROVIDER_FOR_VALIDATION = "anthropic"
+"""The view is kept valid for Anthropic (roles, zones, ids); the OpenAI converters of `Prepared`
+repair what their own rules need on top (consecutive assistant turns answered one by one)."""
 CHECKPOINT_META = "checkpoint_request"
 """`meta["ctxwin"]` of the user message that asks the agent for its checkpoint."""
 MAX_RECOVERY_ATTEMPTS = 3
@@ -71,7 +74,6 @@ error: the provider counted more than we did, so we aim lower."""
 
 class ContextOverflowError(CtxwinError):
     """The provider keeps rejecting the request as too long after every recovery step."""
-"""Requests are validated against Anthropic's rules, the strictest of the three (alternation)."""
 
 
 @dataclass
@@ -193,7 +195,7 @@ class ContextEngine:
         if path:
             # The log does not record calls, but every call is followed by an append: the last entry's
             # time stands in for the last call's (cache-TTL pruning needs it).
-            self._state.last_call_at = _epoch(path[-1].timestamp)
+            self._state.last_call_at = epoch(path[-1].timestamp)
         for entry in path:
             if entry.kind == "message":
                 message = Message.from_dict(entry.payload)
@@ -210,9 +212,9 @@ class ContextEngine:
                 self.calibrator = Calibrator.from_dict(entry.payload["state"])
             elif entry.kind == "custom" and entry.payload.get("type") == "recovery":
                 self.window = min(self.window, entry.payload.get("window") or self.window)
+                self.max_output = min(self.max_output, entry.payload.get("max_output") or self.max_output)
+                self.reserve = 0 if self.policy.unlimited_window else self.policy.reserve(self.max_output)
                 self._state.budget_scale = entry.payload.get("budget_scale", 1.0)
-            elif entry.kind == "checkpoint" and "processed" in entry.payload:
-                pass
         # Per-message stages ran on everything logged before (their decisions are in the log);
         # dedup's memory of what it has seen is rebuilt from the logged outputs.
         self._state.processed = len(self._state.records)
@@ -241,18 +243,10 @@ class ContextEngine:
             self._state.view = None
 
     def _apply_logged_decision(self, payload: Mapping[str, Any]) -> None:
-        stage = payload["stage"]
-        for entry_id, rendered in payload["renders"].items():
-            position = self._state.index.get(entry_id)
-            if position is None:
-                self._apply_to_summary(entry_id, None if rendered is None else Message.from_dict(rendered))
-                continue
-            record = self._state.records[position]
-            if rendered is None:
-                record.item = None
-            else:
-                message = Message.from_dict(rendered)
-                record.item = Item(entry_id, message, self.counter.count_message(message), rendered_by=stage)
+        renders = payload["renders"].items()
+        self._apply_decisions(
+            (Decision(payload["stage"], entry_id, None if rendered is None else Message.from_dict(rendered))
+             for entry_id, rendered in renders), payload["stage"])
 
     def _apply_compaction(self, entry_id: str, payload: Mapping[str, Any]) -> None:
         first = self._state.index.get(payload["first_kept_id"], len(self._state.records)) \
@@ -302,25 +296,15 @@ class ContextEngine:
             self._state.checkpoint_requested = False
 
     def pin(self, entry_id: str) -> None:
-        """Never summarize this entry away: it stays verbatim in the view across compactions. A tool
-        call and its results are pinned together (one without the other would be invalid)."""
+        """Never summarize this entry away, nor drop it to fit: it stays verbatim in the view. A tool
+        call and its results stay together (the pairing is resolved when a compaction or fit runs,
+        so results that arrive after the pin are kept too)."""
         if entry_id not in self._state.index:
             raise CtxwinError(f"no message entry {entry_id!r} in this session", "pin an id that append() returned")
-        for target in self._pair_of(entry_id):
-            if target not in self._state.pins:
-                self.session.append("pin", {"target": target})
-                self._state.pins.add(target)
-                self._state.view = None
-
-    def _pair_of(self, entry_id: str) -> list[str]:
-        """The entry plus the entries holding the other halves of its tool calls and results."""
-        message = self._state.records[self._state.index[entry_id]].message
-        call_ids = {c.id for c in message.tool_calls} | {r.call_id for r in message.tool_results}
-        if not call_ids:
-            return [entry_id]
-        return [r.entry_id for r in self._state.records
-                if r.entry_id == entry_id or call_ids & ({c.id for c in r.message.tool_calls}
-                                                         | {t.call_id for t in r.message.tool_results})]
+        if entry_id not in self._state.pins:
+            self.session.append("pin", {"target": entry_id})
+            self._state.pins.add(entry_id)
+            self._state.view = None
 
     @property
     def system_prompt(self) -> str:
@@ -340,11 +324,13 @@ class ContextEngine:
 
     def prepare(self) -> Prepared:
         """The request to send now. Never raises for size when a fit exists; raises
-        `ContextBudgetError` when none does (the system prompt alone is too large)."""
+        `ContextBudgetError` when none does (the system prompt and tools alone are over the budget),
+        or when the policy turned the fit stage off and the request is over its budget."""
         started = time.perf_counter()
         state = self._state
         now = self.clock()
-        ctx = self._context(now)
+        system = self.system_prompt  # read once: with bootstrap it reads the workspace files
+        ctx = self._context(now, system)
         events: list[Event] = []
 
         # 1. Per-message stages, once per message, in log order.
@@ -358,7 +344,7 @@ class ContextEngine:
         state.processed = len(state.records)
 
         # 2. View-wide stages.
-        items = self._items(ctx)
+        items = self._items()
         if new and self._checkpoint_wanted(items, ctx):  # only after the agent had a turn
             items = self._request_checkpoint(items, ctx, events)
         if self.policy.mask.enabled:
@@ -378,7 +364,11 @@ class ContextEngine:
         # 3. Validate (incrementally: usually only the new tail); repair what cuts left behind.
         items, keys, problems = self._validate_and_repair(items, ctx, events)
 
-        prepared = self._finish(items, keys, ctx, events, problems)
+        if self.policy.fit.enabled and ctx.system_tokens + total_tokens(items) > ctx.budget:
+            raise fit.ContextBudgetError(  # repair added more than fit could take back
+                f"the request is {ctx.system_tokens + total_tokens(items):,} tokens after fitting and repair; its "
+                f"budget is {ctx.budget:,}", tokens=ctx.system_tokens + total_tokens(items), budget=ctx.budget)
+        prepared = self._finish(items, keys, ctx, events, problems, system)
         state.last_call_at = now
         prepared.elapsed_ms = (time.perf_counter() - started) * 1000
         return prepared
@@ -389,8 +379,8 @@ class ContextEngine:
         reported = _reported_input(usage)
         if self._last is None or reported is None or reported <= 0:
             return self.calibrator.factor
-        self.calibrator.observe(self._last.raw_tokens, reported)
-        self.session.append("custom", {"type": "calibration", "state": self.calibrator.to_dict()})
+        if self.calibrator.observe(self._last.raw_tokens, reported):
+            self.session.append("custom", {"type": "calibration", "state": self.calibrator.to_dict()})
         self._state.recovery_attempts = 0
         return self.calibrator.factor
 
@@ -421,10 +411,15 @@ class ContextEngine:
                 "or shorten the system prompt and tool schemas")
         if match.limit_tokens and match.limit_tokens < self.window:
             self.window = match.limit_tokens  # the provider knows its window better than our registry
+            if self.reserve >= self.window // 2:
+                # Our output reserve was sized for the window we believed in: keep the answer's share
+                # of the real window what it would be on a normal one (a quarter at most).
+                self.max_output = min(self.max_output, self.window // 4)
+                self.reserve = self.policy.reserve(self.max_output)
         if match.observed_tokens and self._last is not None and self._last.raw_tokens:
             self.calibrator.observe(self._last.raw_tokens, match.observed_tokens)
         state.budget_scale *= RECOVERY_SHRINK
-        self.session.append("custom", {"type": "recovery", "window": self.window,
+        self.session.append("custom", {"type": "recovery", "window": self.window, "max_output": self.max_output,
                                        "budget_scale": state.budget_scale, "provider": match.provider,
                                        "observed_tokens": match.observed_tokens, "limit_tokens": match.limit_tokens})
         events: list[Event] = [Event("recovery", "overflow", (), match.observed_tokens or 0, 0,
@@ -432,7 +427,7 @@ class ContextEngine:
                                      f"attempt {state.recovery_attempts} of {MAX_RECOVERY_ATTEMPTS}")]
         if self.policy.compaction.enabled:
             ctx = self._context(self.clock())
-            self._compact(self._items(ctx), ctx, events, focus=None, trigger="overflow", force=True)
+            self._compact(self._items(), ctx, events, focus=None, trigger="overflow", force=True)
         prepared = self.prepare()
         prepared.events[:0] = events
         return prepared
@@ -441,7 +436,7 @@ class ContextEngine:
         """Compact now (a manual `/compact`), optionally focused, and return the new request."""
         ctx = self._context(self.clock())
         events: list[Event] = []
-        items = self._items(ctx)
+        items = self._items()
         self._compact(items, ctx, events, focus=focus, trigger="manual", force=True)
         prepared = self.prepare()
         prepared.events[:0] = events
@@ -451,6 +446,9 @@ class ContextEngine:
         """What a placeholder points at, byte for byte: `entry:<id>` (a message as logged),
         `entry:<id>#<call id>` (one tool result), or `blob:<hash>` (a spilled output). `offset` and
         `limit` page the text by characters."""
+        if offset < 0 or (limit is not None and limit < 0):
+            raise InputError(f"recall offset and limit must not be negative (got {offset}, {limit})",
+                             "page forward from 0: offset=0, then offset+limit")
         text = self._resolve(ref)
         return text[offset: None if limit is None else offset + limit]
 
@@ -478,14 +476,18 @@ class ContextEngine:
                           "refs look like entry:<id>, entry:<id>#<call> or blob:<hash>")
 
     def health(self) -> str:
-        """One line: `Token usage: 180K / 200K (90%) — compaction due`."""
-        prepared = self._last or self.prepare()
+        """One line: `Token usage: 180K / 200K (90%) — compaction due`, for what would be sent now."""
+        from ctxwin.compaction.compact import compaction_due
+
+        fresh = self._last is not None and self._state.processed == len(self._state.records)
+        prepared = self._last if fresh and self._last is not None else self.prepare()
         share = prepared.tokens / self.window if self.window else 0.0
         if self.policy.unlimited_window:
             state = "unlimited window"
         elif prepared.tokens > self.budget:
             state = "over budget"
-        elif self.policy.compaction.enabled and self._compaction_due(prepared.items, self._context()):
+        elif self.policy.compaction.enabled and compaction_due(prepared.raw_tokens, self._context(),
+                                                               self.policy.compaction, self.calibrator.factor):
             state = "compaction due"
         elif share >= 0.75:
             state = "warn"
@@ -501,8 +503,8 @@ class ContextEngine:
     # ------------------------------------------------------------------------------------------
     # Pipeline plumbing
 
-    def _context(self, now: float | None = None) -> StageContext:
-        system = self.system_prompt
+    def _context(self, now: float | None = None, system: str | None = None) -> StageContext:
+        system = self.system_prompt if system is None else system
         factor = self.calibrator.factor if self.calibrator.factor > 0 else 1.0
         # Stages count in counter units; the overhead is given in the model's own tokens.
         system_tokens = round(self.overhead_tokens / factor) + (self.counter.count_text(system) if system else 0) + (
@@ -516,6 +518,7 @@ class ContextEngine:
             last_call_at=self._state.last_call_at,
             blobs=self.session.blobs,
             calls=self._state.calls,
+            pins=frozenset(self._state.pins),
         )
 
     def _message_stages(self) -> list[tuple[str, Callable[[list[Item], StageContext], StageResult]]]:
@@ -570,9 +573,9 @@ class ContextEngine:
         self._commit(stage, result, events)
         if not result.decisions:
             return result.items
-        return self._items(ctx)
+        return self._items()
 
-    def _items(self, ctx: StageContext) -> list[Item]:
+    def _items(self) -> list[Item]:
         """The view: the summary of the latest compaction, a marker where rounds were dropped, then
         every kept record's current rendering. A copy: callers and past `Prepared`s may keep it."""
         state = self._state
@@ -621,14 +624,14 @@ class ContextEngine:
             extended = cached[1] + items[len(cached[0]):]
             extended_keys = cached[2] + keys[len(cached[0]):]
             fits = not self.policy.fit.enabled or ctx.system_tokens + total_tokens(extended) <= ctx.budget
-            if fits and not self._validator.check(MessagesView(extended), extended_keys):
+            if fits and not self._validator.check(MessagesView(extended), shapes_of(extended)):
                 state.repair_cache = (keys, extended, extended_keys)
                 return extended, extended_keys, []
-        problems = self._validator.check(MessagesView(items), keys)
+        problems = self._validator.check(MessagesView(items), shapes_of(items))
         if not problems and not state.last_repairs:
             state.repair_cache = (keys, items, keys)
             return items, keys, []
-        repaired, repair_events = self._repair(items, ctx)
+        repaired, repair_events = self._repair(items)
         slack = 0
         for attempt in range(REPAIR_FIT_ROUNDS):
             over = ctx.system_tokens + total_tokens(repaired) - ctx.budget
@@ -641,14 +644,14 @@ class ContextEngine:
             added = total_tokens(repaired) - total_tokens(items)
             tighter = replace(ctx, budget=ctx.budget - max(added, 0) - slack)
             items = self._run_view_stage("fit", fit.stage(items, self.policy.fit, tighter), events, ctx)
-            repaired, repair_events = self._repair(items, ctx)
+            repaired, repair_events = self._repair(items)
         events.extend(repair_events)
         repaired_keys = keys_of(repaired)
-        problems = self._validator.check(MessagesView(repaired), repaired_keys)
+        problems = self._validator.check(MessagesView(repaired), shapes_of(repaired))
         state.repair_cache = None if problems else (keys_of(items), repaired, repaired_keys)
         return repaired, repaired_keys, problems
 
-    def _repair(self, items: list[Item], ctx: StageContext) -> tuple[list[Item], list[Event]]:
+    def _repair(self, items: list[Item]) -> tuple[list[Item], list[Event]]:
         messages = [i.message for i in items]
         result = repair(messages, PROVIDER_FOR_VALIDATION)
         # Repair is not recorded (it is a pure function of the view), so it re-fixes the same things
@@ -673,11 +676,15 @@ class ContextEngine:
         return fixed, [event]
 
     def _finish(self, items: list[Item], keys: list[str], ctx: StageContext, events: list[Event],
-                problems: list) -> Prepared:
+                problems: list, system: str) -> Prepared:
         state = self._state
-        system = self.system_prompt
         system_key = f"{system}\x00{self._tools_json}"
         same_system = system_key == state.last_system_key
+        if state.last_system_key is not None and not same_system:
+            # A workspace file changed (bootstrap) or the harness changed its system prompt or tools:
+            # the whole prompt is new to the provider's cache.
+            events.append(Event("bootstrap", "system_changed", (), 0, ctx.system_tokens,
+                                "the system prompt or tool schemas changed", breaks_prefix=True))
         stable = common_prefix(keys, state.last_keys) if same_system else 0
         prefix_kept = same_system and stable == len(state.last_keys)
         total = total_tokens(items)
@@ -724,19 +731,19 @@ class ContextEngine:
         self._state.processed = len(self._state.records)
         events.append(Event("compaction", "checkpoint_request", (entry_id,), 0, 0,
                             f"view at {tokens:,} tokens: the agent is asked to write its checkpoint"))
-        return self._items(ctx)
+        return self._items()
 
     def _compaction_due(self, items: Sequence[Item], ctx: StageContext) -> bool:
         from ctxwin.compaction.compact import compaction_due
 
         tokens = ctx.system_tokens + total_tokens(items)
         state = self._state
-        if state.compaction_failures >= self.policy.compaction.max_failures:
-            # Circuit breaker (Claude Code stops after 3 consecutive failures): stay open until the
-            # view has grown by a tenth of the window, so a stuck session does not retry every call.
-            if tokens - state.failed_at_tokens < self.window * 0.1:
-                return False
-            state.compaction_failures = 0
+        # Circuit breaker (Claude Code stops after 3 consecutive failures): it stays open until the
+        # view has grown by a tenth of the window, so a stuck session does not retry on every call
+        # (`_compact` closes it again on the next attempt).
+        if (state.compaction_failures >= self.policy.compaction.max_failures
+                and tokens - state.failed_at_tokens < self.window * 0.1):
+            return False
         # Past the request budget, compacting beats letting fit drop history, whatever the trigger.
         return tokens > ctx.budget or compaction_due(tokens, ctx, self.policy.compaction,
                                                      self.calibrator.factor or 1.0)
@@ -766,7 +773,7 @@ class ContextEngine:
         self._state.compaction_failures = 0
         self._state.last_failure = ""
         self._apply_compaction(entry.id, payload)
-        new_items = self._items(ctx)
+        new_items = self._items()
         events.append(Event("compaction", outcome.strategy, outcome.summary.covered_ids, outcome.tokens_before,
                             ctx.system_tokens + total_tokens(new_items), outcome.reason, breaks_prefix=True,
                             details=outcome.details))
@@ -776,6 +783,9 @@ class ContextEngine:
 def _as_messages(value: Any) -> list[Message]:
     if isinstance(value, Message):
         return [value]
+    if isinstance(value, str | bytes):
+        raise InputError("append() takes messages, not text",
+                         'wrap it: Message("user", (Text(...),)) or {"role": "user", "content": ...}')
     if isinstance(value, Mapping):
         from ctxwin.messages.providers import from_provider_dict
 
@@ -805,11 +815,16 @@ def _reported_input(usage: Any) -> int | None:
     return total or None
 
 
-def _epoch(stamp: str) -> float | None:
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+def epoch(value: Any) -> float | None:
+    """Seconds since the epoch from a recorded timestamp: ISO 8601 text or epoch milliseconds."""
+    if isinstance(value, int | float):
+        return value / 1000 if value > 10**11 else float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
 
 
 def _k(tokens: int) -> str:

@@ -59,7 +59,7 @@ class Prepared:
         """`{"messages", "tools"}` for OpenAI Chat Completions."""
         from ctxwin.messages.providers import to_openai_chat
 
-        body: dict[str, Any] = {"messages": to_openai_chat(self._with_system())}
+        body: dict[str, Any] = {"messages": to_openai_chat(self._with_system(for_provider="openai_chat"))}
         if self.tools:
             body["tools"] = [_openai_tool(t) for t in self.tools]
         return body
@@ -68,19 +68,29 @@ class Prepared:
         """`{"instructions", "input", "tools"}` for the OpenAI Responses API."""
         from ctxwin.messages.providers import to_openai_responses
 
-        body: dict[str, Any] = {"input": to_openai_responses(self.messages)}
+        body: dict[str, Any] = {"input": to_openai_responses(self._for("openai_responses"))}
         if self.system:
             body["instructions"] = self.system
         if self.tools:
             body["tools"] = [{"type": "function", **_plain_tool(t)} for t in self.tools]
         return body
 
-    def _with_system(self) -> list[Message]:
+    def _for(self, provider: str) -> list[Message]:
+        """The messages as the provider needs them. The engine keeps them valid for Anthropic; what
+        another provider's rules add (OpenAI Chat answers each assistant turn of a run separately) is
+        repaired here, deterministically, so the same request always converts to the same bytes."""
+        from ctxwin.messages.pairing import repair, validate
+
+        messages = self.messages
+        return repair(messages, provider).messages if validate(messages, provider) else messages  # type: ignore[arg-type]
+
+    def _with_system(self, for_provider: str = "anthropic") -> list[Message]:
+        messages = self._for(for_provider) if for_provider != "anthropic" else self.messages
         if not self.system:
-            return self.messages
+            return messages
         from ctxwin.messages import system
 
-        return [system(self.system), *self.messages]
+        return [system(self.system), *messages]
 
     def summary(self) -> dict[str, Any]:
         return {

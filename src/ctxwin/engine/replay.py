@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from ctxwin.store.memory import MemorySessionLog
 from ctxwin.tokens.base import TokenCounter
 from ctxwin.transcripts.model import Transcript
 
-from .engine import ContextEngine
+from .engine import ContextEngine, epoch
 from .prepared import Prepared
 
 
@@ -61,13 +60,6 @@ class ReplayResult:
     def peak_tokens(self) -> int:
         return max((c.tokens for c in self.calls), default=0)
 
-    def event_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for call in self.calls:
-            for event in call.events:
-                counts[event.stage] = counts.get(event.stage, 0) + 1
-        return counts
-
 
 def model_calls(transcript: Transcript) -> list[int]:
     """Indices of the messages the real agent's model calls produced (its assistant messages)."""
@@ -76,15 +68,7 @@ def model_calls(transcript: Transcript) -> list[int]:
 
 def timestamp(message: Message) -> float | None:
     """Seconds since the epoch from a message's recorded timestamp (ISO text or epoch ms)."""
-    value = message.meta.get("timestamp")
-    if isinstance(value, int | float):
-        return value / 1000 if value > 10**11 else float(value)
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
+    return epoch(message.meta.get("timestamp"))
 
 
 def categories(prepared: Prepared) -> dict[str, int]:

@@ -31,9 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
-Scheme = Literal["anthropic", "openai"]
 SCHEMES: tuple[str, ...] = ("anthropic", "openai")
 TTLS: dict[str, float] = {"5m": 300.0, "1h": 3600.0}
 """Cache lifetimes by name, in seconds."""

@@ -14,7 +14,7 @@ import html
 import json
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -702,8 +702,3 @@ def report(
 
 def _since(started: float) -> float:
     return round(time.perf_counter() - started, 3)
-
-
-def split_list(values: Iterable[str]) -> list[str]:
-    """Split comma-separated CLI policy lists: ["a,b", "c"] -> ["a", "b", "c"]."""
-    return [p.strip() for value in values for p in value.split(",") if p.strip()]

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from ctxwin.messages import Text, ToolResult
 from ctxwin.pipeline.cut import has_important_tail, head_tail
 from ctxwin.pipeline.view import (
+    CHARS_PER_TOKEN,
     Decision,
     Event,
     Item,
@@ -23,8 +24,6 @@ from ctxwin.pipeline.view import (
 )
 from ctxwin.policy.model import ResultBudgetPolicy
 
-CHARS_PER_TOKEN = 4
-"""How the window share becomes characters (the anchors' convention)."""
 NOTICE_RESERVE = 200
 """Characters set aside for the notice inside the cap."""
 

@@ -57,8 +57,3 @@ def head_tail(text: str, head_chars: int, tail_chars: int) -> Cut:
         if 0 <= newline <= SNAP_TAIL_SHARE * tail_chars:
             tail = tail[newline + 1 :]
     return Cut(head, tail, len(text))
-
-
-def middle_out(text: str, budget_chars: int, head_share: float, tail_share: float) -> Cut:
-    """Letta's middle truncation: keep `head_share` and `tail_share` of the budget."""
-    return head_tail(text, int(budget_chars * head_share), int(budget_chars * tail_share))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ctxwin.errors import CtxwinError
-from ctxwin.messages import Message, Text, ToolResult, text_message
+from ctxwin.messages import Message, Text, ToolCall, ToolResult, text_message
 from ctxwin.pipeline.cut import head_tail
 from ctxwin.pipeline.view import (
     Decision,
@@ -90,9 +90,11 @@ def stage(items: Sequence[Item], policy: FitPolicy, ctx: StageContext) -> StageR
         for begin, end in droppable:
             if total <= limit:
                 break
+            if any(item.entry_id in ctx.pins for item in out[begin:end]):
+                continue  # a pinned round stays (and with it the calls and results it holds)
             dropped.extend(out[begin:end])
             total -= total_tokens(out[begin:end])
-            if len(dropped) == end - begin:
+            if len(dropped) == end - begin:  # the first round dropped: the marker comes in
                 total += marker_tokens
         if dropped:
             ids = {item.entry_id for item in dropped}
@@ -172,23 +174,32 @@ def stage(items: Sequence[Item], policy: FitPolicy, ctx: StageContext) -> StageR
 
 
 def _middle_truncate(item: Item, scale: float, policy: FitPolicy) -> Message | None:
-    """Every text of the message longer than MIN_CUT_CHARS shrunk to `scale` of its length, keeping
-    head and tail in the policy's proportions, with a marker naming where the full text is."""
+    """Every text of the message longer than MIN_CUT_CHARS (text blocks, tool results, string
+    arguments of tool calls) shrunk to `scale` of its length, keeping head and tail in the policy's
+    proportions, with a marker naming where the full text is."""
     head_share = policy.truncate_head_share / max(policy.truncate_head_share + policy.truncate_tail_share, 1e-9)
+
+    def shrink(text: str, ref: str) -> str:
+        keep = int(len(text) * scale)
+        cut = head_tail(text, int(keep * head_share), keep - int(keep * head_share))
+        return (f"{cut.head}\n[... {cut.omitted:,} characters cut to fit the context window. Full text: {ref}]\n"
+                f"{cut.tail}")
+
     changed = False
     blocks = []
     for block in item.message.blocks:
         if isinstance(block, Text) and len(block.text) > MIN_CUT_CHARS:
-            keep = int(len(block.text) * scale)
-            cut = head_tail(block.text, int(keep * head_share), keep - int(keep * head_share))
-            block = Text(f"{cut.head}\n[... {cut.omitted:,} characters cut to fit the context window. Full text: "
-                         f"{recall_ref(item.entry_id)}]\n{cut.tail}", block.extra)
+            block = Text(shrink(block.text, recall_ref(item.entry_id)), block.extra)
             changed = True
         elif isinstance(block, ToolResult) and len(block.text) > MIN_CUT_CHARS:
-            keep = int(len(block.text) * scale)
-            cut = head_tail(block.text, int(keep * head_share), keep - int(keep * head_share))
-            block = text_result(block, f"{cut.head}\n[... {cut.omitted:,} characters cut to fit the context window. "
-                                       f"Full output: {recall_ref(item.entry_id, block.call_id)}]\n{cut.tail}")
+            block = text_result(block, shrink(block.text, recall_ref(item.entry_id, block.call_id)))
+            changed = True
+        elif isinstance(block, ToolCall) and isinstance(block.arguments, dict) and any(
+                isinstance(v, str) and len(v) > MIN_CUT_CHARS for v in block.arguments.values()):
+            ref = recall_ref(item.entry_id, block.id)
+            arguments = {k: shrink(v, ref) if isinstance(v, str) and len(v) > MIN_CUT_CHARS else v
+                         for k, v in block.arguments.items()}
+            block = ToolCall(block.id, block.name, arguments, block.extra)
             changed = True
         blocks.append(block)
     return item.message.replace(blocks=tuple(blocks)) if changed else None

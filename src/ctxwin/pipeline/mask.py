@@ -84,7 +84,7 @@ def cleared_call(call: ToolCall, limit: int, ref: str) -> ToolCall:
     return ToolCall(call.id, call.name, arguments, call.extra)
 
 
-def candidates(items: Sequence[Item], policy: MaskPolicy) -> list[int]:
+def candidates(items: Sequence[Item], policy: MaskPolicy, pins: frozenset[str] = frozenset()) -> list[int]:
     """Indices of the items a batch would mask now. Masking always takes every item due up to its
     cutoff, so the scan runs back from the cutoff only as far as the last masked item: its cost is
     the number of items since the last batch, not the length of the session."""
@@ -94,7 +94,7 @@ def candidates(items: Sequence[Item], policy: MaskPolicy) -> list[int]:
         item = items[index]
         if item.rendered_by == "mask":
             break
-        if item.synthetic or item.rendered_by in MASKED_BY:
+        if item.synthetic or item.rendered_by in MASKED_BY or item.entry_id in pins:
             continue
         role = item.message.role
         if role == "assistant":
@@ -113,7 +113,7 @@ def stage(items: Sequence[Item], policy: MaskPolicy, ctx: StageContext) -> Stage
     total = ctx.system_tokens + total_tokens(out)
     if total <= policy.trigger_tokens or total <= policy.trigger_ratio * ctx.budget:
         return StageResult(out)
-    due = candidates(out, policy)
+    due = candidates(out, policy, ctx.pins)
     if sum(len(out[i].message.blocks) for i in due if out[i].message.role == "tool") < policy.batch:
         return StageResult(out)
     decisions: list[Decision] = []

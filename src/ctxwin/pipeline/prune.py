@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from ctxwin.messages import Text, ToolResult
 from ctxwin.pipeline.cut import head_tail
 from ctxwin.pipeline.view import (
+    CHARS_PER_TOKEN,
     Decision,
     Event,
     Item,
@@ -26,7 +27,8 @@ from ctxwin.pipeline.view import (
 )
 from ctxwin.policy.model import PrunePolicy
 
-CHARS_PER_TOKEN = 4
+CLEARED_BY = ("prune", "mask", "fit")
+"""Renderings that are already placeholders: never pruned again."""
 
 
 def _bounds(items: Sequence[Item], keep_last_assistants: int) -> tuple[int, int] | None:
@@ -44,7 +46,7 @@ def _bounds(items: Sequence[Item], keep_last_assistants: int) -> tuple[int, int]
 
 
 def _prunable(item: Item, policy: PrunePolicy) -> bool:
-    if item.message.role != "tool" or item.synthetic or item.rendered_by in ("prune", "mask", "fit"):
+    if item.message.role != "tool" or item.synthetic or item.rendered_by in CLEARED_BY:
         return False
     results = item.message.tool_results
     return all(all(isinstance(p, Text) for p in r.content) for r in results) and all(
@@ -93,7 +95,7 @@ def stage(items: Sequence[Item], policy: PrunePolicy, ctx: StageContext) -> Stag
             changed[index] = "soft_trim"
     if policy.hard_clear and total >= policy.hard_clear_ratio * char_window:
         prunable = [i for i in range(start, cutoff) if out[i].message.role == "tool"
-                    and out[i].rendered_by not in ("prune", "mask", "fit") and _prunable_or_trimmed(out[i], policy)]
+                    and out[i].rendered_by not in CLEARED_BY and _prunable_or_trimmed(out[i], policy)]
         if sum(sizes[i] for i in prunable) >= policy.min_prunable_chars:
             for index in prunable:
                 if total < policy.hard_clear_ratio * char_window:

@@ -37,9 +37,11 @@ def preview(text: str, chars: int) -> str:
 def spilled_text(text: str, handle: str, policy: SpillPolicy) -> str:
     lines = text.count("\n") + (0 if text.endswith("\n") else 1)
     shown = preview(text, policy.preview_chars)
+    how = ("page it with read_spilled, search it with grep_spilled" if handle.startswith("blob:")
+           else f'get it back with recall("{handle}")')  # no blob store: the log has it
     return (
         f"[Output too large for the context: {len(text):,} characters, {lines:,} lines. "
-        f"Full output: {handle} (page it with read_spilled, search it with grep_spilled).]\n"
+        f"Full output: {handle} ({how}).]\n"
         f"Preview (first {len(shown):,} characters):\n{shown}"
     )
 

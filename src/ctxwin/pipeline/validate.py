@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ctxwin.messages import Message, Text
 from ctxwin.messages.pairing import Problem, Provider, validate
@@ -24,14 +25,15 @@ assistant turn, which a provider accepts only after a user message)."""
 @dataclass
 class IncrementalValidator:
     provider: Provider = "anthropic"
-    keys: list[str] = field(default_factory=list)  # content keys of the last view found valid
+    keys: list[Any] = field(default_factory=list)  # shapes (or content keys) of the last view found valid
     call_index: dict[str, int] = field(default_factory=dict)  # its tool call ids -> message index
     calls: list[tuple[int, str]] = field(default_factory=list)  # the same, in message order
 
-    def check(self, messages: Sequence[Message], keys: list[str]) -> list[Problem]:
-        """The problems of `messages` (whose content keys are `keys`), as `validate` would report
-        them. Only the part from the last turn boundary before the first message that differs from
-        the last valid view is checked (with one look-up per call id for ids used before it)."""
+    def check(self, messages: Sequence[Message], keys: list[Any]) -> list[Problem]:
+        """The problems of `messages` (whose shapes, or content keys, are `keys`: anything equal for
+        messages that validate alike), as `validate` would report them. Only the part from the last
+        turn boundary before the first message that differs from the last valid view is checked
+        (with one look-up per call id for ids used before it)."""
         if self.keys:
             common = common_prefix(keys, self.keys)
             boundary = _turn_start(messages, common)
@@ -70,7 +72,7 @@ class IncrementalValidator:
                                             "an earlier call has the same id"))
         return problems
 
-    def _remember(self, messages: Sequence[Message], keys: list[str], start: int) -> None:
+    def _remember(self, messages: Sequence[Message], keys: list[Any], start: int) -> None:
         self.keys = keys
         for index in range(start, len(messages)):
             for call in messages[index].tool_calls:
@@ -79,7 +81,7 @@ class IncrementalValidator:
                     self.calls.append((index, call.id))
 
 
-def common_prefix(a: list[str], b: list[str]) -> int:
+def common_prefix(a: list[Any], b: list[Any]) -> int:
     """Length of the longest common prefix of two key lists. Usually `b` is a prefix of `a` (the
     request grew): one slice comparison in C; otherwise a binary search over slice comparisons."""
     n = min(len(a), len(b))

@@ -34,10 +34,15 @@ class Item:
     key: str = field(default="", compare=False)
     """The message's content key, taken once here: the engine compares requests by their keys on
     every call."""
+    shape: tuple[Any, ...] = field(default=(), compare=False)
+    """What validity depends on (role, block kinds, call ids, empty texts), taken once here: a
+    placeholder that replaces an output keeps the shape, so the view need not be validated again."""
 
     def __post_init__(self) -> None:
         if not self.key:
             object.__setattr__(self, "key", self.message.content_key)
+        if not self.shape:
+            object.__setattr__(self, "shape", message_shape(self.message))
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +111,40 @@ class StageContext:
     blobs: Any = None  # a BlobStore, when the session has one
     calls: Mapping[str, ToolCall] = field(default_factory=dict)
     """Every tool call of the session by id (results name their call only by id)."""
+    pins: frozenset[str] = frozenset()
+    """Entries the user pinned: never summarized, masked or dropped."""
 
     def count(self, message: Message) -> int:
         return self.counter.count_message(message)
 
 
+CHARS_PER_TOKEN = 4
+"""The anchors' convention for turning token shares of a window into character budgets."""
+def message_shape(message: Message) -> tuple[Any, ...]:
+    """A message as the pairing validator sees it: equal shapes validate alike."""
+    parts: list[Any] = [message.role]
+    for block in message.blocks:
+        if isinstance(block, Text):
+            parts.append(("text", not block.text or block.text.isspace()))
+        elif isinstance(block, ToolCall):
+            parts.append(("call", block.id))
+        elif isinstance(block, ToolResult):
+            parts.append(("result", block.call_id, tuple(
+                (not p.text or p.text.isspace()) if isinstance(p, Text) else block_shape(p) for p in block.content)))
+        else:
+            parts.append((block.type, block_shape(block)))
+    return tuple(parts)
+
+
+def block_shape(block: Any) -> Any:
+    """Thinking and images: whether the provider takes them back (signature, data) is what counts."""
+    if block.type == "thinking":
+        return (bool(block.signature), block.redacted, tuple(sorted(block.extra)))
+    return (bool(getattr(block, "data", None)), bool(getattr(block, "url", None)))
+
+
 _TOKENS = attrgetter("tokens")
+_SHAPE = attrgetter("shape")
 _KEY = attrgetter("key")
 
 
@@ -121,6 +154,10 @@ def total_tokens(items: Iterable[Item]) -> int:
 
 def keys_of(items: Iterable[Item]) -> list[str]:
     return list(map(_KEY, items))
+
+
+def shapes_of(items: Iterable[Item]) -> list[tuple[Any, ...]]:
+    return list(map(_SHAPE, items))
 
 
 class MessagesView(Sequence[Message]):
@@ -138,11 +175,6 @@ class MessagesView(Sequence[Message]):
         if isinstance(index, slice):
             return [item.message for item in self._items[index]]
         return self._items[index].message
-
-
-def result_chars(message: Message) -> int:
-    """Characters of text in a message's tool results."""
-    return sum(len(p.text) for r in message.tool_results for p in r.content if isinstance(p, Text))
 
 
 def message_chars(message: Message) -> int:

@@ -46,6 +46,21 @@ def get(name: str | Path | Policy = DEFAULT) -> Policy:
     return from_dict(tomllib.loads(resource.read_text("utf-8")), source=f"preset {text}")
 
 
+MAX_BASE_DEPTH = 8
+"""How many `base` files a policy may chain through."""
+
+
+def _base(name: str, seen: tuple[str, ...]) -> Policy:
+    if name.endswith(".toml") or "/" in name:
+        path = Path(name)
+        try:
+            data = tomllib.loads(path.read_text("utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise InputError(f"cannot read base policy {name}: {error}", "check the `base` path") from None
+        return from_dict(data, source=name, _seen=seen)
+    return get(name)
+
+
 def load(path: Path) -> Policy:
     try:
         data = tomllib.loads(path.read_text("utf-8"))
@@ -55,12 +70,15 @@ def load(path: Path) -> Policy:
     return from_dict(data, source=str(path))
 
 
-def from_dict(data: dict[str, Any], *, source: str = "policy") -> Policy:
-    """A policy from plain data. `base = NAME` starts from that preset and overrides field by field."""
+def from_dict(data: dict[str, Any], *, source: str = "policy", _seen: tuple[str, ...] = ()) -> Policy:
+    """A policy from plain data. `base = NAME` starts from that preset (or TOML file) and overrides
+    field by field."""
     data = dict(data)
     base = data.pop("base", None)
     if base is not None:
-        merged = get(str(base)).model_dump()
+        if str(base) in _seen or len(_seen) > MAX_BASE_DEPTH:
+            raise InputError(f"{source}: `base` chain loops back to {base!r}", "give each policy a different base")
+        merged = _base(str(base), (*_seen, str(base))).model_dump()
         for key, value in data.items():
             if isinstance(value, dict) and isinstance(merged.get(key), dict):
                 merged[key] = {**merged[key], **value}

@@ -7,9 +7,14 @@ the same way and may override any subset of fields.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Count = Annotated[int, Field(ge=0)]
+"""A number of tokens, characters, messages or results: never negative."""
+Share = Annotated[float, Field(ge=0.0, le=1.0)]
+"""A share of something, between 0 and 1."""
 
 
 class _Stage(BaseModel):
@@ -25,37 +30,38 @@ class BootstrapPolicy(_Stage):
         ]
     )
     """File names looked up in the workspace root, injected in this order."""
-    per_file_max_chars: int = 20_000
+    per_file_max_chars: Count = 20_000
     """Per-file cap in characters; a longer file keeps its head and tail around a marker naming it."""
-    total_max_chars: int = 60_000
+    total_max_chars: Count = 60_000
     """Cap on all files together, consumed in order; a file that overflows is cut to what is left."""
-    head_share: float = 0.75
+    head_share: Share = 0.75
     """Share of a cut file's budget given to its head (the rest, minus the marker, to its tail)."""
 
 
 class ResultBudgetPolicy(_Stage):
     enabled: bool = False
     """Cap each tool result (OpenClaw's live tool-result cap, Letta's per-request cap)."""
-    max_chars: int = 16_000
+    max_chars: Count = 16_000
     """Upper bound per tool result, in characters."""
-    window_share: float = 0.3
+    window_share: Share = 0.3
     """The cap is also at most this share of the context window (window tokens x 4 characters)."""
-    min_chars: int = 2_000
-    """Floor: a result is never cut below this many characters."""
-    tail_share: float = 0.3
+    min_chars: Count = 2_000
+    """Floor of the cap: the cap never goes below this many characters (a cut result keeps about this
+    much text, less the notice)."""
+    tail_share: Share = 0.3
     """When the tail looks important (errors, totals, a closing brace), this share of the cap goes to it."""
-    tail_max_chars: int = 4_000
+    tail_max_chars: Count = 4_000
     """Upper bound of the kept tail, in characters."""
 
 
 class SpillPolicy(_Stage):
     enabled: bool = False
     """Move oversized tool results to the blob store; the view keeps a preview and the handle."""
-    per_result_chars: int = 50_000
+    per_result_chars: Count = 50_000
     """A result over this many characters is spilled (Claude Code's 50K default)."""
-    per_message_chars: int = 200_000
+    per_message_chars: Count = 200_000
     """When one turn's results together exceed this, the largest are spilled until under it."""
-    preview_chars: int = 2_000
+    preview_chars: Count = 2_000
     """Size of the preview kept in the view, cut at a line end when one is past half of it."""
 
 
@@ -66,28 +72,28 @@ class DedupPolicy(_Stage):
     """An identical re-read of the same file range becomes a stub pointing at the earlier result."""
     idempotent_tools: list[str] = Field(default_factory=list)
     """Tools whose repeated identical calls keep only the newest output (older copies become stubs)."""
-    min_chars: int = 200
+    min_chars: Count = 200
     """Results shorter than this are never replaced (the stub would not save anything)."""
 
 
 class MaskPolicy(_Stage):
     enabled: bool = False
     """Observation masking: old tool outputs become placeholders that say how to get them back."""
-    keep_last: int = 10
+    keep_last: Count = 10
     """The most recent tool results kept verbatim (JetBrains' last-N observations)."""
-    batch: int = 1
+    batch: Count = 1
     """Mask only once this many results are due, all at once, so the prompt prefix changes rarely."""
-    trigger_tokens: int = 0
+    trigger_tokens: Count = 0
     """Mask only while the view is above this many tokens (0: always)."""
-    trigger_ratio: float = 0.0
+    trigger_ratio: Share = 0.0
     """Mask only while the view is above this share of the budget (0: always)."""
-    min_tokens: int = 50
+    min_tokens: Count = 50
     """Results smaller than this stay (a placeholder would cost as much)."""
     tools_allow: list[str] = Field(default_factory=list)
     """Only these tools are masked (glob patterns, case-insensitive; empty: all)."""
     tools_deny: list[str] = Field(default_factory=list)
     """These tools are never masked (wins over the allow list)."""
-    call_inputs_chars: int = 0
+    call_inputs_chars: Count = 0
     """Also clear the string arguments of old tool calls longer than this many characters (the file
     contents of write and edit calls), keeping paths and short arguments (0: never; Anthropic's
     `clear_tool_inputs`)."""
@@ -98,21 +104,21 @@ class PrunePolicy(_Stage):
     """OpenClaw's context pruning: soft-trim, then hard-clear old tool results by context ratio."""
     mode: Literal["always", "cache-ttl"] = "cache-ttl"
     """`cache-ttl` prunes only once the provider's prompt cache has expired (no call within `ttl_seconds`)."""
-    ttl_seconds: float = 300
+    ttl_seconds: Annotated[float, Field(ge=0.0)] = 300
     """Prompt-cache lifetime assumed by the cache-ttl mode."""
-    keep_last_assistants: int = 3
+    keep_last_assistants: Count = 3
     """Tool results after the N-th last assistant message are protected."""
-    soft_trim_ratio: float = 0.3
+    soft_trim_ratio: Share = 0.3
     """Soft-trim starts when the view's characters exceed this share of the window (in characters)."""
-    hard_clear_ratio: float = 0.5
+    hard_clear_ratio: Share = 0.5
     """Hard-clear starts at this share, oldest first, until the view is back under it."""
-    min_prunable_chars: int = 50_000
+    min_prunable_chars: Count = 50_000
     """Hard-clear only when prunable results hold at least this many characters."""
-    soft_trim_max_chars: int = 4_000
+    soft_trim_max_chars: Count = 4_000
     """Results longer than this are soft-trimmed."""
-    soft_trim_head_chars: int = 1_500
+    soft_trim_head_chars: Count = 1_500
     """Characters kept at the head of a soft-trimmed result."""
-    soft_trim_tail_chars: int = 1_500
+    soft_trim_tail_chars: Count = 1_500
     """Characters kept at the tail of a soft-trimmed result."""
     hard_clear: bool = True
     """Allow hard-clearing at all."""
@@ -129,36 +135,36 @@ class CompactionPolicy(_Stage):
     """Summarize the oldest span when the view passes the trigger."""
     strategy: Literal["pi", "openclaw", "claude-code", "letta", "checkpoint", "ctxwin"] = "pi"
     """Which anchor's algorithm decides what is summarized and what is kept."""
-    reserve_tokens: int = 16_384
+    reserve_tokens: Count = 16_384
     """Trigger when the view exceeds window - reserve_tokens (Pi's threshold; Claude Code uses 13,000
     below the effective window)."""
-    trigger_ratio: float | None = None
+    trigger_ratio: Share | None = None
     """Trigger at this share of the window instead (Letta: 0.9)."""
-    keep_recent_tokens: int = 20_000
+    keep_recent_tokens: Count = 20_000
     """Tokens of recent history kept verbatim after the summary."""
-    target_ratio: float | None = None
+    target_ratio: Share | None = None
     """The view's size after a compaction, as a share of the window: Letta's sliding window evicts
     until under it (0.7); ctxwin keeps as much recent history verbatim as fits under it, with
     `keep_recent_tokens` as the floor."""
-    summary_max_tokens: int = 13_107
+    summary_max_tokens: Count = 13_107
     """Upper bound of a summary's tokens (Pi: 0.8 x reserve)."""
-    history_share: float = 0.5
+    history_share: Share = 0.5
     """OpenClaw: the share of the window the kept history may use before older chunks are dropped
     into the summary."""
-    restore_recent_files: int = 0
+    restore_recent_files: Count = 0
     """Claude Code: re-attach up to this many recently read files after the summary."""
-    restore_file_tokens: int = 5_000
+    restore_file_tokens: Count = 5_000
     """Claude Code: token cap per re-attached file."""
-    restore_total_tokens: int = 50_000
+    restore_total_tokens: Count = 50_000
     """Claude Code: token cap on all re-attached files."""
     mode: Literal["sliding", "all"] = "sliding"
     """Letta: `all` summarizes everything but the system prompt."""
-    checkpoint_tokens: int = 0
+    checkpoint_tokens: Count = 0
     """Checkpoint (Alyx): past this many tokens the agent is asked to write its own state summary."""
-    min_gain_ratio: float = 0.1
+    min_gain_ratio: Share = 0.1
     """A compaction must remove at least this share of the view's tokens, or it counts as failed
     (no-op compactions must not burn the retry budget; OpenClaw #150447)."""
-    max_failures: int = 3
+    max_failures: Count = 3
     """Circuit breaker: after this many consecutive failed compactions, stop trying (Claude Code)."""
 
 
@@ -167,13 +173,13 @@ class FitPolicy(_Stage):
     """The last guarantee that a request fits: drop old rounds, clamp results, middle-truncate."""
     drop_rounds: bool = True
     """Drop the oldest API rounds (an assistant message and its results) until the view fits."""
-    keep_last_rounds: int = 1
+    keep_last_rounds: Count = 1
     """Rounds never dropped."""
-    clamp_chars: int = 5_000
+    clamp_chars: Count = 5_000
     """Then clamp tool results to this many characters, oldest first (Letta)."""
-    truncate_head_share: float = 0.3
+    truncate_head_share: Share = 0.3
     """Then middle-truncate the largest messages, keeping this share at the head ..."""
-    truncate_tail_share: float = 0.3
+    truncate_tail_share: Share = 0.3
     """... and this share at the tail (Letta's 30 % + 30 %)."""
 
 
@@ -186,9 +192,9 @@ class Policy(BaseModel):
     """Name shown in reports."""
     description: str = ""
     """One line on what this policy is for."""
-    output_reserve_tokens: int = 20_000
+    output_reserve_tokens: Count = 20_000
     """Tokens kept free for the model's answer (capped by the model's max output)."""
-    safety_margin_tokens: int = 1_000
+    safety_margin_tokens: Count = 1_000
     """Extra tokens kept free for counting error."""
     unlimited_window: bool = False
     """Ignore the model's window (the `raw` baseline: nothing managed)."""

@@ -152,11 +152,6 @@ def unsupported_block(text: Text, fmt: str, *, item: bool = False) -> dict[str, 
     return None
 
 
-def is_plain_text(block: Any, fmt: str) -> bool:
-    """A Text with nothing attached for `fmt`: written as a bare string where a format allows one."""
-    return type(block) is Text and not fields_of(block.extra, fmt) and unsupported_block(block, fmt) is None
-
-
 # -- thinking is bound to the provider that signed it -----------------------------------------------
 
 
