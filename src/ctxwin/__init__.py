@@ -12,6 +12,7 @@ from ctxwin.compaction.llm import LLMSummarizer
 from ctxwin.compaction.memory import daily_notes
 from ctxwin.compaction.overflow import is_overflow_error
 from ctxwin.engine import ContextEngine, Prepared, ReplayResult, replay
+from ctxwin.engine.engine import ContextOverflowError
 from ctxwin.errors import CtxwinError, InputError
 from ctxwin.messages import Image, Message, Text, Thinking, ToolCall, ToolResult
 from ctxwin.pipeline.fit import ContextBudgetError
@@ -25,6 +26,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ContextBudgetError",
     "ContextEngine",
+    "ContextOverflowError",
     "CtxwinError",
     "ExtractiveSummarizer",
     "FileBlobStore",

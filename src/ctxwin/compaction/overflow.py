@@ -527,6 +527,27 @@ def _response_text(response: Any) -> str:
     return text if isinstance(text, str) else ""
 
 
+def reported_context_tokens(usage: Any) -> int | None:
+    """Everything the model read on one call (fresh input plus cache reads and writes), from any
+    provider's usage: a dict, an SDK usage object, our `Usage`, or a plain number; None when unknown."""
+    if usage is None or isinstance(usage, bool):
+        return None
+    if isinstance(usage, int | float):
+        return int(usage)
+    if isinstance(usage, Mapping):
+        data: Mapping[str, Any] = usage
+    elif hasattr(usage, "model_dump"):  # the openai and anthropic SDKs' pydantic models
+        data = usage.model_dump()
+    else:
+        data = {k: getattr(usage, k) for k in _USAGE_FIELDS if getattr(usage, k, None) is not None}
+    return _usage_from_mapping(data, None).context_tokens or None
+
+
+_USAGE_FIELDS = ("context_tokens", "prompt_tokens", "promptTokenCount", "input_tokens", "input_tokens_details",
+                 "cache_read_input_tokens", "cache_creation_input_tokens", "cache_read_tokens",
+                 "cache_write_tokens", "output_tokens", "completion_tokens")
+
+
 def _usage_from_mapping(usage: Mapping[str, Any], stop: str | None) -> _Usage:
     """Context tokens from any provider's usage dict. Anthropic's input_tokens exclude cache reads and
     writes; OpenAI's prompt_tokens and the Responses API's input_tokens include cached tokens; Gemini's

@@ -376,7 +376,9 @@ class ContextEngine:
     def record_usage(self, usage: Any) -> float:
         """Calibrate counts from the usage the provider reported for the last prepared request
         (input plus cache reads and writes). Returns the new calibration factor."""
-        reported = _reported_input(usage)
+        from ctxwin.compaction.overflow import reported_context_tokens
+
+        reported = reported_context_tokens(usage)
         if self._last is None or reported is None or reported <= 0:
             return self.calibrator.factor
         if self.calibrator.observe(self._last.raw_tokens, reported):
@@ -794,25 +796,6 @@ def _as_messages(value: Any) -> list[Message]:
     for item in value:
         out.extend(_as_messages(item))
     return out
-
-
-def _reported_input(usage: Any) -> int | None:
-    """Input tokens a provider reported: fresh input plus cache reads and writes, from our `Usage`, an
-    Anthropic or OpenAI usage dict, or a plain number."""
-    if usage is None:
-        return None
-    if isinstance(usage, int | float):
-        return int(usage)
-    get = usage.get if isinstance(usage, Mapping) else (lambda key, default=None: getattr(usage, key, default))
-    if get("prompt_tokens") is not None:  # OpenAI chat: prompt_tokens already includes cached tokens
-        return int(get("prompt_tokens"))
-    total = 0
-    for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
-                "cache_read_tokens", "cache_write_tokens"):
-        value = get(key)
-        if isinstance(value, int | float):
-            total += int(value)
-    return total or None
 
 
 def epoch(value: Any) -> float | None:
