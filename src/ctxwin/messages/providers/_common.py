@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from ctxwin.messages.model import Text, Thinking
+from ctxwin.messages.model import Block, Text, Thinking
 
 ANTHROPIC = "anthropic"
 OPENAI_CHAT = "openai_chat"
@@ -166,3 +166,18 @@ def thinking_written(block: Thinking, fmt: str) -> bool:
     if fmt == OPENAI_RESPONSES:
         return from_responses
     return not from_responses and (block.redacted or block.signature is not None)
+
+
+def read_content(fields: dict[str, Any], where: str, read_item: Callable[[Any, str], Block],
+                 item: str = "block") -> list[Block]:
+    """A message's `content` (a string or a list) as blocks, each list item read by `read_item`.
+    None, "" and [] stay in `fields` so that they are written back as given."""
+    content = fields.get("content")
+    if content is None or content == "" or content == []:
+        return []
+    del fields["content"]
+    if isinstance(content, str):
+        return [Text(content)]
+    if not isinstance(content, list):
+        raise ValueError(f"{where}: content must be a string or a list of {item}s, got {type(content).__name__}")
+    return [read_item(entry, f"{where}, {item} {n}") for n, entry in enumerate(content)]

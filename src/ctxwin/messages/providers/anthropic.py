@@ -48,6 +48,7 @@ from ctxwin.messages.providers._common import (
     extra_for,
     fields_of,
     put_back,
+    read_content,
     require_mapping,
     thinking_written,
     unsupported,
@@ -148,16 +149,7 @@ def _named(result: ToolResult, names: Mapping[str, str]) -> ToolResult:
 
 
 def _read_content(fields: dict[str, Any], where: str) -> list[Block]:
-    """The content as blocks; None, "" and [] stay in `fields` so that they are written back as given."""
-    content = fields.get("content")
-    if content is None or content == "" or content == []:
-        return []
-    del fields["content"]
-    if isinstance(content, str):
-        return [Text(content)]
-    if not isinstance(content, list):
-        raise ValueError(f"{where}: content must be a string or a list of blocks, got {type(content).__name__}")
-    return [_read_block(block, f"{where}, block {n}") for n, block in enumerate(content)]
+    return read_content(fields, where, _read_block, "block")
 
 
 def _read_block(raw: Any, where: str) -> Block:

@@ -54,6 +54,7 @@ from ctxwin.messages.providers._common import (
     fields_of,
     parse_data_url,
     put_back,
+    read_content,
     require_mapping,
     unsupported,
     unsupported_block,
@@ -142,16 +143,7 @@ def _text(value: Any, where: str) -> str:
 
 
 def _read_content(fields: dict[str, Any], where: str) -> list[Block]:
-    """The content as blocks. None, "" and [] stay in `fields` so that they are written back as given."""
-    content = fields.get("content")
-    if content is None or content == "" or content == []:
-        return []
-    del fields["content"]
-    if isinstance(content, str):
-        return [Text(content)]
-    if not isinstance(content, list):
-        raise ValueError(f"{where}: content must be a string or a list of parts, got {type(content).__name__}")
-    return [_read_part(part, f"{where}, part {n}") for n, part in enumerate(content)]
+    return read_content(fields, where, _read_part, "part")
 
 
 def _read_part(raw: Any, where: str) -> Text | Image:
