@@ -355,19 +355,18 @@ class ContextEngine:
             items = self._compact(items, ctx, events, focus=None, trigger="threshold")
         if self.policy.fit.enabled:
             items = self._run_view_stage("fit", fit.stage(items, self.policy.fit, ctx), events, ctx)
-        elif not self.policy.unlimited_window and ctx.system_tokens + total_tokens(items) > ctx.budget:
-            raise fit.ContextBudgetError(
-                f"the request is {ctx.system_tokens + total_tokens(items):,} tokens, over its budget of "
-                f"{ctx.budget:,}, and the policy's fit stage is off", tokens=ctx.system_tokens + total_tokens(items),
-                budget=ctx.budget, hint="enable [fit] in the policy, or compaction")
 
         # 3. Validate (incrementally: usually only the new tail); repair what cuts left behind.
         items, keys, problems = self._validate_and_repair(items, ctx, events)
 
-        if self.policy.fit.enabled and ctx.system_tokens + total_tokens(items) > ctx.budget:
-            raise fit.ContextBudgetError(  # repair added more than fit could take back
-                f"the request is {ctx.system_tokens + total_tokens(items):,} tokens after fitting and repair; its "
-                f"budget is {ctx.budget:,}", tokens=ctx.system_tokens + total_tokens(items), budget=ctx.budget)
+        tokens = ctx.system_tokens + total_tokens(items)
+        if tokens > ctx.budget and not self.policy.unlimited_window:
+            # Without fit the policy promised nothing; with it, repair added more than fit took back.
+            raise fit.ContextBudgetError(
+                f"the request is {tokens:,} tokens, over its budget of {ctx.budget:,}"
+                + ("" if self.policy.fit.enabled else ", and the policy's fit stage is off"),
+                tokens=tokens, budget=ctx.budget,
+                hint=None if self.policy.fit.enabled else "enable [fit] in the policy, or compaction")
         prepared = self._finish(items, keys, ctx, events, problems, system)
         state.last_call_at = now
         prepared.elapsed_ms = (time.perf_counter() - started) * 1000

@@ -13,13 +13,13 @@ from typing import Any
 import httpx
 
 from ctxwin.messages import Message, Text
-from ctxwin.providers.base import DEFAULT_TIMEOUT, Completion, Usage, post_json
+from ctxwin.providers.base import DEFAULT_TIMEOUT, Completion, HttpClient, Usage
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"  # the SDK convention: the base URL excludes /v1
 ANTHROPIC_VERSION = "2023-06-01"  # the API version header every request must carry
 
 
-class AnthropicClient:
+class AnthropicClient(HttpClient):
     """`POST {base_url}/v1/messages` with `x-api-key` and `anthropic-version` headers.
     `count_tokens()` asks `/v1/messages/count_tokens` for the exact input count."""
 
@@ -37,15 +37,9 @@ class AnthropicClient:
         version: str = ANTHROPIC_VERSION,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.api_key = api_key
-        self.model = model
-        self.headers = dict(headers or {})
-        self.extra_body = dict(extra_body or {})
+        super().__init__(base_url, api_key, model, http_client, headers=headers, extra_body=extra_body,
+                         timeout=timeout)
         self.version = version
-        self.timeout = timeout
-        self._own_http = http_client is None
-        self._http = http_client or httpx.Client()
 
     def request_headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json", "anthropic-version": self.version}
@@ -78,18 +72,7 @@ class AnthropicClient:
         return int(self._post("/v1/messages/count_tokens", payload, timeout).get("input_tokens") or 0)
 
     def _post(self, path: str, payload: Mapping[str, Any], timeout: float | None) -> dict[str, Any]:
-        return post_json(self._http, self.base_url + path, payload, headers=self.request_headers(),
-                         timeout=self.timeout if timeout is None else timeout, provider=self.provider)
-
-    def close(self) -> None:
-        if self._own_http:
-            self._http.close()
-
-    def __enter__(self) -> AnthropicClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return self._post_to(self.base_url + path, payload, timeout)
 
 
 def parse_anthropic_message(data: Mapping[str, Any]) -> Completion:

@@ -127,3 +127,47 @@ def _error_message(body: Any) -> str | None:
         if isinstance(value, str) and value:
             return value
     return None
+
+
+class HttpClient:
+    """What every httpx model client shares: where it posts, with which key and extra headers and body
+    fields, its timeout, and the connection pool it owns (or was given, and then leaves open)."""
+
+    provider = ""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        http_client: httpx.Client | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.model = model
+        self.headers = dict(headers or {})
+        self.extra_body = dict(extra_body or {})
+        self.timeout = timeout
+        self._own_http = http_client is None
+        self._http = http_client or httpx.Client()
+
+    def request_headers(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _post_to(self, url: str, payload: Mapping[str, Any], timeout: float | None) -> dict[str, Any]:
+        return post_json(self._http, url, payload, headers=self.request_headers(),
+                         timeout=self.timeout if timeout is None else timeout, provider=self.provider)
+
+    def close(self) -> None:
+        if self._own_http:
+            self._http.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

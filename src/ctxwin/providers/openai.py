@@ -14,12 +14,12 @@ from typing import Any
 import httpx
 
 from ctxwin.messages import Message, Text
-from ctxwin.providers.base import DEFAULT_TIMEOUT, Completion, Usage, post_json
+from ctxwin.providers.base import DEFAULT_TIMEOUT, Completion, HttpClient, Usage
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"  # the SDK convention: the base URL includes the version
 
 
-class _OpenAIClient:
+class _OpenAIClient(HttpClient):
     provider = "openai"
     path = ""
 
@@ -34,14 +34,8 @@ class _OpenAIClient:
         extra_body: Mapping[str, Any] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.api_key = api_key
-        self.model = model
-        self.headers = dict(headers or {})
-        self.extra_body = dict(extra_body or {})
-        self.timeout = timeout
-        self._own_http = http_client is None
-        self._http = http_client or httpx.Client()
+        super().__init__(base_url, api_key, model, http_client, headers=headers, extra_body=extra_body,
+                         timeout=timeout)
 
     @property
     def url(self) -> str:
@@ -54,18 +48,7 @@ class _OpenAIClient:
         return {**headers, **self.headers}
 
     def _post(self, payload: Mapping[str, Any], timeout: float | None) -> dict[str, Any]:
-        return post_json(self._http, self.url, payload, headers=self.request_headers(),
-                         timeout=self.timeout if timeout is None else timeout, provider=self.provider)
-
-    def close(self) -> None:
-        if self._own_http:
-            self._http.close()
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return self._post_to(self.url, payload, timeout)
 
 
 class OpenAIChatClient(_OpenAIClient):

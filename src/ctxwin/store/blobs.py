@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -173,7 +174,27 @@ def write_atomic(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
 # The store
 
 
-class FileBlobStore:
+class BlobReads:
+    """Ranges and membership over `get` and `stat`, the same for every blob store."""
+
+    get: Callable[[str], bytes]
+    stat: Callable[[str], BlobInfo]
+
+    def read_bytes(self, handle: str, offset: int = 0, limit: int | None = None) -> bytes:
+        return byte_range(self.get(handle), offset, limit)
+
+    def read_lines(self, handle: str, offset: int = 1, limit: int | None = None) -> tuple[list[str], int]:
+        return line_range(self.get(handle), offset, limit)
+
+    def __contains__(self, handle: object) -> bool:
+        try:
+            self.stat(str(handle))
+        except (BlobNotFoundError, InputError):
+            return False
+        return True
+
+
+class FileBlobStore(BlobReads):
     """A `BlobStore` in a folder. Safe to share between processes: writes are atomic renames of
     content-addressed names, so two processes putting the same bytes write the same file."""
 
@@ -261,20 +282,7 @@ class FileBlobStore:
             raise BlobNotFoundError(f"no blob {handle} in this store", "check the handle")
         return self._read_meta(digest)
 
-    def read_bytes(self, handle: str, offset: int = 0, limit: int | None = None) -> bytes:
-        return byte_range(self.get(handle), offset, limit)
-
-    def read_lines(self, handle: str, offset: int = 1, limit: int | None = None) -> tuple[list[str], int]:
-        return line_range(self.get(handle), offset, limit)
-
     # ---- extras
-
-    def __contains__(self, handle: object) -> bool:
-        try:
-            self.stat(str(handle))
-        except (BlobNotFoundError, InputError):
-            return False
-        return True
 
     def infos(self) -> list[BlobInfo]:
         """Every blob in the store (metadata only, unverified), sorted by sha256."""

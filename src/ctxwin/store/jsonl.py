@@ -43,14 +43,13 @@ from ctxwin.store.blobs import DIR_MODE, FILE_MODE, FileBlobStore, write_atomic
 from ctxwin.store.tree import (
     ROOT,
     EntryFormatError,
-    EntryPath,
+    TreeReads,
     check_append,
     decode_entry,
     dumps,
     encode_entry,
     new_id,
     now_timestamp,
-    path_ranges,
 )
 
 FORMAT = "ctxwin-session"  # the header's "format"
@@ -186,8 +185,10 @@ def last_newline_end(fd: int, size: int) -> int:
 # The log
 
 
-class JsonlSessionLog:
+class JsonlSessionLog(TreeReads):
     """A `SessionLog` in a folder (see the module docstring). Use `Session.open` to get one."""
+
+    _chunk = ITER_CHUNK
 
     def __init__(self, directory: str | Path, *, durability: Durability = "fsync", lock_timeout: float | None = 0,
                  readonly: bool = False, session_id: str | None = None, meta: dict[str, Any] | None = None) -> None:
@@ -519,37 +520,8 @@ class JsonlSessionLog:
         raise SessionFormatError(f"the index of {self.directory} disagrees with {SESSION_FILE}: {why}",
                                  "reopen the session: the index is rebuilt from the JSONL on open")
 
-    def get(self, entry_id: str) -> Entry:
-        self._check_open()
-        seq = self._seq_of(entry_id)
-        return self._load(seq, seq)[0]
-
     def __contains__(self, entry_id: object) -> bool:
         return isinstance(entry_id, str) and self._id_taken(entry_id)
-
-    def path(self, leaf_id: str | None = None) -> EntryPath:
-        """Root-first entries from the root to `leaf_id` (default: the current leaf). The result is a
-        lazy sequence: entries are read when looked at."""
-        self._check_open()
-        if leaf_id is None:
-            if self._leaf is None:
-                return EntryPath([], self._load)
-            seq = self._leaf[0]
-        else:
-            seq = self._seq_of(leaf_id)
-        return EntryPath(path_ranges(self._jumps, seq), self._load)
-
-    def __iter__(self) -> Iterator[Entry]:
-        """Every entry in append order."""
-        return self.entries()
-
-    def entries(self, start: int = 0, stop: int | None = None) -> Iterator[Entry]:
-        """Entries by position in append order, `start` to `stop` (exclusive): a consumer that has seen
-        the first N reads only what came after."""
-        self._check_open()
-        stop = self._count if stop is None else min(stop, self._count)
-        for first in range(max(0, start), stop, ITER_CHUNK):
-            yield from self._load(first, min(stop, first + ITER_CHUNK) - 1)
 
     def leaves(self) -> list[str]:
         """Ids of the entries nobody hangs under (the tips of all branches), oldest first."""

@@ -40,10 +40,9 @@ from ctxwin.store.base import (
 from ctxwin.store.blobs import (
     HANDLE_MIN_HEX,
     HANDLE_PREFIX,
-    byte_range,
+    BlobReads,
     choose_match,
     count_lines,
-    line_range,
     parse_handle,
     sha256_hex,
     shortest_unique_prefix,
@@ -51,14 +50,13 @@ from ctxwin.store.blobs import (
 )
 from ctxwin.store.tree import (
     ROOT,
-    EntryPath,
     Jumps,
+    TreeReads,
     check_append,
     dumps,
     entry_from_dict,
     new_id,
     now_timestamp,
-    path_ranges,
 )
 
 LOCK_POLL_S = 0.01  # how often a waiting writer retries the advisory lock (doubling up to LOCK_POLL_MAX_S)
@@ -169,7 +167,7 @@ def try_advisory_lock(conn: Any, key: int, timeout: float | None,
 # Blobs
 
 
-class PostgresBlobStore:
+class PostgresBlobStore(BlobReads):
     """A `BlobStore` in the `ctxwin_blobs` table, one namespace per session. `lock` guards the
     connection when it is shared (a session log passes its own)."""
 
@@ -242,19 +240,6 @@ class PostgresBlobStore:
             raise BlobNotFoundError(f"no blob {handle} in this store", "check the handle")
         return verify(handle, digest, bytes(row[0]), f"table ctxwin_blobs, session {self.session_id}")
 
-    def read_bytes(self, handle: str, offset: int = 0, limit: int | None = None) -> bytes:
-        return byte_range(self.get(handle), offset, limit)
-
-    def read_lines(self, handle: str, offset: int = 1, limit: int | None = None) -> tuple[list[str], int]:
-        return line_range(self.get(handle), offset, limit)
-
-    def __contains__(self, handle: object) -> bool:
-        try:
-            self.stat(str(handle))
-        except (BlobNotFoundError, InputError):
-            return False
-        return True
-
     def infos(self) -> list[BlobInfo]:
         with self._lock:
             return self._infos()
@@ -270,8 +255,10 @@ class PostgresBlobStore:
 # The log
 
 
-class PostgresSessionLog:
+class PostgresSessionLog(TreeReads):
     """A `SessionLog` in PostgreSQL. Use `Session.postgres(dsn, session_id)` to get one."""
+
+    _chunk = LOAD_CHUNK
 
     def __init__(self, dsn: str, session_id: str, *, durability: str = "fsync", lock_timeout: float | None = 0,
                  readonly: bool = False, meta: dict[str, Any] | None = None) -> None:
@@ -424,11 +411,6 @@ class PostgresSessionLog:
         return [entry_from_dict({"id": r[0], "parent_id": r[1], "kind": r[2], "timestamp": r[3],
                                  "payload": json.loads(r[4])}) for r in rows]
 
-    def get(self, entry_id: str) -> Entry:
-        self._check_open()
-        seq = self._seq_of(entry_id)
-        return self._load(seq, seq)[0]
-
     def __contains__(self, entry_id: object) -> bool:
         if not isinstance(entry_id, str):
             return False
@@ -437,27 +419,6 @@ class PostgresSessionLog:
         except InputError:
             return False
         return True
-
-    def path(self, leaf_id: str | None = None) -> EntryPath:
-        """Root-first entries from the root to `leaf_id` (default: the current leaf), read lazily."""
-        self._check_open()
-        if leaf_id is None:
-            if self._leaf is None:
-                return EntryPath([], self._load)
-            seq = self._leaf[0]
-        else:
-            seq = self._seq_of(leaf_id)
-        return EntryPath(path_ranges(self._jumps, seq), self._load)
-
-    def __iter__(self) -> Iterator[Entry]:
-        return self.entries()
-
-    def entries(self, start: int = 0, stop: int | None = None) -> Iterator[Entry]:
-        """Entries by position in append order, `start` to `stop` (exclusive)."""
-        self._check_open()
-        stop = self._count if stop is None else min(stop, self._count)
-        for first in range(max(0, start), stop, LOAD_CHUNK):
-            yield from self._load(first, min(stop, first + LOAD_CHUNK) - 1)
 
     def leaves(self) -> list[str]:
         self._check_open()

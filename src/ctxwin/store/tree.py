@@ -214,3 +214,45 @@ class EntryPath(Sequence[Entry]):
 
     def __repr__(self) -> str:
         return f"EntryPath({self._len} entries in {len(self._ranges)} ranges)"
+
+
+class TreeReads:
+    """Reading a session log, the same for every backend: a backend keeps `_leaf` ((seq, id) or
+    None), `_jumps`, `_count` and `_chunk`, and provides `_check_open`, `_seq_of` and `_load`."""
+
+    _leaf: tuple[int, str] | None
+    _jumps: Jumps
+    _count: int
+    _chunk: int
+    _check_open: Callable[[], None]
+    _seq_of: Callable[[str], int]
+    _load: Callable[[int, int], list[Entry]]
+
+    def get(self, entry_id: str) -> Entry:
+        self._check_open()
+        seq = self._seq_of(entry_id)
+        return self._load(seq, seq)[0]
+
+    def path(self, leaf_id: str | None = None) -> EntryPath:
+        """Root-first entries from the root to `leaf_id` (default: the current leaf). The result is a
+        lazy sequence: entries are read when looked at."""
+        self._check_open()
+        if leaf_id is None:
+            if self._leaf is None:
+                return EntryPath([], self._load)
+            seq = self._leaf[0]
+        else:
+            seq = self._seq_of(leaf_id)
+        return EntryPath(path_ranges(self._jumps, seq), self._load)
+
+    def __iter__(self) -> Iterator[Entry]:
+        """Every entry in append order."""
+        return self.entries()
+
+    def entries(self, start: int = 0, stop: int | None = None) -> Iterator[Entry]:
+        """Entries by position in append order, `start` to `stop` (exclusive): a consumer that has seen
+        the first N reads only what came after."""
+        self._check_open()
+        stop = self._count if stop is None else min(stop, self._count)
+        for first in range(max(0, start), stop, self._chunk):
+            yield from self._load(first, min(stop, first + self._chunk) - 1)
