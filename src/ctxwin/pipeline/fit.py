@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ctxwin.errors import CtxwinError
+from ctxwin.errors import ContextBudgetError
 from ctxwin.messages import Message, Text, ToolCall, ToolResult, text_message
 from ctxwin.pipeline.cut import head_tail
 from ctxwin.pipeline.view import (
@@ -33,15 +33,6 @@ MIN_CUT_CHARS = 200
 TRUNCATE_ATTEMPTS = 4
 """Middle-truncation re-measures and cuts again up to this many times per message (a cut sized by
 an average characters-per-token ratio can land a little over its target)."""
-
-
-class ContextBudgetError(CtxwinError):
-    """The request cannot be made to fit: `reason` says which part is too large."""
-
-    def __init__(self, message: str, *, tokens: int, budget: int, hint: str | None = None) -> None:
-        super().__init__(message, hint or "use a model with a larger window, or shorten the system prompt and tools")
-        self.tokens = tokens
-        self.budget = budget
 
 
 def dropped_marker(count: int) -> Message:
