@@ -104,9 +104,10 @@ def threshold(window: int, policy: Any) -> int:
     return strategy_for(policy).threshold(window, policy)
 
 
-def compaction_due(tokens: int, ctx: StageContext, policy: Any, factor: float = 1.0) -> bool:
-    """Whether a view of `tokens` (counter units, system included) is past the trigger."""
-    return strategy_for(policy).due(tokens, ctx.window, policy, factor)
+def compaction_due(tokens: int, ctx: StageContext, policy: Any, factor: float = 1.0, turns: int = 0) -> bool:
+    """Whether a view of `tokens` (counter units, system included) holding `turns` turns is past a
+    trigger."""
+    return strategy_for(policy).due(tokens, ctx.window, policy, factor, turns) is not None
 
 
 def plan_cut(items: Sequence[Item], policy: Any, ctx: StageContext, pins: set[str], factor: float = 1.0,
@@ -171,7 +172,8 @@ def compact_view(
                                            budget_tokens=summarizer_budget, counter=ctx.counter)
     except Exception as error:  # a failed summary never deletes history
         raise CompactionFailed(f"summarizer {getattr(summarizer, 'name', '?')} failed: {error}", before) from error
-    summary = guard(summary, span_messages + prefix_messages, ctx.counter, int(budget * (1 - INDEX_SHARE)))
+    if policy.identifier_policy == "strict":
+        summary = guard(summary, span_messages + prefix_messages, ctx.counter, int(budget * (1 - INDEX_SHARE)))
     summary = with_recall_index(summary, plan.summarized, ctx, budget, originals)
     covered = tuple(dict.fromkeys([*(previous.covered_ids if previous else ()),
                                    *(i.entry_id for i in plan.summarized)]))

@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 
 from ctxwin.pipeline.view import Item, total_tokens
 
-KEEP_SHRINK_STEPS = 4
-"""If the kept tail leaves the view above the trigger, halve the kept budget up to this many times."""
 
 
 @dataclass(frozen=True)
@@ -66,14 +64,27 @@ def find_cut(items: Sequence[Item], start: int, keep_tokens: int) -> int:
 
 def shrinking_cut(items: Sequence[Item], start: int, keep: int, fixed_tokens: int, limit: float) -> int:
     """`find_cut` for `keep` tokens, halving `keep` while the kept tail plus `fixed_tokens` (system
-    prompt and summary) would still be over `limit`."""
+    prompt and summary) would still be over `limit`: a tail that leaves the view above the trigger
+    would compact again on the next request."""
     cut = find_cut(items, start, keep)
-    for _ in range(KEEP_SHRINK_STEPS):
-        if fixed_tokens + total_tokens(items[cut:]) <= limit or keep <= 0:
-            break
+    while fixed_tokens + total_tokens(items[cut:]) > limit and keep > 0:
         keep //= 2
         cut = find_cut(items, start, keep)
     return cut
+
+
+def turn_starts(items: Sequence[Item]) -> list[int]:
+    """Where each turn of the view begins: the index of every user message the user wrote (the
+    summary and markers are synthetic and do not count)."""
+    return [i for i, item in enumerate(items) if item.message.role == "user" and not item.synthetic]
+
+
+def recent_turns_cut(items: Sequence[Item], turns: int) -> int:
+    """The cut that keeps the last `turns` turns (0: none, everything before the end)."""
+    starts = turn_starts(items)
+    if turns <= 0:
+        return len(items)
+    return starts[-turns] if len(starts) >= turns else first_content(items)
 
 
 def turn_start(items: Sequence[Item], start: int, cut: int) -> int | None:
