@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from ctxwin.pipeline.view import Item, total_tokens
 
 
-
 @dataclass(frozen=True)
 class CutPlan:
     """What a compaction will do. `span` is summarized; `prefix` (a split turn's beginning) is
