@@ -26,6 +26,7 @@ MAX_ARG_SCAN_CHARS = 2_000  # tool-call string arguments longer than this are fi
 MAX_RESULT_SCAN_CHARS = 4_000  # only the head of a tool result is scanned for commit ids and URLs
 MIN_USER_NUMBER_DIGITS = 2  # a number in a user message is kept from this many digits
 MIN_OTHER_NUMBER_DIGITS = 6  # elsewhere only long numbers (ids, ports are caught as host:port)
+EXIT_SCAN_CHARS = 2_000  # an exit status is looked for in this many characters at each end of an output
 
 # Importance tiers, lower first: what the user gave, then error codes of failing results, then what
 # the agent used, then what tools printed.
@@ -419,7 +420,8 @@ def _result_identifiers(result: ToolResult) -> list[str]:
 # Failures and user text (shared with the extractive summarizer)
 
 _EXIT_CODE = re.compile(
-    r"(?:^|\n)(?:Exit code|Command exited with code|exit status|exited with code)\s*:?\s*([1-9]\d*)", re.I
+    r"(?:^|\n)(?:Exit code|Command exited with code|exit status|exited with code|npm (?:error|ERR!) code)\s*:?\s*"
+    r"([1-9]\d*)", re.I
 )
 
 
@@ -427,8 +429,10 @@ def is_failure(result: ToolResult) -> bool:
     """A failing tool result: flagged as an error, or reporting a non-zero exit or a traceback."""
     if result.is_error:
         return True
-    head = result.text[:2000]
-    return bool(_EXIT_CODE.search(head)) or "Traceback (most recent call last)" in result.text[-20_000:]
+    # Harnesses print the exit status first (Claude Code) or last (Pi): both ends are looked at.
+    text = result.text
+    ends = text if len(text) <= 2 * EXIT_SCAN_CHARS else text[:EXIT_SCAN_CHARS] + "\n" + text[-EXIT_SCAN_CHARS:]
+    return bool(_EXIT_CODE.search(ends)) or "Traceback (most recent call last)" in text[-20_000:]
 
 
 _META_PREFIXES = (
