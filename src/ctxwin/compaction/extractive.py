@@ -16,6 +16,7 @@ import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from ctxwin.compaction.base import Summary
@@ -56,6 +57,7 @@ COMMAND_STATE_CHARS = 4_000  # ... and kept in the merge state up to this many (
 COMMAND_MEDIUM_CHARS = 240  # the middle form: long arguments shortened
 COMMAND_ARGUMENT_CHARS = 40  # in the middle form, an argument longer than this is cut to it
 ERROR_LINES_PER_FAILURE = 4  # distinct error lines kept from one failing output
+ERROR_SCAN_CHARS = 16_000  # of a longer failing output, this much at each end is looked at for error lines
 SHORT_CHARS = 160  # the short form of a long item
 ERROR_LINE_CHARS = 300  # an error line is cut here
 DECISION_CHARS = 300
@@ -173,10 +175,12 @@ class ExtractiveSummarizer:
             from ctxwin.tokens import counter_for
 
             counter = counter_for()
-        new = span_state(span, per_message_chars=self.per_message_chars, command_chars=self.command_chars)
+        names = [message_names(m) for m in span]  # scanned once, for references and for what refers back
+        new = span_state(span, per_message_chars=self.per_message_chars, command_chars=self.command_chars,
+                         names=names)
         state = merge_states(previous_state(previous), new) if previous is not None else merge_states({}, new)
         root = project_root([*state.get(MODIFIED, ()), *state.get(READ, ())])
-        referenced = referenced_later(span)
+        referenced = referenced_later(span, names)
         sections = fit_input(state, root=root, focus=focus, per_message_chars=self.per_message_chars,
                              referenced=referenced)
         fitted = fit_tiers(sections, budget_tokens, counter)
@@ -218,7 +222,8 @@ class ExtractiveSummarizer:
 
 
 def span_state(span: Sequence[Message], *, per_message_chars: int = PER_MESSAGE_CHARS,
-               command_chars: int = COMMAND_STATE_CHARS) -> dict[str, list[str]]:
+               command_chars: int = COMMAND_STATE_CHARS,
+               names: Sequence[list[tuple[str, float]]] | None = None) -> dict[str, list[str]]:
     """Everything the extractive summary can say about `span`, untrimmed, by section."""
     users = [clip(t, per_message_chars) for t in (user_text(m) for m in span) if t]
     read, modified = extract_file_ops(span)
@@ -234,7 +239,7 @@ def span_state(span: Sequence[Message], *, per_message_chars: int = PER_MESSAGE_
         OPEN: open_tasks(span),
         CURRENT: current_work(span),
         IDENTIFIERS: extract_identifiers(span),
-        RECENT: recent_references(span),
+        RECENT: recent_references(span, names),
     }
     return {k: v for k, v in state.items() if v}
 
@@ -244,28 +249,42 @@ _REFERENCE = re.compile(r"(?<![\w/.-])(?:[\w.-]*/[\w./-]+\w|[A-Za-z_][A-Za-z0-9_
 _CODE_WORD = re.compile(r"_[A-Za-z0-9]|[a-z][A-Z]|[A-Z][a-z]+[A-Z]|\.[A-Za-z_]")
 
 
-def recent_references(span: Sequence[Message]) -> list[str]:
+@lru_cache(maxsize=65_536)
+def _is_name(token: str) -> bool:
+    return 4 <= len(token) <= 120 and ("/" in token or _CODE_WORD.search(token) is not None)
+
+
+def message_names(message: Message) -> list[tuple[str, float]]:
+    """Every occurrence of a code name or path in a message, with its weight: tool-call arguments
+    2 (the agent typed them), text 1, tool results 0.5 (their first RECENT_TEXT_CHARS)."""
+    texts: list[tuple[str, float]] = []
+    for block in message.blocks:
+        if isinstance(block, Text):
+            texts.append((block.text, 1.0))
+        elif isinstance(block, ToolCall):
+            texts.extend((v, 2.0) for v in call_arguments(block).values() if isinstance(v, str))
+        elif isinstance(block, ToolResult):
+            texts.append((block.text, 0.5))
+    out = []
+    for text, factor in texts:
+        for found in _REFERENCE.findall(text[:RECENT_TEXT_CHARS]):
+            token = found.strip(".-")
+            if _is_name(token):
+                out.append((token, factor))
+    return out
+
+
+def recent_references(span: Sequence[Message], names: Sequence[list[tuple[str, float]]] | None = None) -> list[str]:
     """What the agent was working with, for it to pick up again: code symbols and paths of the span,
     ranked by how recently and how often they appear (tool call arguments count double: the agent
-    typed them). Rendered a few per line, most relevant first."""
+    typed them). Rendered a few per line, most relevant first. `names`: `message_names` of each
+    message of the span, when already computed."""
     scores: dict[str, float] = {}
-    recent = span[-RECENT_MESSAGES:]
-    for position, message in enumerate(recent, start=1):
+    recent = names[-RECENT_MESSAGES:] if names is not None else [message_names(m) for m in span[-RECENT_MESSAGES:]]
+    for position, found in enumerate(recent, start=1):
         weight = 0.2 + 0.8 * position / len(recent)  # recent counts most; often-used old names still rank
-        texts: list[tuple[str, float]] = []
-        for block in message.blocks:
-            if isinstance(block, Text):
-                texts.append((block.text, 1.0))
-            elif isinstance(block, ToolCall):
-                texts.extend((v, 2.0) for v in call_arguments(block).values() if isinstance(v, str))
-            elif isinstance(block, ToolResult):
-                texts.append((block.text, 0.5))
-        for text, factor in texts:
-            for found in _REFERENCE.findall(text[:RECENT_TEXT_CHARS]):
-                token = found.strip(".-")
-                if len(token) < 4 or len(token) > 120 or not ("/" in token or _CODE_WORD.search(token)):
-                    continue
-                scores[token] = scores.get(token, 0.0) + weight * factor
+        for token, factor in found:
+            scores[token] = scores.get(token, 0.0) + weight * factor
     ranked = sorted(scores, key=lambda t: (-scores[t], t))
     lines = [", ".join(ranked[i:i + RECENT_PER_LINE]) for i in range(0, len(ranked), RECENT_PER_LINE)]
     return lines[:RECENT_LINES]
@@ -408,6 +427,8 @@ def error_lines(text: str, limit: int = ERROR_LINES_PER_FAILURE) -> list[str]:
     `limit`: a traceback's exception line, the first line naming an error (strongly or weakly), the
     first and last strong ones (the cause, and the tally at the end), or else the first line that
     is not a bare exit code. Escaped line breaks (`\\n` in serialized errors) split lines."""
+    if len(text) > 2 * ERROR_SCAN_CHARS:  # errors are printed first or last; a long middle is output
+        text = text[:ERROR_SCAN_CHARS] + "\n" + text[-ERROR_SCAN_CHARS:]
     lines = [line.strip() for line in text.replace("\\n", "\n").splitlines() if line.strip()]
     lines = [line for line in lines if not _GENERIC_ERROR.match(line)]
     if not lines:
@@ -806,42 +827,28 @@ def _variants(text: str, *limits: int) -> tuple[str, ...]:
 
 
 def _names(text: str) -> set[str]:
-    """The code names and paths of a text (what a later message would use to refer back to it)."""
-    out = set()
-    for found in _REFERENCE.findall(text[:RECENT_TEXT_CHARS]):
-        token = found.strip(".-")
-        if 4 <= len(token) <= 120 and ("/" in token or _CODE_WORD.search(token)):
-            out.add(token.casefold())
-    return out
+    """The code names and paths of a short text (a command line, an error line), case-folded."""
+    return {t.casefold() for t in (f.strip(".-") for f in _REFERENCE.findall(text)) if _is_name(t)}
 
 
-def referenced_later(span: Sequence[Message]) -> frozenset[str]:
+def referenced_later(span: Sequence[Message], names: Sequence[list[tuple[str, float]]] | None = None) -> frozenset[str]:
     """Commands (their first lines) and error lines of the span that a later message refers back to:
-    one of their names (a path, a code name) appears again after the call's result. Normalized."""
+    one of their names (a path, a code name) appears again after the call's result. Normalized.
+    `names`: `message_names` of each message, when already computed."""
     last_seen: dict[str, int] = {}
-    for position, message in enumerate(span):
-        for block in message.blocks:
-            if isinstance(block, Text):
-                text = block.text
-            elif isinstance(block, ToolCall):
-                text = "\n".join(v for v in call_arguments(block).values() if isinstance(v, str))
-            elif isinstance(block, ToolResult):
-                text = block.text
-            else:
-                continue
-            for name in _names(text):
-                last_seen[name] = position
+    for position, found in enumerate(names if names is not None else [message_names(m) for m in span]):
+        for token, _ in found:
+            last_seen[token.casefold()] = position
     results = {r.call_id: (i, r) for i, m in enumerate(span) for r in m.tool_results}
     out: set[str] = set()
     for position, message in enumerate(span):
         for call in message.tool_calls:
-            after = results.get(call.id, (position, None))[0]
+            after, result = results.get(call.id, (position, None))
             command = shell_command(call)
             if command:
                 first = command_line(command)[0]
                 if any(last_seen.get(n, -1) > after for n in _names(first)):
                     out.add(normalize(first))
-            result = results.get(call.id, (0, None))[1]
             if result is not None and is_failure(result):
                 out.update(normalize(line) for line in error_lines(result.text)
                            if any(last_seen.get(n, -1) > after for n in _names(line)))

@@ -14,6 +14,7 @@ import re
 import shlex
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any
 
 from ctxwin.compaction.base import Summary
@@ -156,6 +157,13 @@ def _looks_like_file(token: str) -> bool:
 def shell_file_ops(command: str) -> tuple[list[str], list[str]]:
     """Files a shell command cheaply reveals it reads (cat/head/tail/sed -n) and writes (sed -i,
     redirects, tee). A heuristic: anything it cannot parse is skipped, never guessed."""
+    reads, writes = _shell_file_ops(command)
+    return list(reads), list(writes)
+
+
+@lru_cache(maxsize=4_096)
+def _shell_file_ops(command: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    # Cached: one compaction parses the same commands for its file lists and again for its error fixes.
     reads: list[str] = []
     writes: list[str] = []
     for segment in _SHELL_SPLIT.split(_strip_heredocs(command)):
@@ -190,7 +198,7 @@ def shell_file_ops(command: str) -> tuple[list[str], list[str]]:
             reads.extend(a for a in args if _looks_like_file(a))
         elif program == "sed" and "-n" in args and not redirected:
             reads.extend(a for a in args if _looks_like_file(a) and not a.endswith("p"))
-    return reads, writes
+    return tuple(reads), tuple(writes)
 
 
 def _call_file_ops(call: ToolCall) -> tuple[list[str], list[str]]:
