@@ -401,6 +401,8 @@ def test_every_distinct_error_line_is_kept_with_its_command_and_fix() -> None:
     assert error_lines("Exit code 1\n  1) test parses (ParserTest)\n  ** (RuntimeError) no config found\n"
                        "3 tests, 1 failure") == ["** (RuntimeError) no config found", "3 tests, 1 failure"]
     assert error_lines("  × expected a semicolon\n    204 │ code") == ["× expected a semicolon"]
+    assert error_lines("Assertion with =~ failed\n<html class=\"phx-error\">" + "x" * 600) == [
+        "Assertion with =~ failed"]  # a page dump that happens to say "error" is not an error line
     entries = error_entries(span)
     assert entries == [
         "`mix test`: ** (RuntimeError) no config found\n3 tests, 1 failure — fixed: `mix test` succeeded after "

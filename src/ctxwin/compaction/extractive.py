@@ -57,6 +57,7 @@ COMMAND_STATE_CHARS = 4_000  # ... and kept in the merge state up to this many (
 COMMAND_MEDIUM_CHARS = 240  # the middle form: long arguments shortened
 COMMAND_ARGUMENT_CHARS = 40  # in the middle form, an argument longer than this is cut to it
 ERROR_LINES_PER_FAILURE = 4  # distinct error lines kept from one failing output
+DIAGNOSTIC_CHARS = 500  # a longer line is output that mentions an error, not an error message
 ERROR_SCAN_CHARS = 16_000  # of a longer failing output, this much at each end is looked at for error lines
 SHORT_CHARS = 160  # the short form of a long item
 ERROR_LINE_CHARS = 300  # an error line is cut here
@@ -438,8 +439,9 @@ def error_lines(text: str, limit: int = ERROR_LINES_PER_FAILURE) -> list[str]:
     if start is not None:
         exception = [i for i in range(start, len(lines)) if _EXCEPTION_LINE.match(lines[i])]
         chosen.extend(exception[-1:])
-    strong = [i for i, line in enumerate(lines) if _STRONG_ERROR.search(line)]
-    weak = [i for i, line in enumerate(lines) if _WEAK_ERROR.search(line)]
+    # A line longer than a diagnostic is a dump (HTML, JSON, minified code) that happens to hold a word.
+    strong = [i for i, line in enumerate(lines) if len(line) <= DIAGNOSTIC_CHARS and _STRONG_ERROR.search(line)]
+    weak = [i for i, line in enumerate(lines) if len(line) <= DIAGNOSTIC_CHARS and _WEAK_ERROR.search(line)]
     chosen.extend(strong[:1] + weak[:1] + strong[-1:])
     if not chosen:
         chosen.append(0)
