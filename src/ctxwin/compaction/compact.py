@@ -148,8 +148,10 @@ def compact_view(
     summarizer = summarizer or ExtractiveSummarizer()
     budget = summary_budget(policy, ctx.window, factor)
     summarizer_budget = max(int(budget * (1 - GUARD_SHARE - INDEX_SHARE)), 1)
-    span_messages = [i.message for i in plan.span]
-    prefix_messages = [i.message for i in plan.prefix]
+    # The summarizer reads the messages as logged, not their masked or spilled renderings in the view.
+    logged = originals or {}
+    span_messages = [logged.get(i.entry_id, i.message) for i in plan.span]
+    prefix_messages = [logged.get(i.entry_id, i.message) for i in plan.prefix]
     try:
         if agent_summary is not None and plan.first_kept_id != agent_summary.entry_id \
                 and any(i.entry_id == agent_summary.entry_id for i in plan.span):
