@@ -358,10 +358,9 @@ class JsonlSessionLog(TreeReads):
             self._handle_torn_tail(end, size)
         self._size = end
         self._open_index(ix.header_sha(head), end)
-        if not self.readonly:
-            if self.durability == "batch":
-                self._flusher = threading.Thread(target=self._flush_loop, name="ctxwin-group-commit", daemon=True)
-                self._flusher.start()
+        if not self.readonly and self.durability == "batch":
+            self._flusher = threading.Thread(target=self._flush_loop, name="ctxwin-group-commit", daemon=True)
+            self._flusher.start()
 
     def _open_for_append(self) -> int:
         """The writer's fd, on the very file the read fd checked (no link followed, no swap between)."""
