@@ -28,6 +28,7 @@ ProblemKind: TypeAlias = Literal[
     "invalid_payload",  # a message entry whose payload is not a message: skipped, its line kept
     "orphan",  # an entry whose parent is lost: re-attached to its nearest intact ancestor
     "torn_tail",  # a last line without its newline: an append cut short (moved aside by a writer)
+    "truncated",  # the file is shorter than ctxwin had indexed it: lines removed outside ctxwin
     "lock_file_removed",  # writer.lock deleted while this writer held the session: recreated
     "unreadable",  # a session that cannot be opened at all (listing only)
 ]
@@ -37,8 +38,10 @@ class BlobNotFoundError(InputError):
     """A handle that names no blob in this store (or is not a handle at all)."""
 
 
-class BlobCorruptedError(CtxwinError):
-    """Stored bytes that no longer match their sha256: refused, never served."""
+class BlobCorruptedError(InputError):
+    """Stored bytes that no longer match their sha256, or a blob file that is not a regular file of
+    its recorded size: refused, never served. An InputError (a stored file ctxwin cannot use as it
+    is), so tools answer it as a refusal rather than raising."""
 
 
 class SessionLockedError(CtxwinError):

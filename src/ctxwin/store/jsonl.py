@@ -96,6 +96,7 @@ class OpenReport:
     torn_tail_file: str | None = None  # where the torn bytes were moved (writers only)
     torn_tail_line: int = 0  # its line number
     problems: list[StoreProblem] = field(default_factory=list)  # the lines of the file that are not entries
+    shrunk: StoreProblem | None = None  # the file is shorter than the index it had (lines removed)
     seconds: float = 0.0
 
     @property
@@ -293,6 +294,8 @@ class JsonlSessionLog(TreeReads):
         started = time.perf_counter()
         if durability not in DURABILITIES:
             raise InputError(f"unknown durability {durability!r}", f"use one of: {', '.join(DURABILITIES)}")
+        if meta:
+            dumps(meta, "meta")  # refused before anything is created (NaN, objects JSON cannot hold)
         self.directory = Path(directory)
         self.durability = durability
         self.readonly = readonly
@@ -403,6 +406,11 @@ class JsonlSessionLog(TreeReads):
                     cov = ix.read_coverage(conn)
                     line = self._line_at(cov.last_offset, end) if cov.last_offset >= 0 else None
                     reason = ix.check(cov, end, mtime, head_sha, line)
+                    if cov.size > end and cov.header_sha == head_sha:
+                        self.report.shrunk = StoreProblem(
+                            "truncated", f"{SESSION_FILE} is {end:,} bytes, shorter than the {cov.size:,} (with "
+                            f"{cov.count:,} entries) ctxwin had indexed: lines were removed outside ctxwin",
+                            "index rebuilt from the file as it is; the removed lines are not in it")
                 except (sqlite3.DatabaseError, ValueError, TypeError) as error:
                     reason = f"corrupt ({error})"
         if reason is not None:
@@ -466,9 +474,9 @@ class JsonlSessionLog(TreeReads):
         """Everything wrong found in this session (`StoreProblem`, typed): the lines that are not
         entries and the orphans re-attached (`report.problems`), a torn last line, and what happened
         while open (writer.lock deleted). Empty when all is well."""
-        torn = self.report.torn_tail
+        found = [self.report.shrunk, self.report.torn_tail]
         with self._mutex:
-            return [*self.report.problems, *([torn] if torn else []), *self._runtime_problems]
+            return [*self.report.problems, *(p for p in found if p is not None), *self._runtime_problems]
 
     def __len__(self) -> int:
         return self._count
