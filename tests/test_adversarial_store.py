@@ -108,9 +108,10 @@ def test_item_18_a_deleted_line_reattaches_to_the_entry_before_it(tmp_path: Path
     (folder / SESSION_FILE).write_bytes(b"".join(lines))
     with Session.open(folder) as log:
         assert [e.id for e in log.path()] == [ids[0], ids[1], ids[3], ids[4], ids[5]]
-        (orphan,) = log.problems
+        orphan, truncated = log.problems
         assert (orphan.kind, orphan.entry_id, orphan.parent_id) == ("orphan", ids[3], ids[1])
         assert "before it in the file" in orphan.action
+        assert truncated.kind == "truncated" and "1 line fewer" in truncated.detail  # the index remembers
 
 
 _damage = st.lists(
@@ -246,6 +247,7 @@ out["symlinked_log"] = outcome(lambda: Session.open(linked, readonly=True))
 
 os.unlink(root / "s" / "index.sqlite"); os.mkfifo(root / "s" / "index.sqlite")
 os.unlink(root / "s" / "writer.lock"); os.mkfifo(root / "s" / "writer.lock")
+os.unlink(root / "s" / "index.sqlite.sum"); os.mkfifo(root / "s" / "index.sqlite.sum")
 def reopen():
     with Session.open(root / "s") as log:
         log.append("custom", {})
@@ -268,7 +270,7 @@ def test_item_20_special_files_in_a_store_are_refused_without_blocking(tmp_path:
     assert "symbolic link" in out["get_zero"]
     assert "corrupted" in out["read_spilled_fifo"]  # the tool answers with the refusal
     assert out["symlinked_log"].startswith("NotARegularFileError") and "symbolic link" in out["symlinked_log"]
-    assert out["fifo_index_and_lock"] == "rebuilt"  # a FIFO index is rebuilt, a FIFO lock file replaced
+    assert out["fifo_index_and_lock"] == "rebuilt"  # a FIFO index (or checksum) is rebuilt, a FIFO lock replaced
 
 
 def test_item_20_a_blob_put_again_repairs_a_special_file(tmp_path: Path) -> None:

@@ -77,8 +77,6 @@ ITER_CHUNK = 1024  # entries read at once when iterating
 LOCK_POLL_S = 0.005  # how often a waiting writer retries the lock (doubling up to LOCK_POLL_MAX_S)
 LOCK_POLL_MAX_S = 0.05
 LOG_MAX_BYTES = 1 << 62  # the log is read by offset, never whole: no cap on its size
-INDEX_MAX_BYTES = 4 << 30  # the index is read whole; one this large is not ctxwin's (rebuilt)
-SUM_MAX_BYTES = 256  # <index>.sum holds one sha256 in hex
 HOLDER_MAX_BYTES = 64  # writer.lock holds one pid
 
 Durability = Literal["fsync", "batch"]
@@ -391,8 +389,9 @@ class JsonlSessionLog(TreeReads):
         reason = None
         conn: sqlite3.Connection | None = None
         cov = None
+        before: ix.Coverage | None = None
         try:
-            image: bytes | None = read_store_file(path, INDEX_MAX_BYTES)
+            image: bytes | None = read_store_file(path, ix.INDEX_MAX_BYTES)
         except FileNotFoundError:
             image, reason = None, "missing"
         except InputError as error:  # a FIFO, a link, a giant: not an index ctxwin wrote
@@ -407,10 +406,7 @@ class JsonlSessionLog(TreeReads):
                     line = self._line_at(cov.last_offset, end) if cov.last_offset >= 0 else None
                     reason = ix.check(cov, end, mtime, head_sha, line)
                     if cov.size > end and cov.header_sha == head_sha:
-                        self.report.shrunk = StoreProblem(
-                            "truncated", f"{SESSION_FILE} is {end:,} bytes, shorter than the {cov.size:,} (with "
-                            f"{cov.count:,} entries) ctxwin had indexed: lines were removed outside ctxwin",
-                            "index rebuilt from the file as it is; the removed lines are not in it")
+                        before = cov  # the file shrank: if it lost lines too, they were removed
                 except (sqlite3.DatabaseError, ValueError, TypeError) as error:
                     reason = f"corrupt ({error})"
         if reason is not None:
@@ -435,6 +431,12 @@ class JsonlSessionLog(TreeReads):
                 self.report.index = "caught_up"
                 if not self.readonly:
                     ix.write_sum(path)
+        if before is not None and cov.lines < before.lines:
+            fewer = before.lines - cov.lines
+            self.report.shrunk = StoreProblem(
+                "truncated", f"{SESSION_FILE} has {fewer:,} line{'s' if fewer > 1 else ''} fewer than ctxwin had "
+                f"indexed ({cov.lines:,}, not {before.lines:,}): lines were removed outside ctxwin",
+                "index rebuilt from the file as it is; the removed lines are not in it")
         self._index = conn
         self._coverage = cov
         self._jumps = ix.load_jumps(conn)
@@ -450,7 +452,7 @@ class JsonlSessionLog(TreeReads):
         image they checked, so they never write to a file the writer owns."""
         if self.readonly:
             conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-            conn.deserialize(image if image is not None else read_store_file(path, INDEX_MAX_BYTES))
+            conn.deserialize(image if image is not None else read_store_file(path, ix.INDEX_MAX_BYTES))
             return conn
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         ix.configure(conn)
@@ -551,10 +553,15 @@ class JsonlSessionLog(TreeReads):
     def _check_lock_file(self) -> None:
         """Notices writer.lock deleted (or replaced) behind the writer's back: the folder lock still
         excludes other writers, but the file naming this writer is written again, and it is reported."""
-        if self._writer_lock.file_lost():
+        try:
+            lost = self._writer_lock.file_lost()
+            action = "written again; the lock itself is on the folder and was never lost, so no other writer got in"
+        except OSError as error:  # the folder itself is going away: the append stands, the file cannot
+            lost, action = True, f"could not be written again ({error.strerror}); no other writer can get in"
+        if lost and not any(p.kind == "lock_file_removed" for p in self._runtime_problems):
             self._runtime_problems.append(StoreProblem(
                 "lock_file_removed", f"{WRITER_LOCK} was deleted or replaced while this writer held the session",
-                "written again; the lock itself is on the folder and was never lost, so no other writer got in"))
+                action))
 
     def _flush_loop(self) -> None:
         while not self._stop.is_set():

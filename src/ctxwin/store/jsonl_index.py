@@ -23,13 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctxwin.errors import InputError
 from ctxwin.store.base import ProblemKind, StoreProblem
+from ctxwin.store.blobs import FILE_MODE, read_store_file
 from ctxwin.store.tree import ROOT, EntryFormatError, Jumps, decode_entry, payload_problem, salvage_head
 
 INDEX_VERSION = 2  # bump when the schema below changes: older indexes are then rebuilt
 READ_CHUNK = 8 << 20  # bytes of JSONL read at once while indexing
 INSERT_BATCH = 10_000  # index rows inserted per executemany
 SUM_SUFFIX = ".sum"  # <index>.sum holds the sha256 of the index file as ctxwin last wrote it
+INDEX_MAX_BYTES = 4 << 30  # the index is read whole; one this large is not ctxwin's (rebuilt)
+SUM_MAX_BYTES = 256  # <index>.sum holds one sha256 in hex
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -95,8 +99,8 @@ def read_sum(path: Path) -> str | None:
     the values in it: a flipped byte in an offset would go unnoticed. The checksum notices any change
     not made by ctxwin, and any index write a crash cut short."""
     try:
-        return path.with_name(path.name + SUM_SUFFIX).read_text().strip()
-    except (FileNotFoundError, UnicodeDecodeError):
+        return read_store_file(path.with_name(path.name + SUM_SUFFIX), SUM_MAX_BYTES).decode().strip()
+    except (FileNotFoundError, InputError, UnicodeDecodeError):
         return None
 
 
@@ -104,7 +108,13 @@ def write_sum(path: Path) -> None:
     # Not fsync'ed: after a power loss a stale checksum only costs a rebuild.
     side = path.with_name(path.name + SUM_SUFFIX)
     tmp = side.with_name(side.name + ".tmp")
-    tmp.write_text(digest(path.read_bytes()) + "\n")
+    text = (digest(read_store_file(path, INDEX_MAX_BYTES)) + "\n").encode()
+    tmp.unlink(missing_ok=True)  # whatever is there (a FIFO would block an open for writing)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+    try:
+        os.write(fd, text)
+    finally:
+        os.close(fd)
     os.replace(tmp, side)
 
 
