@@ -24,9 +24,11 @@ from ctxwin.cli.main import app
 from ctxwin.errors import InputError
 from ctxwin.messages import ToolCall, assistant, user
 from ctxwin.store import BlobCorruptedError, Session, SessionFormatError, SessionLockedError, StoreProblem
+from ctxwin.store.blobs import FileBlobStore
 from ctxwin.store.jsonl import SESSION_FILE, WRITER_LOCK
 from ctxwin.store.session import list_sessions
-from store_backends import LOG_BACKENDS, unique_id
+from ctxwin.tools.spilled import read_spilled
+from store_backends import BACKENDS, LOG_BACKENDS, make_blob_store, unique_id
 
 HANG_TIMEOUT_S = 30  # a subprocess that could hang gets this long (it needs well under a second)
 Opener = Callable[..., Any]
@@ -208,6 +210,7 @@ from pathlib import Path
 from ctxwin.store import Session
 from ctxwin.store.session import list_sessions
 from ctxwin.tools.spilled import read_spilled
+from ctxwin.tools.spilled import read_spilled
 
 root = Path(sys.argv[1])
 def outcome(fn):
@@ -284,6 +287,22 @@ def test_item_20_a_blob_put_again_repairs_a_special_file(tmp_path: Path) -> None
             log.blobs.get(info.handle)
         assert log.blobs.put(b"spilled\n").handle == info.handle
         assert log.blobs.get(info.handle) == b"spilled\n" and not path.is_symlink()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_item_20_a_blob_larger_than_its_recorded_size_is_refused_unread(backend: str, tmp_path: Path,
+                                                                       request: pytest.FixtureRequest) -> None:
+    store = make_blob_store(backend, tmp_path, request)
+    info = store.put(b"spilled output\n")
+    if isinstance(store, FileBlobStore):
+        with open(store.directory / info.sha256[:2] / info.sha256[2:], "ab") as f:
+            f.write(b"\0" * (1 << 20))
+    else:
+        store.conn.execute("UPDATE ctxwin_blobs SET data = data || %s WHERE session_id = %s AND sha256 = %s",
+                           (b"\0" * (1 << 20), store.session_id, info.sha256))
+    with pytest.raises(BlobCorruptedError, match="recorded size"):
+        store.get(info.handle)
+    assert "recorded size" in read_spilled(store, info.handle).text  # the tool refuses, it does not raise
 
 
 # --------------------------------------------------------------------------------------------------

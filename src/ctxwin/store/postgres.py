@@ -32,6 +32,7 @@ from typing import Any
 
 from ctxwin.errors import InputError
 from ctxwin.store.base import (
+    BlobCorruptedError,
     BlobInfo,
     BlobNotFoundError,
     Entry,
@@ -238,11 +239,18 @@ class PostgresBlobStore(BlobReads):
 
     def _get(self, handle: str) -> bytes:
         digest = self._resolve(handle)
-        row = self.conn.execute("SELECT data FROM ctxwin_blobs WHERE session_id = %s AND sha256 = %s",
+        # bytes past the recorded size are never shipped: a row larger than its size is corrupt
+        row = self.conn.execute("SELECT CASE WHEN octet_length(data) = size THEN data END, octet_length(data), size "
+                                "FROM ctxwin_blobs WHERE session_id = %s AND sha256 = %s",
                                 (self.session_id, digest)).fetchone()
         if row is None:
             raise BlobNotFoundError(f"no blob {handle} in this store", "check the handle")
-        return verify(handle, digest, bytes(row[0]), f"table ctxwin_blobs, session {self.session_id}")
+        where = f"table ctxwin_blobs, session {self.session_id}"
+        if row[0] is None:
+            raise BlobCorruptedError(f"blob {handle} is corrupted: its stored bytes ({where}) are {int(row[1]):,} "
+                                     f"bytes, not its recorded size of {int(row[2]):,}",
+                                     "put the original bytes again to repair it")
+        return verify(handle, digest, bytes(row[0]), where)
 
     def infos(self) -> list[BlobInfo]:
         with self._lock:
