@@ -129,7 +129,7 @@ def _first_non_json(data: Any, root: str) -> tuple[str | None, Any]:
                 return path, value
         elif isinstance(value, dict):
             if id(value) in seen:
-                return path, value  # a cycle
+                continue  # looked at already (shared, or a cycle: the encoder's own message names those)
             seen.add(id(value))
             for key in reversed(list(value)):
                 if not isinstance(key, str | int | float | bool) and key is not None:
@@ -138,7 +138,7 @@ def _first_non_json(data: Any, root: str) -> tuple[str | None, Any]:
                               value[key]))
         elif isinstance(value, list | tuple):
             if id(value) in seen:
-                return path, value
+                continue
             seen.add(id(value))
             stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
         elif not isinstance(value, str | int | bool) and value is not None:
