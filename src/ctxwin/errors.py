@@ -65,3 +65,28 @@ class CompactionFailed(CtxwinError):
 
 class EntryFormatError(InputError):
     """A stored log entry whose payload does not have the shape its kind promises."""
+
+
+# files: the guarded reader (ctxwin.files)
+class NotARegularFileError(InputError):
+    """A path that is a FIFO, a device, a socket or a directory where a regular file was needed."""
+
+
+class FileTooLargeError(InputError):
+    """A file, or what a compressed file expands to, over the configured cap."""
+
+
+class JSONTooDeepError(InputError):
+    """JSON nested deeper than the configured limit."""
+
+
+class MalformedJSONError(InputError):
+    """Text that does not parse as JSON; `msg`, `pos`, `lineno` and `colno` say where, as in
+    `json.JSONDecodeError`."""
+
+    def __init__(self, msg: str, pos: int, lineno: int, colno: int) -> None:
+        super().__init__(f"not valid JSON: {msg} (line {lineno}, column {colno})", "check the file is JSON")
+        self.msg = msg
+        self.pos = pos
+        self.lineno = lineno
+        self.colno = colno
