@@ -22,3 +22,28 @@ class InputError(CtxwinError):
     """A file or argument ctxwin cannot use as given (malformed, binary, empty, wrong format)."""
 
     exit_code = 2
+
+
+# files: the guarded reader (ctxwin.files)
+class NotARegularFileError(InputError):
+    """A path that is a FIFO, a device, a socket or a directory where a regular file was needed."""
+
+
+class FileTooLargeError(InputError):
+    """A file, or what a compressed file expands to, over the configured cap."""
+
+
+class JSONTooDeepError(InputError):
+    """JSON nested deeper than the configured limit."""
+
+
+class MalformedJSONError(InputError):
+    """Text that does not parse as JSON; `msg`, `pos`, `lineno` and `colno` say where, as in
+    `json.JSONDecodeError`."""
+
+    def __init__(self, msg: str, pos: int, lineno: int, colno: int) -> None:
+        super().__init__(f"not valid JSON: {msg} (line {lineno}, column {colno})", "check the file is JSON")
+        self.msg = msg
+        self.pos = pos
+        self.lineno = lineno
+        self.colno = colno
