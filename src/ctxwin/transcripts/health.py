@@ -15,12 +15,20 @@ from pathlib import Path
 from typing import Any
 
 from ctxwin.messages import Message, Text
-from ctxwin.tokens.base import TokenCounter
-from ctxwin.tokens.breakdown import Breakdown, usage_breakdown
-from ctxwin.tokens.cache import CachedCounter
-from ctxwin.tokens.calibration import CalibratedCounter, Calibrator, usage_observations
-from ctxwin.tokens.registry import model_info
-from ctxwin.transcripts import Transcript, load_transcript
+from ctxwin.tokens import (
+    Breakdown,
+    CachedCounter,
+    CalibratedCounter,
+    Calibrator,
+    TokenCounter,
+    UsageObservation,
+    counter_for,
+    model_info,
+    usage_breakdown,
+    usage_observations,
+)
+from ctxwin.transcripts import load_transcript
+from ctxwin.transcripts.model import Transcript
 
 MIN_CALIBRATION_PAIRS = 3  # usage-delta pairs needed before the session's own calibration is used
 UNSENT_STOP_REASONS = ("aborted", "error")  # answers a harness drops from the next request
@@ -72,17 +80,22 @@ def _inferred_overhead(transcript: Transcript, counter: TokenCounter) -> int:
     return max(first.context_tokens - seen, 0)
 
 
+def transcript_observations(transcript: Transcript, counter: TokenCounter) -> list[UsageObservation]:
+    """The calibration pairs of a recorded session (`ctxwin.tokens.usage_observations` on its messages,
+    usage and compaction points)."""
+    return usage_observations(transcript.messages, transcript.usage, counter,
+                              compacted_at=[c.index for c in transcript.compactions])
+
+
 def health_of(transcript: Transcript, model: str | None = None, counter: TokenCounter | None = None) -> HealthReport:
     """The health report of an already loaded transcript."""
-    from ctxwin.tokens import counter_for
-
     name = model or transcript.model
     info = model_info(name)
     base = CachedCounter(counter or counter_for(name))
     calibration = None
     active: TokenCounter = base
     if counter is None and not base.exact and transcript.usage and (model is None or model == transcript.model):
-        pairs = usage_observations(transcript, base)
+        pairs = transcript_observations(transcript, base)
         if len(pairs) >= MIN_CALIBRATION_PAIRS:
             calibrator = Calibrator()
             for pair in pairs:
