@@ -13,7 +13,7 @@ from ctxwin.errors import InputError
 from ctxwin.files import FileLimits
 from ctxwin.transcripts import claude_code, codex, openai, pi
 from ctxwin.transcripts.model import CompactionRecord, DamagedInputWarning, ReadReport, Transcript, UsageRecord
-from ctxwin.transcripts.source import Record, Source, read_source
+from ctxwin.transcripts.source import ImportLog, Record, Source, read_source
 
 FORMATS: tuple[str, ...] = ("claude-code", "pi", "codex", "swe-agent", "openai")
 JSONL_FORMATS = ("claude-code", "pi", "codex")  # formats that are one JSON record per line
@@ -51,7 +51,8 @@ def load_transcript(path: str | Path, format: str | None = None, *, limits: File
     elif format in JSONL_FORMATS and isinstance(source.document(), list):
         raise _array_error(source, format)
     if format in JSONL_FORMATS or (format == "openai" and source.document() is None):
-        source.filter_records(lambda records: _own_records(records, format, source))
+        log = source.log  # not `source`: the filter is kept on the source, and a cycle would keep its text alive
+        source.filter_records(lambda records: _own_records(records, format, log))
     transcript = READERS[format](source)
     log = source.log
     if not transcript.messages:
@@ -139,14 +140,14 @@ def _mixed_error(source: Source, found: dict[str, list[int]]) -> InputError:
     )
 
 
-def _own_records(records: list[Record], format: str, source: Source) -> list[Record]:
+def _own_records(records: list[Record], format: str, log: ImportLog) -> list[Record]:
     """`records` without those that belong to another format (each skipped with a warning): with
     `--format` forced on a mixed file, the other formats' records are never misread as this one's."""
     kept = []
     for record in records:
         other = _record_format(record.data)
         if other is not None and other != format:
-            source.log.skip_bad("other_format", f"a {other} record in a file read as {format}; skipped", record.line)
+            log.skip_bad("other_format", f"a {other} record in a file read as {format}; skipped", record.line)
         else:
             kept.append(record)
     return kept
