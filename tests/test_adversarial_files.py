@@ -267,18 +267,19 @@ def test_item_06_lone_surrogate_is_replaced_and_reported(tmp_path: Path) -> None
 
 # --- item 7: memory -----------------------------------------------------------------------------------
 
+# VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over from the parent (pytest, large by now)
+# across fork and exec, while VmHWM belongs to the new process image alone.
 MEMORY_PROBE = """
-import json, resource, sys
-def rss():
-    with open('/proc/self/statm') as f:
-        return int(f.read().split()[1]) * resource.getpagesize()
+import json, sys
+def status(field):
+    with open('/proc/self/status') as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ':'))
 from ctxwin.transcripts import load_transcript
 from ctxwin.transcripts.inspect import inspect_transcript
 import ctxwin.tokens
-before = rss()
+before = status('VmRSS')
 report = inspect_transcript(load_transcript(sys.argv[1]))
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"before": before, "peak": peak, "messages": report["messages"]}))
+print(json.dumps({"before": before, "peak": status('VmHWM'), "messages": report["messages"]}))
 """
 
 

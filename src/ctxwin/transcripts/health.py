@@ -9,7 +9,6 @@ recorded, their size is inferred from the first call (reported context minus the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,6 @@ from ctxwin.transcripts import load_transcript
 from ctxwin.transcripts.model import Transcript
 
 MIN_CALIBRATION_PAIRS = 3  # usage-delta pairs needed before the session's own calibration is used
-UNSENT_STOP_REASONS = ("aborted", "error")  # answers a harness drops from the next request
 
 
 @dataclass(frozen=True)
@@ -55,20 +53,15 @@ class HealthReport:
 
 def context_view(transcript: Transcript) -> tuple[list[Message], str | None, dict[str, Any] | None]:
     """The messages the model sees at the end, the summary text in front of them, and the facts of
-    the compaction that produced it (None for both when the session never compacted). Answers that
-    were aborted or failed are left out: the harness does not send them again (in the Pi session the
-    next call's context grows by 111 tokens after an aborted answer of 4,000)."""
+    the compaction that produced it (None for both when the session never compacted). Answers the
+    harness does not send again (Pi's aborted and failed ones) are not in the transcript at all."""
     if not transcript.compactions:
-        return _sent(transcript.messages), None, None
+        return list(transcript.messages), None, None
     last = max(transcript.compactions, key=lambda c: c.index)
     first_kept = last.first_kept_index if last.first_kept_index is not None else last.index
     facts = {"index": last.index, "first_kept_index": first_kept, "tokens_before": last.tokens_before,
              "trigger": last.trigger, "summary_chars": len(last.summary)}
-    return _sent(transcript.messages[first_kept:]), last.summary, facts
-
-
-def _sent(messages: Sequence[Message]) -> list[Message]:
-    return [m for m in messages if not (m.role == "assistant" and m.meta.get("stop_reason") in UNSENT_STOP_REASONS)]
+    return list(transcript.messages[first_kept:]), last.summary, facts
 
 
 def _inferred_overhead(transcript: Transcript, counter: TokenCounter) -> int:
