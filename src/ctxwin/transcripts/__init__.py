@@ -45,12 +45,12 @@ def load_transcript(path: str | Path, format: str | None = None, *, limits: File
     a transcript read with problems also issues one `DamagedInputWarning`."""
     source = read_source(path, limits)
     if format is None:
-        format = _detect(source)
+        format = _detect(source)  # refuses a mixed file: nothing of another format is left to filter
     elif format not in FORMATS:
         raise InputError(f"unknown format {format!r}", f"use one of: {', '.join(FORMATS)}")
     elif format in JSONL_FORMATS and isinstance(source.document(), list):
         raise _array_error(source, format)
-    if format in JSONL_FORMATS or (format == "openai" and source.document() is None):
+    elif format in JSONL_FORMATS or (format == "openai" and source.document() is None):
         log = source.log  # not `source`: the filter is kept on the source, and a cycle would keep its text alive
         source.filter_records(lambda records: _own_records(records, format, log))
     transcript = READERS[format](source)
