@@ -157,7 +157,8 @@ class Source:
             return None
         except MalformedJSONError:
             return None
-        return _scrubbed(value, text, self.log, None)
+        line = text.count("\n", 0, start) + 1 if self.single_line else None  # a one-record file: its line
+        return _scrubbed(value, text, self.log, line)
 
 
 @dataclass(frozen=True, slots=True)
