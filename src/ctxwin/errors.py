@@ -1,5 +1,20 @@
-"""The errors ctxwin raises on purpose. Each says what went wrong and what to do about it; the CLI
-prints them without a traceback and exits non-zero."""
+"""Every error ctxwin raises on purpose, in one tree. Each says what went wrong and what to do about it
+(`hint`); the CLI prints them without a traceback and exits with the class's `exit_code`.
+
+    CtxwinError
+    ├── InputError                 a file, argument or message ctxwin cannot use as given (exit 2)
+    │   ├── EntryFormatError       a stored log entry without the shape its kind promises
+    │   ├── NotARegularFileError   a FIFO, device, socket or folder where a file was needed
+    │   ├── FileTooLargeError      a file, or what it decompresses to, over the cap
+    │   ├── JSONTooDeepError       JSON nested deeper than the limit
+    │   └── MalformedJSONError     text that does not parse as JSON (with the position)
+    ├── ContextBudgetError         no request can be made to fit (the system prompt alone is too large)
+    ├── ContextOverflowError       the provider keeps rejecting the request as too long after recovery
+    └── CompactionFailed           a compaction that did not happen; history is untouched
+
+Catch `CtxwinError` for everything, or the one leaf you care about. Errors of the other packages
+(store, tools, providers) derive from these too and live here as well, so that one import finds any.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +39,41 @@ class InputError(CtxwinError):
     exit_code = 2
 
 
-# files: the guarded reader (ctxwin.files)
+# --- the engine and its stages
+
+
+class ContextBudgetError(CtxwinError):
+    """The request cannot be made to fit: the message says which part is too large."""
+
+    def __init__(self, message: str, *, tokens: int, budget: int, hint: str | None = None) -> None:
+        super().__init__(message, hint or "use a model with a larger window, or shorten the system prompt and tools")
+        self.tokens = tokens
+        self.budget = budget
+
+
+class ContextOverflowError(CtxwinError):
+    """The provider keeps rejecting the request as too long after every recovery step."""
+
+
+class CompactionFailed(CtxwinError):
+    """A compaction that did not happen (nothing to summarize, the summarizer failed, too little gain).
+    History is kept as it was; `tokens_before` is the view's size when it was tried."""
+
+    def __init__(self, message: str, tokens_before: int) -> None:
+        super().__init__(message, "history is kept as it was; the fit stage still guarantees the request fits")
+        self.tokens_before = tokens_before
+
+
+# --- the store
+
+
+class EntryFormatError(InputError):
+    """A stored log entry whose payload does not have the shape its kind promises."""
+
+
+# --- files: the guarded reader (ctxwin.files)
+
+
 class NotARegularFileError(InputError):
     """A path that is a FIFO, a device, a socket or a directory where a regular file was needed."""
 
