@@ -83,6 +83,25 @@ def test_item_01_a_file_that_is_only_deep_json_is_refused_in_one_line(tmp_path: 
         detect_format(path)
 
 
+def test_item_01_deep_first_line_or_deep_pretty_document(tmp_path: Path) -> None:
+    lines = EXAMPLE.read_text().splitlines()
+    jsonl = tmp_path / "deep-first.jsonl"
+    jsonl.write_text("\n".join([deep_line(), *lines]) + "\n")
+    transcript = _load_quietly(jsonl)
+    assert transcript.damaged == {"too_deep": 1} and transcript.warnings[0].startswith("line 1: JSON nested")
+    document = tmp_path / "deep.traj"
+    document.write_text(json.dumps({"history": [{"role": "user", "content": "x"}]}, indent=2)[:-1]
+                        + ', "x": ' + "[" * DEEP + "]" * DEEP + "\n}")
+    with pytest.raises(JSONTooDeepError, match=r"deep\.traj: JSON nested"):
+        load_transcript(document)
+
+
+def _load_quietly(path: Path, format: str | None = None) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DamagedInputWarning)
+        return load_transcript(path, format)
+
+
 def test_item_01_replay_latest_reads_through_the_same_guard(tmp_path: Path) -> None:
     folder = tmp_path / ".claude" / "projects" / "p"
     folder.mkdir(parents=True)

@@ -133,9 +133,6 @@ class Source:
         name = self.path.name
         return name[:-3] if name.endswith(".gz") else name
 
-    def stripped(self) -> str:
-        return self.text.lstrip(" \t\r\n")
-
     def _parse_document(self) -> Any | None:
         text = self.text
         start = _content_start(text)
@@ -152,9 +149,9 @@ class Source:
         try:
             value = loads_json(text)
         except JSONTooDeepError as error:
-            if self.single_line:
-                raise JSONTooDeepError(f"{self.path}: {error.message}", error.hint) from error
-            return None
+            if not self.single_line and _looks_jsonl(text, start):
+                return None  # JSONL whose first line is the deep one: that line is skipped with a warning
+            raise JSONTooDeepError(f"{self.path}: {error.message}", error.hint) from error
         except MalformedJSONError:
             return None
         line = text.count("\n", 0, start) + 1 if self.single_line else None  # a one-record file: its line
@@ -178,7 +175,7 @@ def read_source(path: str | Path, limits: FileLimits | None = None) -> Source:
     content = read_file(path, limits=limits or session_file_limits())
     compressed, truncated, raw = content.compressed, content.truncated, content.data
     del content  # the bytes are dropped as soon as they are decoded: a big file is held once, as text
-    if not raw.strip():
+    if _NON_BLANK_BYTES.search(raw) is None:  # not raw.strip(): that would copy a big file once more
         raise InputError(f"{path} is empty", "give a session file with at least one record")
     if _looks_binary(raw):
         raise InputError(
@@ -311,7 +308,28 @@ def _scrubbed(value: Any, text: str, log: ImportLog, line: int | None) -> Any:
 
 
 _NON_BLANK_AFTER = re.compile(r"\n[ \t\r\n]*[^ \t\r\n]")
+_NON_BLANK_BYTES = re.compile(rb"[^ \t\r\n\x0b\x0c]")
+JSONL_SNIFF_LINES = 5  # lines looked at to tell JSONL with a bad first line from one deep JSON document
 _BLANK = " \t\r\n"
+
+
+def _looks_jsonl(text: str, start: int) -> bool:
+    """Whether one of the first lines after the first is a JSON object by itself (a pretty-printed
+    document has no such line)."""
+    position = text.find("\n", start)
+    for _ in range(JSONL_SNIFF_LINES):
+        if position < 0:
+            return False
+        end = text.find("\n", position + 1)
+        line = text[position + 1:end if end >= 0 else len(text)].strip()
+        position = end
+        if line.startswith("{"):
+            try:
+                if isinstance(loads_json(line), dict):
+                    return True
+            except InputError:
+                continue
+    return False
 
 
 def _content_start(text: str) -> int:
