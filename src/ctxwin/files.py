@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 from ctxwin.errors import (
     FileTooLargeError,
@@ -126,7 +126,8 @@ def read_bytes(path: str | Path, *, limits: FileLimits = FileLimits()) -> bytes:
     return content.data
 
 
-def read_text(path: str | Path, *, limits: FileLimits = FileLimits(), errors: str = "strict") -> str:
+def read_text(path: str | Path, *, limits: FileLimits = FileLimits(),
+              errors: Literal["strict", "replace"] = "strict") -> str:
     """The whole file decoded as UTF-8 (a leading byte-order mark dropped). With `errors="strict"`,
     invalid UTF-8 is an `InputError` naming where; with `"replace"`, it becomes U+FFFD."""
     data = read_bytes(path, limits=limits)
@@ -141,9 +142,9 @@ def read_text(path: str | Path, *, limits: FileLimits = FileLimits(), errors: st
 
 
 def iter_lines(path: str | Path, *, limits: FileLimits = FileLimits()) -> Iterator[tuple[int, bytes]]:
-    """Each line of the file (gzip decompressed) as (1-based line number, bytes without the newline),
-    read a chunk at a time so the whole file is never held at once. A gzip stream that stops early
-    raises `InputError` after the lines before the cut have been yielded."""
+    """Each line of the file (gzip decompressed) as (1-based line number, bytes without the "\n"; a
+    "\r" before it is kept), read a chunk at a time so the whole file is never held at once. A gzip
+    stream that stops early raises `InputError` after the lines before the cut have been yielded."""
     path = Path(path)
     with open_regular(path, limits=limits) as handle:
         source = _chunks(handle, path, limits)
