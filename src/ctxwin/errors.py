@@ -3,7 +3,11 @@
 
     CtxwinError
     ├── InputError                 a file, argument or message ctxwin cannot use as given (exit 2)
-    │   └── EntryFormatError       a stored log entry without the shape its kind promises
+    │   ├── EntryFormatError       a stored log entry without the shape its kind promises
+    │   ├── NotARegularFileError   a FIFO, device, socket or folder where a file was needed
+    │   ├── FileTooLargeError      a file, or what it decompresses to, over the cap
+    │   ├── JSONTooDeepError       JSON nested deeper than the limit
+    │   └── MalformedJSONError     text that does not parse as JSON (with the position)
     ├── ContextBudgetError         no request can be made to fit (the system prompt alone is too large)
     ├── ContextOverflowError       the provider keeps rejecting the request as too long after recovery
     └── CompactionFailed           a compaction that did not happen; history is untouched
@@ -67,7 +71,9 @@ class EntryFormatError(InputError):
     """A stored log entry whose payload does not have the shape its kind promises."""
 
 
-# files: the guarded reader (ctxwin.files)
+# --- files: the guarded reader (ctxwin.files)
+
+
 class NotARegularFileError(InputError):
     """A path that is a FIFO, a device, a socket or a directory where a regular file was needed."""
 

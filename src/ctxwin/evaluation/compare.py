@@ -41,8 +41,9 @@ from ctxwin.evaluation.cost import (
 )
 from ctxwin.pipeline.view import Event
 from ctxwin.store.blobs import FileBlobStore
-from ctxwin.tokens import Calibrator, counter_for, model_info, usage_observations
+from ctxwin.tokens import Calibrator, counter_for, model_info
 from ctxwin.transcripts import load_transcript
+from ctxwin.transcripts.health import transcript_observations
 from ctxwin.transcripts.model import Transcript
 
 RECORDED = "recorded"
@@ -104,7 +105,8 @@ def calibration_factor(transcript: Transcript, model: str | None = None) -> tupl
     if counter.exact or not transcript.usage:
         return 1.0, 0, counter.name
     calibrator = Calibrator()
-    used = sum(1 for pair in usage_observations(transcript, counter) if calibrator.observe(pair.counted, pair.reported))
+    pairs = transcript_observations(transcript, counter)
+    used = sum(1 for pair in pairs if calibrator.observe(pair.counted, pair.reported))
     return (calibrator.factor if used else 1.0), used, counter.name
 
 
