@@ -27,7 +27,6 @@ from typing import Any
 from ctxwin import policy as policies
 from ctxwin.engine import ContextEngine
 from ctxwin.engine.engine import UNLIMITED_WINDOW
-from ctxwin.engine.replay import CallRecord, PrefixCaches, call_model, call_record, iter_replay, model_calls
 from ctxwin.errors import InputError
 from ctxwin.evaluation.cost import (
     CallCost,
@@ -39,6 +38,7 @@ from ctxwin.evaluation.cost import (
     recorded_cost,
     summarize,
 )
+from ctxwin.evaluation.replay import CallRecord, PrefixCaches, call_model, call_record, iter_replay, model_calls
 from ctxwin.pipeline.view import Event
 from ctxwin.store.blobs import FileBlobStore
 from ctxwin.tokens import Calibrator, counter_for, model_info
