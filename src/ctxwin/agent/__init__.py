@@ -1,0 +1,19 @@
+"""The agent loop (`Agent`: run -> step -> query -> execute) and sub-agents (`SubAgents`, the `task`
+tool). The loop calls `engine.prepare()` before every model call, so compaction can happen inside a
+tool loop."""
+
+from ctxwin.agent.loop import (
+    Agent,
+    AgentConfig,
+    Interrupted,
+    LoopEvent,
+    RunResult,
+    RunStats,
+    create_agent,
+    tool_schema,
+    tool_table,
+)
+from ctxwin.agent.model import FunctionModel, HttpModel, Model, client_for
+
+__all__ = ["Agent", "AgentConfig", "FunctionModel", "HttpModel", "Interrupted", "LoopEvent", "Model", "RunResult",
+           "RunStats", "client_for", "create_agent", "tool_schema", "tool_table"]

@@ -1,0 +1,459 @@
+"""The agent loop: run -> step -> query -> execute, each overridable (mini-swe-agent's shape).
+
+`engine.prepare()` runs before every model call, so compaction can happen between any two calls of
+one tool loop (Pi #7821: compaction only between prompts came 45 turns late). The loop appends what
+happens to the engine's session (the log is the truth): the user's message, each assistant message,
+each batch of tool results. Resuming is opening the same session again: the engine rebuilds its
+state and `resume()` continues from the last message.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ctxwin import policy as policies
+from ctxwin.agent.model import Model, is_transient, retry_delay
+from ctxwin.compaction.compact import CHECKPOINT_REQUEST
+from ctxwin.compaction.memory import daily_notes
+from ctxwin.engine import ContextEngine, Prepared
+from ctxwin.engine.engine import CHECKPOINT_META
+from ctxwin.messages import Message, Text, ToolCall, ToolResult
+from ctxwin.pipeline.view import Event
+from ctxwin.policy.model import Policy
+from ctxwin.providers import Completion, ProviderError
+from ctxwin.store.base import SessionLog
+from ctxwin.tools import TOOLS, ToolError, ToolOutput, ToolSpec, Workspace
+from ctxwin.tools.registry import available, validate_args
+
+EventSink = Callable[["LoopEvent"], None]
+
+
+class AgentConfig(BaseModel):
+    """How the loop runs. Every limit is per `run()` (one user turn) unless it says otherwise."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    system: str = "You are a careful software agent. Use the tools to work in the workspace; answer in text when done."
+    """The system prompt (the engine adds bootstrap files and system messages to it)."""
+    max_steps: int = Field(100, ge=1)
+    """Model calls one run may make (each step is one assistant message) before it stops."""
+    max_tokens: int = Field(4096, ge=1)
+    """Output cap sent with each call (never above the engine's max_output)."""
+    max_cost_usd: float | None = Field(None, ge=0)
+    """Stop a run once its calls cost this much (priced with the two fields below); None: no limit."""
+    input_usd_per_mtok: float = Field(0.0, ge=0)
+    """Price of a million input tokens (cache reads and writes priced as input)."""
+    output_usd_per_mtok: float = Field(0.0, ge=0)
+    """Price of a million output tokens."""
+    parallel_tools: int = Field(4, ge=1)
+    """Tool calls of one assistant message run at once (results always come back in call order)."""
+    max_repeats: int = Field(3, ge=1)
+    """The same call (name and arguments) this many times in a row is answered; the next ones get an
+    error result, and the run stops at two more."""
+    retries: int = Field(4, ge=0)
+    """Retries of one model call on 429, 5xx, overloaded and dropped connections."""
+    retry_base_s: float = Field(0.5, ge=0)
+    """First retry delay in seconds (doubling each time)."""
+    retry_max_s: float = Field(8.0, ge=0)
+    """Longest retry delay in seconds."""
+    tools: list[str] | None = None
+    """Registry tools offered (None: every tool the workspace allows); extra tools are always offered."""
+    memory_flush: bool = False
+    """Before an automatic compaction, append notes on the span leaving the view to the workspace's
+    memory/YYYY-MM-DD.md (OpenClaw's pre-compaction flush; the engine calls it)."""
+
+
+@dataclass(frozen=True)
+class LoopEvent:
+    """Something the loop did. `kind`: `user`, `model_call`, `assistant`, `tool_call`, `tool_result`,
+    `pipeline` (an engine `Event`: compaction, mask, fit ...; `event` holds it), `retry`, `overflow`,
+    `limit`, `interrupted`, `error`, `subagent`, `done`. `turn` counts user turns of the session this
+    process saw, `step` the model calls of the current run."""
+
+    kind: str
+    turn: int
+    step: int
+    data: Mapping[str, Any] = field(default_factory=dict)
+    event: Event | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "turn": self.turn, "step": self.step, **self.data}
+        if self.event is not None:
+            out["event"] = self.event.to_dict()
+        return out
+
+
+@dataclass
+class RunStats:
+    """Totals over the agent's life in this process (what `ctxwin run --json` prints last)."""
+
+    turns: int = 0
+    steps: int = 0
+    model_calls: int = 0
+    compactions: int = 0
+    compactions_inside_tool_loops: int = 0
+    overflows_recovered: int = 0
+    retries: int = 0
+    max_request_tokens: int = 0
+    window: int = 0
+    errors: list[str] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"turns": self.turns, "steps": self.steps, "model_calls": self.model_calls,
+                "compactions": self.compactions, "compactions_inside_tool_loops": self.compactions_inside_tool_loops,
+                "overflows_recovered": self.overflows_recovered, "retries": self.retries,
+                "max_request_tokens": self.max_request_tokens, "window": self.window, "errors": list(self.errors),
+                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cost_usd": round(self.cost_usd, 6)}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How one run ended: `stop` is `done` (the model answered in text), `max_steps`, `max_cost`,
+    `repeated_call`, `interrupted` or `error`; `text` the last assistant text."""
+
+    stop: str
+    text: str
+    steps: int
+
+
+class Interrupted(Exception):
+    """The user stopped the current step (Ctrl-C): raised inside the loop, caught by `run`."""
+
+
+def tool_schema(spec: ToolSpec) -> dict[str, Any]:
+    """A tool's plain schema (name, description, parameters), the shape `Prepared` converts."""
+    return {"name": spec.name, "description": spec.description, "parameters": dict(spec.parameters)}
+
+
+def tool_table(ws: Workspace | None, names: Sequence[str] | None = None,
+               extra: Sequence[ToolSpec] = ()) -> dict[str, ToolSpec]:
+    """The tools an agent offers: registry tools the workspace allows (optionally only `names`), then
+    the caller's own."""
+    unknown = [n for n in names or () if n not in TOOLS and n not in {s.name for s in extra}]
+    if unknown:
+        raise ToolError("unknown_tool", f"no tool named {', '.join(unknown)}", f"Tools: {', '.join(TOOLS)}.")
+    registry = [n for n in names or TOOLS if n in TOOLS]
+    table = {s.name: s for s in (available(ws, registry) if ws is not None else [])}
+    table.update({s.name: s for s in extra if names is None or s.name in names})
+    return table
+
+
+class Agent:
+    """The loop over one engine. `model` sends prepared requests; `workspace` is where tools run;
+    `extra_tools` are the caller's own `ToolSpec`s (offered besides the registry's). `on_event`
+    receives every `LoopEvent`. Set `cancel` (a threading.Event) to stop the current step."""
+
+    def __init__(self, engine: ContextEngine, model: Model, *, workspace: Workspace | None = None,
+                 config: AgentConfig | None = None, extra_tools: Sequence[ToolSpec] = (),
+                 on_event: EventSink | None = None, cancel: threading.Event | None = None) -> None:
+        self.engine = engine
+        self.model = model
+        self.workspace = workspace
+        self.config = config or AgentConfig()
+        self.tools = tool_table(workspace, self.config.tools, extra_tools)
+        self.on_event = on_event
+        self.cancel = cancel or threading.Event()
+        self.stats = RunStats(window=engine.window)
+        self.last_prepared: Prepared | None = None
+        self.last_completion: Completion | None = None
+        self.cache_marks: tuple[int, ...] = ()  # extra cache breakpoints for the next call (a fork's)
+        self._step = 0
+        self._run_cost = 0.0
+        self._repeat: tuple[str, int] = ("", 0)
+
+    # ---------------------------------------------------------------- events
+
+    def emit(self, kind: str, event: Event | None = None, **data: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(LoopEvent(kind, self.stats.turns, self._step, data, event))
+
+    # ---------------------------------------------------------------- run -> step -> query -> execute
+
+    def run(self, task: str | None = None) -> RunResult:
+        """One user turn: log `task` (None: continue from the log, see `resume`) and step until the
+        model answers in text or a limit stops it."""
+        if task is not None:
+            self.engine.append(Message("user", (Text(task),)))
+            self.stats.turns += 1
+            self.emit("user", text=task)
+        self._step = 0
+        self._run_cost = 0.0
+        self.cancel.clear()
+        try:
+            while True:
+                limit = self.limit_reached()
+                if limit is not None:
+                    self.emit("limit", limit=limit)
+                    return RunResult(limit, self.last_text(), self._step)
+                if self.step():
+                    self.emit("done", text=self.last_text())
+                    return RunResult("done", self.last_text(), self._step)
+                if self._repeat[1] >= self.config.max_repeats + 2:
+                    self.emit("limit", limit="repeated_call", call=self._repeat[0])
+                    return RunResult("repeated_call", self.last_text(), self._step)
+        except Interrupted:
+            self.answer_pending("interrupted by the user")
+            self.emit("interrupted")
+            return RunResult("interrupted", self.last_text(), self._step)
+        except ProviderError as error:
+            self.stats.errors.append(str(error))
+            self.emit("error", error=str(error), status=error.status_code)
+            return RunResult("error", str(error), self._step)
+
+    def resume(self) -> RunResult | None:
+        """Continue from the last logged message: run pending tool calls, or call the model after a
+        user or tool message. None when the last turn was finished (the model answered)."""
+        messages = self.engine.messages
+        if not messages:
+            return None
+        last = messages[-1]
+        if last.role == "assistant" and last.tool_calls:
+            self._step = 0
+            self.execute(list(last.tool_calls))
+            return self.run(None)
+        if last.role in ("user", "tool"):
+            return self.run(None)
+        return None
+
+    def step(self) -> bool:
+        """One model call and the tools it asked for. True when the model answered without tools."""
+        if self.cancel.is_set():
+            raise Interrupted
+        self._step += 1
+        self.stats.steps += 1
+        completion = self.query()
+        message = completion.message
+        if not message.blocks:  # an empty answer is not a valid message; say so in the log
+            message = Message("assistant", (Text("(no output)"),))
+        self.engine.append(message)
+        self.last_completion = completion
+        self.emit("assistant", text=message.text[:500], tool_calls=[c.name for c in message.tool_calls],
+                  stop_reason=completion.stop_reason)
+        if not message.tool_calls:
+            return True
+        self.execute(list(message.tool_calls))
+        return False
+
+    def prepare(self) -> Prepared:
+        """The request for the next call (the engine's pipeline runs here, compaction included)."""
+        prepared = self.engine.prepare()
+        self._report(prepared)
+        return prepared
+
+    def query(self) -> Completion:
+        """Prepare and send, recovering from overflow (compact and retry, bounded by the engine) and
+        retrying transient failures with backoff."""
+        prepared = self.prepare()
+        attempt = 0
+        while True:
+            if self.cancel.is_set():
+                raise Interrupted
+            self.stats.model_calls += 1
+            self.stats.max_request_tokens = max(self.stats.max_request_tokens, prepared.tokens)
+            self.emit("model_call", tokens=prepared.tokens, budget=prepared.budget, messages=len(prepared.items))
+            try:
+                completion = self.send(prepared)
+            except ProviderError as error:
+                if self.engine.is_overflow_error(error):
+                    prepared = self._recover(error)
+                    continue
+                attempt = self._retry_or_raise(error, attempt)
+                continue
+            except Exception as error:  # transport failures
+                if not is_transient(error):
+                    raise
+                attempt = self._retry_or_raise(error, attempt)
+                continue
+            if completion.usage is not None and self.engine.is_overflow_error(completion.usage):
+                prepared = self._recover(completion.usage)  # silent overflow: the input was cut
+                continue
+            self.last_prepared = prepared
+            self.cache_marks = ()
+            if completion.usage is not None:
+                self.engine.record_usage(completion.usage)
+                self._charge(completion)
+            return completion
+
+    def send(self, prepared: Prepared) -> Completion:
+        """The call itself, in a worker thread so that `cancel` can stop waiting for it."""
+        max_tokens = min(self.config.max_tokens, self.engine.max_output)
+        result: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                result["ok"] = self.model.send(prepared, max_tokens=max_tokens, cache_marks=self.cache_marks)
+            except BaseException as error:  # handed to the waiting thread
+                result["error"] = error
+
+        worker = threading.Thread(target=call, name="agent-model-call", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.05)
+            if self.cancel.is_set():
+                raise Interrupted
+        if "error" in result:
+            raise result["error"]
+        return result["ok"]
+
+    def execute(self, calls: list[ToolCall]) -> list[ToolResult]:
+        """Run the calls (several at once when the model asked for several) and log their results in
+        call order, as one tool message."""
+        for call in calls:
+            self.emit("tool_call", name=call.name, call_id=call.id,
+                      arguments=call.arguments if isinstance(call.arguments, dict) else str(call.arguments)[:200])
+        checked = [self._check(call) for call in calls]
+        runnable = [(i, call) for i, (call, refusal) in enumerate(zip(calls, checked, strict=True)) if refusal is None]
+        outputs: list[ToolOutput | None] = list(checked)
+        if len(runnable) == 1:
+            index, call = runnable[0]
+            outputs[index] = self.run_tool(call)
+        elif runnable:
+            with ThreadPoolExecutor(max_workers=min(self.config.parallel_tools, len(runnable))) as pool:
+                for (index, _), output in zip(runnable, pool.map(self.run_tool, [c for _, c in runnable]),
+                                              strict=True):
+                    outputs[index] = output
+        results = [out.to_tool_result(call.id, call.name) for call, out in zip(calls, outputs, strict=True)
+                   if out is not None]
+        self.engine.append(Message("tool", tuple(results)))
+        for call, result in zip(calls, results, strict=True):
+            self.emit("tool_result", name=call.name, call_id=call.id, is_error=result.is_error,
+                      chars=len(result.text))
+        if self.cancel.is_set():
+            raise Interrupted
+        return results
+
+    def run_tool(self, call: ToolCall) -> ToolOutput:
+        """One tool call (arguments already checked to be a JSON object)."""
+        spec = self.tools[call.name]
+        try:
+            args = validate_args(spec, call.arguments)
+        except ToolError as error:
+            return ToolOutput.error(error)
+        if self.workspace is None and spec.name in TOOLS:
+            return ToolOutput.error(ToolError("no_workspace", f"{call.name} needs a workspace and this agent has none"))
+        try:
+            return spec.run(self.workspace, args, None, call.id)  # type: ignore[arg-type]
+        except ToolError as error:
+            return ToolOutput.error(error)
+
+    # ---------------------------------------------------------------- limits and helpers
+
+    def limit_reached(self) -> str | None:
+        if self._step >= self.config.max_steps:
+            return "max_steps"
+        if self.config.max_cost_usd is not None and self._run_cost >= self.config.max_cost_usd:
+            return "max_cost"
+        return None
+
+    def last_text(self) -> str:
+        for message in reversed(self.engine.messages):
+            if message.role == "assistant":
+                return message.text
+        return ""
+
+    def answer_pending(self, why: str) -> None:
+        """Give unanswered calls of the last assistant message an error result (an interrupted step),
+        so the log stays a valid conversation."""
+        messages = self.engine.messages
+        if messages and messages[-1].role == "assistant" and messages[-1].tool_calls:
+            results = tuple(ToolResult(c.id, (Text(f"[{why}: the call did not run]"),), True, c.name)
+                            for c in messages[-1].tool_calls)
+            self.engine.append(Message("tool", results))
+
+    def request_checkpoint(self) -> None:
+        """Ask the agent for its own state summary now (`/checkpoint`); the checkpoint policy uses it
+        at the next compaction."""
+        tokens = self.last_prepared.tokens if self.last_prepared is not None else 0
+        self.engine.append(Message("user", (Text(CHECKPOINT_REQUEST.format(tokens=tokens)),),
+                                   meta={"ctxwin": CHECKPOINT_META}))
+
+    def _check(self, call: ToolCall) -> ToolOutput | None:
+        """An error output for a call that must not run (unknown tool, arguments that are not a JSON
+        object, the same call again and again), else None."""
+        key = json.dumps([call.name, call.arguments], sort_keys=True, default=str)
+        count = self._repeat[1] + 1 if self._repeat[0] == key else 1
+        self._repeat = (key, count)
+        if call.name not in self.tools:
+            return ToolOutput.error(ToolError("unknown_tool", f"Unknown tool {call.name!r}.",
+                                              f"Tools: {', '.join(self.tools)}."))
+        if not isinstance(call.arguments, dict):
+            return ToolOutput.error(ToolError(
+                "invalid_arguments", f"The arguments of {call.name} are not a JSON object: "
+                f"{str(call.arguments)[:200]!r}.", "Send the arguments as one valid JSON object."))
+        if count > self.config.max_repeats:
+            return ToolOutput.error(ToolError(
+                "repeated_call", f"{call.name} was called with the same arguments {count} times in a row; "
+                "the result will not change.", "Use the result you have, or try something different."))
+        return None
+
+    def _recover(self, error: object) -> Prepared:
+        prepared = self.engine.recover(error)  # raises ContextOverflowError once recovery is exhausted
+        self.stats.overflows_recovered += 1
+        self.emit("overflow", error=str(error)[:300], tokens=prepared.tokens)
+        self._report(prepared)
+        return prepared
+
+    def _retry_or_raise(self, error: BaseException, attempt: int) -> int:
+        attempt += 1
+        if attempt > self.config.retries or not is_transient(error):
+            raise error
+        self.stats.retries += 1
+        delay = retry_delay(attempt, self.config.retry_base_s, self.config.retry_max_s)
+        self.emit("retry", error=str(error)[:300], attempt=attempt, delay_s=delay)
+        if self.cancel.wait(delay):
+            raise Interrupted
+        return attempt
+
+    def _charge(self, completion: Completion) -> None:
+        usage = completion.usage
+        assert usage is not None
+        self.stats.input_tokens += usage.context_tokens
+        self.stats.output_tokens += usage.output_tokens
+        cost = (usage.context_tokens * self.config.input_usd_per_mtok
+                + usage.output_tokens * self.config.output_usd_per_mtok) / 1e6
+        self.stats.cost_usd += cost
+        self._run_cost += cost
+
+    def _report(self, prepared: Prepared) -> None:
+        inside = self._after_tool()  # the view ends in a tool result: we are inside a tool loop
+        for event in prepared.events:
+            if event.stage == "compaction" and event.action not in ("failed", "checkpoint_request"):
+                self.stats.compactions += 1
+                self.stats.compactions_inside_tool_loops += inside
+                self.emit("pipeline", event, inside_tool_loop=inside)
+            else:
+                self.emit("pipeline", event)
+
+    def _after_tool(self) -> bool:
+        messages = self.engine.messages
+        return bool(messages) and messages[-1].role == "tool"
+
+
+
+def create_agent(model: Model, *, session: SessionLog | None = None, workspace: Workspace | None = None,
+                 config: AgentConfig | None = None, policy: str | Path | Policy = policies.DEFAULT,
+                 window: int | None = None, max_output: int | None = None, extra_tools: Sequence[ToolSpec] = (),
+                 on_event: EventSink | None = None, cancel: threading.Event | None = None,
+                 system: str | None = None) -> Agent:
+    """An agent and its engine, built together so that the engine counts (and sends) exactly the tools
+    the agent runs and its system prompt. `system` overrides `config.system`."""
+    config = config or AgentConfig()
+    tools = tool_table(workspace, config.tools, extra_tools)
+    flush = daily_notes(workspace.roots[0]) if config.memory_flush and workspace is not None else None
+    engine = ContextEngine(session, model=model.model, policy=policy, window=window, max_output=max_output,
+                           system=config.system if system is None else system,
+                           tools=[tool_schema(s) for s in tools.values()], memory_flush=flush)
+    return Agent(engine, model, workspace=workspace, config=config, extra_tools=extra_tools, on_event=on_event,
+                 cancel=cancel)

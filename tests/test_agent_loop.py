@@ -1,0 +1,143 @@
+"""The agent loop against the (scripted) fake provider over real HTTP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_fake import ScriptedFake, Turn, long_task, make_workspace, overflow_body
+from ctxwin.agent import Agent, AgentConfig, HttpModel, LoopEvent, client_for, create_agent
+from ctxwin.store import Session
+from ctxwin.tools import Workspace
+
+WINDOW = 16_000
+MAX_OUTPUT = 1_000
+MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4o"}
+
+
+def base_url(fake: ScriptedFake, api: str) -> str:
+    return fake.anthropic_base_url if api == "anthropic" else fake.openai_base_url
+
+
+def build(fake: ScriptedFake, api: str, root: Path, events: list[LoopEvent], *, session: Any = None,
+          **config: Any) -> Agent:
+    model = HttpModel(client_for(api, base_url(fake, api), MODELS[api], api_key="test-key"))  # type: ignore[arg-type]
+    settings = {"max_steps": 200, "max_tokens": MAX_OUTPUT, "retry_base_s": 0.0, **config}
+    return create_agent(model, session=session, workspace=Workspace([root], model=MODELS[api]),
+                        config=AgentConfig(**settings), window=WINDOW, max_output=MAX_OUTPUT,
+                        on_event=events.append)
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+def test_a_300_step_task_fits_compacts_inside_tool_loops_and_recovers(api: str, tmp_path: Path) -> None:
+    root = make_workspace(tmp_path / "ws")
+    injected = {"overflow": 0, "429": 0, "500": 0}
+    fake: ScriptedFake
+
+    def inject(turn: int, step: int) -> None:
+        # Errors at chosen steps: they hit the next request the agent sends.
+        if step == 30:
+            last = fake.requests[-1].input_tokens or 0
+            fake.fail(400, overflow_body("anthropic" if api == "anthropic" else "chat", last + 50, WINDOW))
+            injected["overflow"] += 1
+        elif step == 50:
+            fake.fail(429, {"error": {"type": "rate_limit_error", "message": "slow down"}},
+                      headers={"retry-after": "0"})
+            injected["429"] += 1
+        elif step == 70:
+            fake.fail(500, {"error": {"type": "api_error", "message": "internal"}}, times=2)
+            injected["500"] += 2
+
+    fake = ScriptedFake(long_task(100, on_step=inject), context_window=WINDOW, max_output=MAX_OUTPUT)
+    events: list[LoopEvent] = []
+    with fake:
+        agent = build(fake, api, root, events)
+        results = [agent.run(f"Turn {t}: read through the docs folder.") for t in (1, 2, 3)]
+
+    assert [r.stop for r in results] == ["done"] * 3
+    assert [r.text for r in results] == [f"Turn {t} done after 100 steps." for t in (1, 2, 3)]
+    stats = agent.stats
+    assert stats.steps == 303 and stats.turns == 3
+    generations = [r for r in fake.requests if r.path != "/v1/messages/count_tokens"]
+    assert all(r.input_tokens is None or r.input_tokens + MAX_OUTPUT <= WINDOW for r in generations)
+    assert max(r.input_tokens or 0 for r in generations) <= WINDOW - MAX_OUTPUT
+    assert [r.status for r in generations if r.status != 200] == [400, 429, 500, 500] * 3  # once per turn
+    assert stats.overflows_recovered == injected["overflow"] == 3
+    assert stats.retries == injected["429"] + injected["500"] == 9
+    assert not stats.errors
+    # Compaction happened between two tool calls of one user turn, as the events say.
+    inside = [e for e in events if e.kind == "pipeline" and e.event is not None and e.event.stage == "compaction"
+              and e.data.get("inside_tool_loop")]
+    assert inside and stats.compactions_inside_tool_loops == len(inside) >= 1
+    assert all(e.step > 1 for e in inside)
+    # Several calls in one message ran and came back in call order.
+    parallel = [r for r in generations if r.status == 200 and _last_results(api, r.body)[-2:] and
+                len(_last_results(api, r.body)) == 2]
+    assert parallel and all(ids[0].endswith("a") and ids[1].endswith("b") for ids in
+                            (_last_results(api, r.body) for r in parallel))
+
+
+def _last_results(api: str, body: dict[str, Any]) -> list[str]:
+    """Call ids of the tool results at the end of a request."""
+    messages = body["messages"]
+    if api == "anthropic":
+        content = messages[-1]["content"]
+        return [b["tool_use_id"] for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+    ids = []
+    for message in reversed(messages):
+        if message["role"] != "tool":
+            break
+        ids.insert(0, message["tool_call_id"])
+    return ids
+
+
+def test_bad_calls_get_clear_errors_and_the_limits_stop_a_looping_model(tmp_path: Path) -> None:
+    root = make_workspace(tmp_path / "ws", files=2)
+
+    def script(api: str, messages: list[Any]) -> Turn:
+        # Unknown tool, then invalid JSON, then the same call forever.
+        n = sum(1 for m in messages if m.role == "assistant")
+        if n == 0:
+            return Turn(calls=[("c0", "rm_rf", {"path": "/"})])
+        if n == 1:
+            return Turn(calls=[("c1", "read", '{"path": "docs/f000.txt"')])
+        return Turn(calls=[(f"c{n}", "read", {"path": "docs/f000.txt"})])
+
+    events: list[LoopEvent] = []
+    with ScriptedFake(script, context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        agent = build(fake, "openai", root, events, max_steps=50)
+        result = agent.run("Turn 1: go")
+        bodies = [r.body for r in fake.requests]
+    assert result.stop == "repeated_call"
+    assert result.steps == 2 + 3 + 2  # two bad calls, three answered repeats, two refused
+    tool_messages = [m for m in bodies[-1]["messages"] if m["role"] == "tool"]
+    assert "Unknown tool 'rm_rf'" in tool_messages[0]["content"]
+    assert "not a JSON object" in tool_messages[1]["content"]
+    assert "file 000 line 00" in tool_messages[2]["content"]
+    assert "same arguments 4 times in a row" in tool_messages[5]["content"]
+    assert any(e.kind == "limit" and e.data["limit"] == "repeated_call" for e in events)
+
+    with ScriptedFake(script, context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        agent = build(fake, "openai", root, [], max_steps=4, max_repeats=100)
+        assert agent.run("Turn 1: go").stop == "max_steps"
+        assert agent.stats.steps == 4
+
+
+def test_the_loop_logs_everything_and_resumes_in_process(tmp_path: Path) -> None:
+    root = make_workspace(tmp_path / "ws", files=5)
+    with ScriptedFake(long_task(6, files=5), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        session = Session.open(tmp_path / "s1")
+        agent = build(fake, "anthropic", root, [], session=session, max_steps=3)
+        assert agent.run("Turn 1: go").stop == "max_steps"
+        session.close()
+        reopened = Session.open(tmp_path / "s1")
+        again = build(fake, "anthropic", root, [], session=reopened)
+        result = again.resume()
+        reopened.close()
+    assert result is not None and result.stop == "done" and result.text == "Turn 1 done after 6 steps."
+    log = [json.loads(line) for line in (tmp_path / "s1" / "session.jsonl").read_text().splitlines()[1:]]
+    roles = [e["payload"]["role"] for e in log if e["kind"] == "message"]
+    assert roles == ["user"] + ["assistant", "tool"] * 6 + ["assistant"]
