@@ -22,3 +22,11 @@ class InputError(CtxwinError):
     """A file or argument ctxwin cannot use as given (malformed, binary, empty, wrong format)."""
 
     exit_code = 2
+
+
+# --- agent (the loop and sub-agents)
+
+
+class SubagentError(InputError):
+    """A sub-agent request that cannot run as asked (a fork of a fork, another model for a fork, too
+    deep, too many at once); the model gets it as a tool error."""
