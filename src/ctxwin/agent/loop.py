@@ -9,7 +9,10 @@ state and `resume()` continues from the last message.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +33,9 @@ from ctxwin.pipeline.view import Event
 from ctxwin.policy.model import Policy
 from ctxwin.providers import Completion, ProviderError
 from ctxwin.store.base import SessionLog
+from ctxwin.tokens import model_info
+from ctxwin.tokens.breakdown import Breakdown, usage_breakdown
+from ctxwin.tokens.registry import ModelInfo
 from ctxwin.tools import TOOLS, ToolError, ToolOutput, ToolSpec, Workspace
 from ctxwin.tools.registry import available, validate_args
 
@@ -372,6 +378,22 @@ class Agent:
                             for c in messages[-1].tool_calls)
             self.engine.append(Message("tool", results))
 
+    def interrupt(self) -> None:
+        """Stop the current step (Ctrl-C): the loop stops at once, and the tool processes running now
+        (each in its own process group, children of this process) are killed with their children."""
+        self.cancel.set()
+        kill_tool_processes()
+
+    def context_breakdown(self) -> Breakdown:
+        """Where the tokens of the next request go (`/context`): system prompt, tool schemas, summary,
+        messages, tool results, the reserve and free space of this engine's window."""
+        prepared = self.engine.prepare()
+        info = model_info(self.engine.model)
+        info = ModelInfo(info.name, self.engine.window, self.engine.max_output, info.family, info.provider,
+                         info.known, info.encoding)
+        return usage_breakdown(prepared.messages, model=info, counter=self.engine.counter,
+                               system_prompt=prepared.system, tools=prepared.tools, reserve_output=self.engine.reserve)
+
     def request_checkpoint(self) -> None:
         """Ask the agent for its own state summary now (`/checkpoint`); the checkpoint policy uses it
         at the next compaction."""
@@ -457,3 +479,23 @@ def create_agent(model: Model, *, session: SessionLog | None = None, workspace: 
                            tools=[tool_schema(s) for s in tools.values()], memory_flush=flush)
     return Agent(engine, model, workspace=workspace, config=config, extra_tools=extra_tools, on_event=on_event,
                  cancel=cancel)
+
+
+def kill_tool_processes() -> list[int]:
+    """Kill the process group of every child process of this one (the shell tool starts each command
+    in its own group, so its own children go with it). Returns the groups killed. Linux (/proc)."""
+    me = os.getpid()
+    killed = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "(comm)": state, ppid, pgrp, ...
+        if int(fields[1]) == me and int(fields[2]) == int(entry.name):  # a group leader we started
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    return killed
