@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from ctxwin.compaction.overflow import CATALOG, is_overflow_error
 from ctxwin.messages import Message, Text, ToolCall, assistant, tool_result, user
 from ctxwin.providers import AnthropicClient, OpenAIChatClient, OpenAIResponsesClient, ProviderError, Usage
+from ctxwin.providers.overflow import CATALOG, is_overflow_error
 from ctxwin.testing import FakeProvider, ForcedResponse
 from ctxwin.testing.fake_provider import CHAT, MESSAGES, RESPONSES
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxwin.compaction.overflow import CATALOG, is_overflow_error
+from ctxwin.providers.overflow import CATALOG, is_overflow_error
 from ctxwin.testing import FakeProvider, ForcedResponse
 from ctxwin.testing.fake_provider import (
     CHAT,

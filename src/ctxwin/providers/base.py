@@ -45,7 +45,7 @@ class Completion:
 class ProviderError(CtxwinError):
     """A model call the provider answered with an HTTP error. `body` is the parsed JSON body when it was
     JSON, else the raw text ("" when the response had no body); `message` the provider's own message
-    when it gave one. `ctxwin.compaction.overflow.is_overflow_error` reads all of it."""
+    when it gave one. `ctxwin.providers.overflow.is_overflow_error` reads all of it."""
 
     def __init__(self, status_code: int, body: Any, message: str, provider: str) -> None:
         super().__init__(f"{provider} API error {status_code}: {message}")
@@ -60,7 +60,7 @@ class ProviderError(CtxwinError):
 
 class ModelClient(Protocol):
     """One model call. Raises the provider's error (an exception carrying the HTTP status and body)
-    when the call fails; `ctxwin.compaction.overflow.is_overflow_error` recognises overflow errors."""
+    when the call fails; `ctxwin.providers.overflow.is_overflow_error` recognises overflow errors."""
 
     model: str
 

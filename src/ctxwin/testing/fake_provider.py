@@ -38,8 +38,8 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeAlias
 
-from ctxwin.compaction.overflow import OverflowPattern
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
+from ctxwin.providers.overflow import OverflowPattern
 from ctxwin.testing.scripted import Fault, ModelFn, ModelRequest, Reply
 from ctxwin.tokens import counter_for
 from ctxwin.tokens.base import TokenCounter
