@@ -22,3 +22,15 @@ class InputError(CtxwinError):
     """A file or argument ctxwin cannot use as given (malformed, binary, empty, wrong format)."""
 
     exit_code = 2
+
+
+# -- providers: model clients, streaming, images ------------------------------------------------------
+
+
+class ModelCallCancelled(CtxwinError):
+    """A model call (or its stream, or the wait before a retry) stopped because its cancel event was set."""
+
+
+class ImageError(InputError):
+    """An image no provider would accept: data that is not base64, a media type that is not png, jpeg,
+    gif or webp (or does not match the bytes), or more bytes than the per-image limit."""
