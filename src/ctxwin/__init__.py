@@ -10,13 +10,13 @@ from ctxwin.compaction.base import Summarizer, Summary
 from ctxwin.compaction.extractive import ExtractiveSummarizer
 from ctxwin.compaction.llm import LLMSummarizer
 from ctxwin.compaction.memory import daily_notes
-from ctxwin.compaction.overflow import is_overflow_error
 from ctxwin.engine import ContextEngine, Prepared, ReplayResult, replay
 from ctxwin.engine.engine import ContextOverflowError
 from ctxwin.errors import CtxwinError, InputError
 from ctxwin.messages import Image, Message, Text, Thinking, ToolCall, ToolResult
 from ctxwin.pipeline.fit import ContextBudgetError
 from ctxwin.policy import Policy
+from ctxwin.providers.overflow import is_overflow_error
 from ctxwin.store import FileBlobStore, Session
 from ctxwin.tokens import counter_for, model_info
 from ctxwin.transcripts import Transcript, load_transcript

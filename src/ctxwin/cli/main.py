@@ -3,6 +3,8 @@ registers itself on the shared app when imported."""
 
 from __future__ import annotations
 
+import sys
+
 from ctxwin.cli import app as _app
 from ctxwin.cli import chat as _chat  # noqa: F401  (registers `chat`)
 from ctxwin.cli import compact as _compact  # noqa: F401  (registers `compact`)
@@ -21,7 +23,15 @@ app = _app.app
 
 
 def main() -> None:
-    app()
+    """Runs the app; output that could not be written when it is flushed at the end (stdout on a full
+    disk) is one line and a non-zero exit, not the interpreter's "Exception ignored" traceback."""
+    code: int | str | None = 0
+    try:
+        app()
+    except SystemExit as exit_:
+        code = exit_.code
+    failed = _app.flush_stdout_or_fail()
+    sys.exit(failed if failed is not None and not code else code)
 
 
 if __name__ == "__main__":

@@ -375,7 +375,7 @@ class ContextEngine:
     def record_usage(self, usage: Any) -> float:
         """Calibrate counts from the usage the provider reported for the last prepared request
         (input plus cache reads and writes). Returns the new calibration factor."""
-        from ctxwin.compaction.overflow import reported_context_tokens
+        from ctxwin.providers.overflow import reported_context_tokens
 
         reported = reported_context_tokens(usage)
         if self._last is None or reported is None or reported <= 0:
@@ -388,7 +388,7 @@ class ContextEngine:
     def is_overflow_error(self, error: object) -> bool:
         """Whether `error` (an SDK exception, an httpx response, an error body, a message, or a usage
         record reporting more input than the window) says the request did not fit."""
-        from ctxwin.compaction.overflow import is_overflow_error
+        from ctxwin.providers.overflow import is_overflow_error
 
         return is_overflow_error(error, context_window=self.window) is not None
 
@@ -396,7 +396,7 @@ class ContextEngine:
         """After an overflow error: learn from it (the provider's count, its real window), compact,
         shrink the budget, and return a smaller request to retry with. Bounded: after
         MAX_RECOVERY_ATTEMPTS in a row without a successful call it raises `ContextOverflowError`."""
-        from ctxwin.compaction.overflow import is_overflow_error
+        from ctxwin.providers.overflow import is_overflow_error
 
         match = is_overflow_error(error, context_window=self.window)
         if match is None:
