@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
-from agent_fake import ScriptedFake, Turn, long_task, make_workspace, overflow_body
-from ctxwin.agent import Agent, AgentConfig, HttpModel, LoopEvent, client_for, create_agent
+from agent_fake import ScriptedFake, Turn, long_task, make_workspace
+from ctxwin.agent import Agent, AgentConfig, HttpModel, LoopEvent, create_agent
+from ctxwin.providers import RetryPolicy, client_for
 from ctxwin.store import Session
+from ctxwin.testing import FakeProvider, ForcedResponse, overflow, rate_limited, server_error
 from ctxwin.tools import Workspace
 
 WINDOW = 16_000
@@ -18,43 +20,33 @@ MAX_OUTPUT = 1_000
 MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4o"}
 
 
-def base_url(fake: ScriptedFake, api: str) -> str:
+def base_url(fake: FakeProvider, api: str) -> str:
     return fake.anthropic_base_url if api == "anthropic" else fake.openai_base_url
 
 
-def build(fake: ScriptedFake, api: str, root: Path, events: list[LoopEvent], *, session: Any = None,
-          **config: Any) -> Agent:
-    model = HttpModel(client_for(api, base_url(fake, api), MODELS[api], api_key="test-key"))  # type: ignore[arg-type]
-    settings = {"max_steps": 200, "max_tokens": MAX_OUTPUT, "retry_base_s": 0.0, **config}
+FAST_RETRY = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01)
+
+
+def build(fake: FakeProvider, api: str, root: Path, events: list[LoopEvent], *, session: Any = None,
+          stream: bool = False, **config: Any) -> Agent:
+    client = client_for(api, base_url(fake, api), MODELS[api], api_key="test-key", retry=FAST_RETRY)  # type: ignore[arg-type]
+    model = HttpModel(client, stream=stream)
+    settings = {"max_steps": 200, "max_tokens": MAX_OUTPUT, **config}
     return create_agent(model, session=session, workspace=Workspace([root], model=MODELS[api]),
                         config=AgentConfig(**settings), window=WINDOW, max_output=MAX_OUTPUT,
                         on_event=events.append)
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 @pytest.mark.parametrize("api", ["anthropic", "openai"])
-def test_a_300_step_task_fits_compacts_inside_tool_loops_and_recovers(api: str, tmp_path: Path) -> None:
+def test_a_300_step_task_fits_compacts_inside_tool_loops_and_recovers(api: str, stream: bool, tmp_path: Path) -> None:
     root = make_workspace(tmp_path / "ws")
-    injected = {"overflow": 0, "429": 0, "500": 0}
-    fake: ScriptedFake
-
-    def inject(turn: int, step: int) -> None:
-        # Errors at chosen steps: they hit the next request the agent sends.
-        if step == 30:
-            last = fake.requests[-1].input_tokens or 0
-            fake.fail(400, overflow_body("anthropic" if api == "anthropic" else "chat", last + 50, WINDOW))
-            injected["overflow"] += 1
-        elif step == 50:
-            fake.fail(429, {"error": {"type": "rate_limit_error", "message": "slow down"}},
-                      headers={"retry-after": "0"})
-            injected["429"] += 1
-        elif step == 70:
-            fake.fail(500, {"error": {"type": "api_error", "message": "internal"}}, times=2)
-            injected["500"] += 2
-
-    fake = ScriptedFake(long_task(100, on_step=inject), context_window=WINDOW, max_output=MAX_OUTPUT)
+    # Errors at chosen steps of every turn: an overflow, a 429, two 500s in a row.
+    faults = {30: [overflow()], 50: [rate_limited(retry_after=0)], 70: [server_error(), server_error()]}
+    fake = ScriptedFake(long_task(100, faults=faults), context_window=WINDOW, max_output=MAX_OUTPUT)
     events: list[LoopEvent] = []
     with fake:
-        agent = build(fake, api, root, events)
+        agent = build(fake, api, root, events, stream=stream)
         results = [agent.run(f"Turn {t}: read through the docs folder.") for t in (1, 2, 3)]
 
     assert [r.stop for r in results] == ["done"] * 3
@@ -65,8 +57,9 @@ def test_a_300_step_task_fits_compacts_inside_tool_loops_and_recovers(api: str, 
     assert all(r.input_tokens is None or r.input_tokens + MAX_OUTPUT <= WINDOW for r in generations)
     assert max(r.input_tokens or 0 for r in generations) <= WINDOW - MAX_OUTPUT
     assert [r.status for r in generations if r.status != 200] == [400, 429, 500, 500] * 3  # once per turn
-    assert stats.overflows_recovered == injected["overflow"] == 3
-    assert stats.retries == injected["429"] + injected["500"] == 9
+    assert stats.overflows_recovered == 3
+    assert stats.retries == 9 == len([e for e in events if e.kind == "retry"])
+    assert all(r.body.get("stream", False) is stream for r in generations)
     assert not stats.errors
     # Compaction happened between two tool calls of one user turn, as the events say.
     inside = [e for e in events if e.kind == "pipeline" and e.event is not None and e.event.stage == "compaction"
@@ -94,28 +87,37 @@ def _last_results(api: str, body: dict[str, Any]) -> list[str]:
     return ids
 
 
+INVALID_JSON = {
+    "id": "chatcmpl-bad", "object": "chat.completion", "created": 0, "model": "gpt-4o",
+    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None,
+        "tool_calls": [{"id": "c0", "type": "function",
+                        "function": {"name": "read", "arguments": '{"path": "docs/f000.txt"'}}]}}],
+    "usage": {"prompt_tokens": 500, "completion_tokens": 10, "total_tokens": 510},
+}
+
+
 def test_bad_calls_get_clear_errors_and_the_limits_stop_a_looping_model(tmp_path: Path) -> None:
     root = make_workspace(tmp_path / "ws", files=2)
 
     def script(api: str, messages: list[Any]) -> Turn:
-        # Unknown tool, then invalid JSON, then the same call forever.
+        # After the invalid JSON (served as is, below): an unknown tool, then the same call forever.
         n = sum(1 for m in messages if m.role == "assistant")
-        if n == 0:
-            return Turn(calls=[("c0", "rm_rf", {"path": "/"})])
         if n == 1:
-            return Turn(calls=[("c1", "read", '{"path": "docs/f000.txt"')])
+            return Turn(calls=[("c1", "rm_rf", {"path": "/"})])
         return Turn(calls=[(f"c{n}", "read", {"path": "docs/f000.txt"})])
 
     events: list[LoopEvent] = []
     with ScriptedFake(script, context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        fake.force(ForcedResponse(body=INVALID_JSON))  # what a real model sometimes sends
         agent = build(fake, "openai", root, events, max_steps=50)
         result = agent.run("Turn 1: go")
         bodies = [r.body for r in fake.requests]
     assert result.stop == "repeated_call"
     assert result.steps == 2 + 3 + 2  # two bad calls, three answered repeats, two refused
     tool_messages = [m for m in bodies[-1]["messages"] if m["role"] == "tool"]
-    assert "Unknown tool 'rm_rf'" in tool_messages[0]["content"]
-    assert "not a JSON object" in tool_messages[1]["content"]
+    assert "The arguments of read are not a JSON object" in tool_messages[0]["content"]
+    assert "Unknown tool 'rm_rf'" in tool_messages[1]["content"]
     assert "file 000 line 00" in tool_messages[2]["content"]
     assert "same arguments 4 times in a row" in tool_messages[5]["content"]
     assert any(e.kind == "limit" and e.data["limit"] == "repeated_call" for e in events)

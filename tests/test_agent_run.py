@@ -18,33 +18,35 @@ import pytest
 from agent_fake import ScriptedFake, long_task, make_workspace
 from ctxwin.cli.run import SUMMARY_KEYS
 from ctxwin.messages import Message
+from ctxwin.testing import FakeProvider
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 WINDOW = 16_000
 MAX_OUTPUT = 1_000
 
 
-def command(fake: ScriptedFake, api: str, root: Path, session: Path, *args: str) -> list[str]:
+def command(fake: FakeProvider, api: str, root: Path, session: Path, *args: str, stream: bool = False) -> list[str]:
     url = fake.anthropic_base_url if api == "anthropic" else fake.openai_base_url
     return [sys.executable, "-m", "ctxwin.cli.main", "run", *args, "--base-url", url, "--api", api,
             "--session", str(session), "--workspace", str(root), "--window", str(WINDOW), "--max-output",
-            str(MAX_OUTPUT), "--max-steps", "200", "--api-key", "test-key", "--json"]
+            str(MAX_OUTPUT), "--max-steps", "200", "--api-key", "test-key", "--json",
+            "--stream" if stream else "--no-stream"]
 
 
 def env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(SRC)}
 
 
-def bodies(fake: ScriptedFake) -> list[str]:
+def bodies(fake: FakeProvider) -> list[str]:
     return [json.dumps(r.body) for r in fake.requests]
 
 
-@pytest.mark.parametrize("api", ["anthropic", "openai"])
-def test_run_prints_json_events_and_the_totals_last(api: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("api", "stream"), [("anthropic", False), ("openai", True)])
+def test_run_prints_json_events_and_the_totals_last(api: str, stream: bool, tmp_path: Path) -> None:
     root = make_workspace(tmp_path / "ws")
     with ScriptedFake(long_task(40), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
-        done = subprocess.run(command(fake, api, root, tmp_path / "s", "Turn 1: read the docs."), env=env(),
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(command(fake, api, root, tmp_path / "s", "Turn 1: read the docs.", stream=stream),
+                              env=env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     totals = lines[-1]
@@ -55,14 +57,17 @@ def test_run_prints_json_events_and_the_totals_last(api: str, tmp_path: Path) ->
     assert totals["compactions"] >= 1 and totals["compactions_inside_tool_loops"] >= 1
     kinds = {line["kind"] for line in lines[:-1]}
     assert {"user", "model_call", "assistant", "tool_call", "tool_result", "pipeline", "done"} <= kinds
+    assert ("delta" in kinds) is stream
+    assert all(r.body.get("stream", False) is stream for r in fake.requests)
 
 
-@pytest.mark.parametrize("api", ["anthropic", "openai"])
-def test_a_run_killed_with_sigkill_resumes_sending_the_same_bytes(api: str, tmp_path: Path) -> None:
+@pytest.mark.slow  # three CLI processes, each paying ctxwin's import time
+@pytest.mark.parametrize(("api", "stream"), [("anthropic", True), ("openai", False)])
+def test_a_run_killed_with_sigkill_resumes_sending_the_same_bytes(api: str, stream: bool, tmp_path: Path) -> None:
     root = make_workspace(tmp_path / "ws")
     task = "Turn 1: read the docs."
     with ScriptedFake(long_task(40), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
-        reference = subprocess.run(command(fake, api, root, tmp_path / "reference", task), env=env(),
+        reference = subprocess.run(command(fake, api, root, tmp_path / "reference", task, stream=stream), env=env(),
                                    capture_output=True, text=True, timeout=120)
         expected = bodies(fake)
     assert reference.returncode == 0, reference.stderr
@@ -80,7 +85,7 @@ def test_a_run_killed_with_sigkill_resumes_sending_the_same_bytes(api: str, tmp_
         return script(api_name, messages)
 
     with ScriptedFake(killing, context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
-        victim["proc"] = subprocess.Popen(command(fake, api, root, tmp_path / "s", task), env=env(),
+        victim["proc"] = subprocess.Popen(command(fake, api, root, tmp_path / "s", task, stream=stream), env=env(),
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         victim["proc"].communicate(timeout=120)
         assert victim["proc"].returncode == -signal.SIGKILL
@@ -88,7 +93,7 @@ def test_a_run_killed_with_sigkill_resumes_sending_the_same_bytes(api: str, tmp_
         while len(fake.requests) < kill_at and time.monotonic() < deadline:
             time.sleep(0.01)  # the server records request 23 once its (unread) answer is built
         assert len(fake.requests) == kill_at
-        resumed = subprocess.run(command(fake, api, root, tmp_path / "s", "--resume"), env=env(),
+        resumed = subprocess.run(command(fake, api, root, tmp_path / "s", "--resume", stream=stream), env=env(),
                                  capture_output=True, text=True, timeout=120)
         sent = bodies(fake)
     assert resumed.returncode == 0, resumed.stderr

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from agent_fake import ScriptedFake, Turn, make_workspace
-from ctxwin.agent import AgentConfig, HttpModel, LoopEvent, client_for, create_agent
+from ctxwin.agent import AgentConfig, HttpModel, LoopEvent, create_agent
 from ctxwin.agent.subagents import FORK_TAG, SubagentLimits, SubAgents
 from ctxwin.messages import Message
+from ctxwin.providers import client_for
 from ctxwin.store import Session
 from ctxwin.tools import Workspace
 
@@ -53,7 +54,7 @@ def setup(fake: ScriptedFake, api: str, root: Path, tmp_path: Path, events: list
     subagents = SubAgents(limits=limits, sessions_root=tmp_path / "children")
     agent = create_agent(model, session=Session.open(tmp_path / "parent"),
                          workspace=Workspace([root], model=MODELS[api]),
-                         config=AgentConfig(max_steps=20, max_tokens=MAX_OUTPUT, retry_base_s=0.0), window=WINDOW,
+                         config=AgentConfig(max_steps=20, max_tokens=MAX_OUTPUT), window=WINDOW,
                          max_output=MAX_OUTPUT, extra_tools=[subagents.tool()], on_event=events.append)
     subagents.attach(agent)
     return agent, subagents

@@ -13,7 +13,9 @@ from ctxwin.agent.loop import (
     tool_schema,
     tool_table,
 )
-from ctxwin.agent.model import FunctionModel, HttpModel, Model, client_for
+from ctxwin.agent.model import FunctionModel, HttpModel, Model
+from ctxwin.agent.subagents import AgentDefinition, ChildResult, SubagentLimits, SubAgents
 
-__all__ = ["Agent", "AgentConfig", "FunctionModel", "HttpModel", "Interrupted", "LoopEvent", "Model", "RunResult",
-           "RunStats", "client_for", "create_agent", "tool_schema", "tool_table"]
+__all__ = ["Agent", "AgentConfig", "AgentDefinition", "ChildResult", "FunctionModel", "HttpModel", "Interrupted",
+           "LoopEvent", "Model", "RunResult", "RunStats", "SubAgents", "SubagentLimits", "create_agent", "tool_schema",
+           "tool_table"]

@@ -20,14 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from ctxwin import policy as policies
-from ctxwin.agent.model import Model, is_transient, retry_delay
+from ctxwin.agent.model import Model
 from ctxwin.compaction.compact import CHECKPOINT_REQUEST
 from ctxwin.compaction.memory import daily_notes
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.engine.engine import CHECKPOINT_META
+from ctxwin.errors import CtxwinError, ModelCallCancelled
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.pipeline.view import Event
 from ctxwin.policy.model import Policy
@@ -64,12 +66,6 @@ class AgentConfig(BaseModel):
     max_repeats: int = Field(3, ge=1)
     """The same call (name and arguments) this many times in a row is answered; the next ones get an
     error result, and the run stops at two more."""
-    retries: int = Field(4, ge=0)
-    """Retries of one model call on 429, 5xx, overloaded and dropped connections."""
-    retry_base_s: float = Field(0.5, ge=0)
-    """First retry delay in seconds (doubling each time)."""
-    retry_max_s: float = Field(8.0, ge=0)
-    """Longest retry delay in seconds."""
     tools: list[str] | None = None
     """Registry tools offered (None: every tool the workspace allows); extra tools are always offered."""
     memory_flush: bool = False
@@ -213,9 +209,9 @@ class Agent:
             self.answer_pending("interrupted by the user")
             self.emit("interrupted")
             return RunResult("interrupted", self.last_text(), self._step)
-        except ProviderError as error:
+        except (CtxwinError, httpx.TransportError) as error:  # the provider's error, recovery exhausted, ...
             self.stats.errors.append(str(error))
-            self.emit("error", error=str(error), status=error.status_code)
+            self.emit("error", error=str(error), status=getattr(error, "status_code", None))
             return RunResult("error", str(error), self._step)
 
     def resume(self) -> RunResult | None:
@@ -259,10 +255,9 @@ class Agent:
         return prepared
 
     def query(self) -> Completion:
-        """Prepare and send, recovering from overflow (compact and retry, bounded by the engine) and
-        retrying transient failures with backoff."""
+        """Prepare and send, recovering from overflow: compact and retry, bounded by the engine.
+        (Transient failures, 429 and 5xx, are retried by the provider client; each retry is an event.)"""
         prepared = self.prepare()
-        attempt = 0
         while True:
             if self.cancel.is_set():
                 raise Interrupted
@@ -275,13 +270,7 @@ class Agent:
                 if self.engine.is_overflow_error(error):
                     prepared = self._recover(error)
                     continue
-                attempt = self._retry_or_raise(error, attempt)
-                continue
-            except Exception as error:  # transport failures
-                if not is_transient(error):
-                    raise
-                attempt = self._retry_or_raise(error, attempt)
-                continue
+                raise
             if completion.usage is not None and self.engine.is_overflow_error(completion.usage):
                 prepared = self._recover(completion.usage)  # silent overflow: the input was cut
                 continue
@@ -293,25 +282,17 @@ class Agent:
             return completion
 
     def send(self, prepared: Prepared) -> Completion:
-        """The call itself, in a worker thread so that `cancel` can stop waiting for it."""
-        max_tokens = min(self.config.max_tokens, self.engine.max_output)
-        result: dict[str, Any] = {}
+        """The call itself; `cancel` aborts it (a blocked read, a stream, a wait before a retry)."""
+        try:
+            return self.model.send(prepared, max_tokens=min(self.config.max_tokens, self.engine.max_output),
+                                   cache_marks=self.cache_marks, cancel=self.cancel, notify=self._notify)
+        except ModelCallCancelled:
+            raise Interrupted from None
 
-        def call() -> None:
-            try:
-                result["ok"] = self.model.send(prepared, max_tokens=max_tokens, cache_marks=self.cache_marks)
-            except BaseException as error:  # handed to the waiting thread
-                result["error"] = error
-
-        worker = threading.Thread(target=call, name="agent-model-call", daemon=True)
-        worker.start()
-        while worker.is_alive():
-            worker.join(0.05)
-            if self.cancel.is_set():
-                raise Interrupted
-        if "error" in result:
-            raise result["error"]
-        return result["ok"]
+    def _notify(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "retry":
+            self.stats.retries += 1
+        self.emit(kind, **data)
 
     def execute(self, calls: list[ToolCall]) -> list[ToolResult]:
         """Run the calls (several at once when the model asked for several) and log their results in
@@ -426,17 +407,6 @@ class Agent:
         self.emit("overflow", error=str(error)[:300], tokens=prepared.tokens)
         self._report(prepared)
         return prepared
-
-    def _retry_or_raise(self, error: BaseException, attempt: int) -> int:
-        attempt += 1
-        if attempt > self.config.retries or not is_transient(error):
-            raise error
-        self.stats.retries += 1
-        delay = retry_delay(attempt, self.config.retry_base_s, self.config.retry_max_s)
-        self.emit("retry", error=str(error)[:300], attempt=attempt, delay_s=delay)
-        if self.cancel.wait(delay):
-            raise Interrupted
-        return attempt
 
     def _charge(self, completion: Completion) -> None:
         usage = completion.usage

@@ -1,39 +1,36 @@
-"""What the loop calls a model through: `Model.send(prepared)` takes the engine's prepared request and
-returns a `Completion`. `HttpModel` wraps ctxwin's httpx clients (Anthropic Messages, OpenAI Chat,
-OpenAI Responses) and sends the request with its tool schemas; `FunctionModel` wraps a plain function
-(a scripted agent, a test double that is a real component: it runs in-process, no HTTP).
-
-TEMPORARY until the providers branch lands tool-aware streaming clients with retries: the payload is
-built here from `Prepared.to_*()` and posted with `providers.base.post_json`; transient errors (429,
-5xx, overloaded, transport) are retried by the loop (`retry_delay`).
+"""What the loop calls a model through: `Model.send(prepared, ...)` takes the engine's prepared request
+and returns a `Completion`. `HttpModel` wraps ctxwin's provider clients (Anthropic Messages, OpenAI
+Chat, OpenAI Responses: tools, streaming, retries, cancellation are theirs); `FunctionModel` wraps a
+plain function (a scripted agent running in-process).
 """
 
 from __future__ import annotations
 
-import copy
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
-
-import httpx
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 from ctxwin.engine import Prepared
-from ctxwin.providers import AnthropicClient, Completion, OpenAIChatClient, OpenAIResponsesClient, ProviderError
-from ctxwin.providers.anthropic import parse_anthropic_message
-from ctxwin.providers.base import post_json
-from ctxwin.providers.openai import parse_chat_completion, parse_responses_response
+from ctxwin.errors import ModelCallCancelled
+from ctxwin.messages import Message
+from ctxwin.providers import AnthropicClient, Completion, OpenAIChatClient, OpenAIResponsesClient, Retrying, Stream
 
-Api = Literal["anthropic", "openai", "openai-responses"]
-RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})  # 529: Anthropic's "overloaded"
 CACHE_MARK = {"type": "ephemeral"}  # Anthropic's prompt-cache breakpoint
+CANCEL_POLL_S = 0.05  # how often a waiting loop looks at its cancel event
+Client = AnthropicClient | OpenAIChatClient | OpenAIResponsesClient
+Notify = Callable[[str, dict[str, Any]], None]  # (event kind, data): deltas and retries, for the loop
 
 
 class Model(Protocol):
-    """One model call for the loop. `model` names the model (a fork must keep it)."""
+    """One model call for the loop. `model` names the model (a fork must keep it). `cache_marks`:
+    indexes of messages of `prepared` that also get a prompt-cache breakpoint (Anthropic; the last
+    message always has one). `notify` receives `retry` and `delta` events."""
 
     model: str
 
-    def send(self, prepared: Prepared, *, max_tokens: int, cache_marks: tuple[int, ...] = ()) -> Completion: ...
+    def send(self, prepared: Prepared, *, max_tokens: int, cache_marks: tuple[int, ...] = (),
+             cancel: threading.Event | None = None, notify: Notify | None = None) -> Completion: ...
 
 
 @dataclass
@@ -43,96 +40,104 @@ class FunctionModel:
     respond: Callable[[Prepared], Completion]
     model: str = "scripted"
 
-    def send(self, prepared: Prepared, *, max_tokens: int, cache_marks: tuple[int, ...] = ()) -> Completion:
+    def send(self, prepared: Prepared, *, max_tokens: int, cache_marks: tuple[int, ...] = (),
+             cancel: threading.Event | None = None, notify: Notify | None = None) -> Completion:
         return self.respond(prepared)
 
 
 class HttpModel:
-    """A model behind one of ctxwin's httpx clients. `cache_marks`: indexes of messages (in the
-    provider's message list) that get an Anthropic cache breakpoint besides the last one (a fork marks
-    its parent's last message, so the parent's cached prefix is read back)."""
+    """A model behind one of ctxwin's provider clients; `stream` picks streamed calls (the same
+    `Completion` either way, usage from the stream)."""
 
-    def __init__(self, client: AnthropicClient | OpenAIChatClient | OpenAIResponsesClient) -> None:
+    def __init__(self, client: Client, *, stream: bool = False) -> None:
         self.client = client
         self.model = client.model
-        self._http = httpx.Client()  # its own pool: the client's is private to it
-        self.sent: dict[str, Any] | None = None  # the last payload, for reports and tests
+        self.stream = stream
+        self._local = threading.local()  # the notify of the call running on this thread
+        previous = client.on_retry
 
-    @property
-    def api(self) -> Api:
+        def on_retry(notice: Retrying) -> None:
+            notify = getattr(self._local, "notify", None)
+            if notify is not None:
+                notify("retry", {"attempt": notice.attempt, "delay_s": round(notice.delay, 3), "error": notice.error})
+            if previous is not None:
+                previous(notice)
+
+        client.on_retry = on_retry
+
+    def send(self, prepared: Prepared, *, max_tokens: int, cache_marks: tuple[int, ...] = (),
+             cancel: threading.Event | None = None, notify: Notify | None = None) -> Completion:
+        messages = prepared.messages
         if isinstance(self.client, AnthropicClient):
-            return "anthropic"
-        return "openai-responses" if isinstance(self.client, OpenAIResponsesClient) else "openai"
+            messages = with_cache_marks(messages, cache_marks)
+        # The client's own cancel watcher costs up to its poll interval (50 ms) on every call, even an
+        # uncancelled one (see agent-needs.md); until that is fixed, cancellation is done here: a
+        # cancelled plain call is abandoned in its thread, a cancelled stream is closed.
+        options: dict[str, Any] = {"system": prepared.system or None, "max_tokens": max_tokens,
+                                   "tools": prepared.tools or None}
+        if self.stream:
+            return self._call(lambda: _drain(self.client.stream(messages, **options), notify, cancel), notify)
+        if cancel is None:
+            return self._call(lambda: self.client.complete(messages, **options), notify)
+        return _abandon_on(cancel, lambda: self._call(lambda: self.client.complete(messages, **options), notify))
 
-    def payload(self, prepared: Prepared, *, max_tokens: int, cache_marks: tuple[int, ...] = ()) -> dict[str, Any]:
-        """The request body for this client's API, from the engine's prepared request."""
-        client = self.client
-        if isinstance(client, AnthropicClient):
-            body = prepared.to_anthropic()
-            _mark_cache(body, cache_marks)
-            return {"model": client.model, **body, "max_tokens": max_tokens, **client.extra_body}
-        if isinstance(client, OpenAIResponsesClient):
-            return {"model": client.model, **prepared.to_openai_responses(), "max_output_tokens": max_tokens,
-                    "store": False, **client.extra_body}
-        return {"model": client.model, **prepared.to_openai_chat(), client.max_tokens_field: max_tokens,
-                **client.extra_body}
-
-    def send(self, prepared: Prepared, *, max_tokens: int, cache_marks: tuple[int, ...] = ()) -> Completion:
-        client = self.client
-        body = self.payload(prepared, max_tokens=max_tokens, cache_marks=cache_marks)
-        self.sent = body
-        if isinstance(client, AnthropicClient):
-            url, parse = client.base_url + "/v1/messages", parse_anthropic_message
-        elif isinstance(client, OpenAIResponsesClient):
-            url, parse = client.url, parse_responses_response
-        else:
-            url, parse = client.url, parse_chat_completion
-        data = post_json(self._http, url, body, headers=client.request_headers(), timeout=client.timeout,
-                         provider=client.provider)
-        return parse(data)
+    def _call(self, call: Callable[[], Completion], notify: Notify | None) -> Completion:
+        self._local.notify = notify
+        try:
+            return call()
+        finally:
+            self._local.notify = None
 
     def close(self) -> None:
-        self._http.close()
         self.client.close()
 
 
-def _mark_cache(body: dict[str, Any], marks: tuple[int, ...]) -> None:
-    """Cache breakpoints (Anthropic caches only where asked): the system prompt, the last message, and
-    the messages in `marks`."""
-    messages = body.get("messages") or []
-    if isinstance(body.get("system"), str) and body["system"]:
-        body["system"] = [{"type": "text", "text": body["system"], "cache_control": CACHE_MARK}]
-    for index in {*(m for m in marks if 0 <= m < len(messages)), len(messages) - 1}:
-        if index < 0:
+def _drain(stream: Stream, notify: Notify | None, cancel: threading.Event | None) -> Completion:
+    from ctxwin.providers import TextDelta
+
+    with stream:
+        for event in stream:
+            if cancel is not None and cancel.is_set():
+                raise ModelCallCancelled("the model call was cancelled")
+            if notify is not None and isinstance(event, TextDelta):  # (retries come through on_retry)
+                notify("delta", {"text": event.text})
+        if stream.completion is None:
+            raise RuntimeError("the stream ended without a completion")
+        return stream.completion
+
+
+def _abandon_on(cancel: threading.Event, call: Callable[[], Completion]) -> Completion:
+    """Run `call` in a thread; return its result, or raise `ModelCallCancelled` as soon as `cancel` is
+    set (the call finishes in the background and its answer is dropped)."""
+    result: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            result["ok"] = call()
+        except BaseException as error:  # handed to the waiting thread
+            result["error"] = error
+
+    worker = threading.Thread(target=work, name="agent-model-call", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(CANCEL_POLL_S)
+        if cancel.is_set():
+            raise ModelCallCancelled("the model call was cancelled")
+    if "error" in result:
+        raise result["error"]
+    return result["ok"]
+
+
+def with_cache_marks(messages: list[Message], marks: tuple[int, ...]) -> list[Message]:
+    """A copy of `messages` with an Anthropic cache breakpoint on the last block of the last message
+    and of each message in `marks` (Anthropic caches only where asked; the log is not touched)."""
+    out = list(messages)
+    for index in {*(m for m in marks if 0 <= m < len(out)), len(out) - 1}:
+        if index < 0 or not out[index].blocks:
             continue
-        message = messages[index] = copy.deepcopy(messages[index])
-        content = message.get("content")
-        if isinstance(content, str):
-            message["content"] = [{"type": "text", "text": content, "cache_control": CACHE_MARK}]
-        elif isinstance(content, list) and content:
-            content[-1] = {**content[-1], "cache_control": CACHE_MARK}
-
-
-def client_for(api: Api, base_url: str, model: str, api_key: str | None = None,
-               timeout: float = 120.0) -> AnthropicClient | OpenAIChatClient | OpenAIResponsesClient:
-    """A client for `api` at `base_url` (the key from the usual environment variable when not given)."""
-    import os
-
-    if api == "anthropic":
-        return AnthropicClient(base_url, api_key or os.environ.get("ANTHROPIC_API_KEY"), model, timeout=timeout)
-    key = api_key or os.environ.get("OPENAI_API_KEY")
-    if api == "openai-responses":
-        return OpenAIResponsesClient(base_url, key, model, timeout=timeout)
-    return OpenAIChatClient(base_url, key, model, timeout=timeout)
-
-
-def is_transient(error: BaseException) -> bool:
-    """A failure worth retrying as is: rate limits, overload, server errors, a dropped connection."""
-    if isinstance(error, ProviderError):
-        return error.status_code in RETRY_STATUSES
-    return isinstance(error, httpx.TransportError)
-
-
-def retry_delay(attempt: int, base: float, cap: float) -> float:
-    """Exponential backoff: base, 2 x base, 4 x base ... at most `cap` seconds."""
-    return min(cap, base * (2 ** max(0, attempt - 1)))
+        message = out[index]
+        last = message.blocks[-1]
+        extra = dict(last.extra)
+        extra["anthropic"] = {**dict(extra.get("anthropic") or {}), "cache_control": CACHE_MARK}
+        out[index] = replace(message, blocks=(*message.blocks[:-1], replace(last, extra=extra)), _key=None)
+    return out

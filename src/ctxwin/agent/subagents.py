@@ -343,7 +343,7 @@ class SubAgents:
                                window=parent.engine.window, max_output=parent.engine.max_output,
                                system=prepared.system, tools=prepared.tools)
         engine.append(prepared.messages)  # the parent's view as it was sent
-        engine.append(Message("assistant", last.blocks))  # the clone, every tool call and its id
+        engine.append(last)  # the clone, every tool call and its id, as the parent itself sends it
         engine.append(Message("tool", tuple(
             ToolResult(c.id, (Text(FORK_SELF_PLACEHOLDER if c.id == call_id else FORK_PLACEHOLDER),), False, c.name)
             for c in last.tool_calls)))

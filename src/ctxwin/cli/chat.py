@@ -17,7 +17,8 @@ from rich.table import Table
 
 from ctxwin.agent import Agent, LoopEvent
 from ctxwin.cli.app import app, console, handle_errors
-from ctxwin.cli.run import APIS, describe, options
+from ctxwin.cli.run import describe, options
+from ctxwin.providers import APIS
 from ctxwin.store import DEFAULT_ROOT
 from ctxwin.tokens.breakdown import LABELS
 
@@ -165,8 +166,9 @@ def chat(
     api_key: str | None = typer.Option(None, "--api-key", help="Key (default: ANTHROPIC_API_KEY / OPENAI_API_KEY).",
                                        show_default=False),
     subagents: bool = typer.Option(True, "--subagents/--no-subagents", help="Offer the task tool."),
+    stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream the model's answers (SSE)."),
 ) -> None:
     """Chat with the agent in the terminal."""
     opts = options(base_url, api, model, session, workspace, window, max_output, policy, max_steps, allow_shell,
-                   api_key, subagents)
+                   api_key, subagents, stream)
     Repl(opts, sessions).loop()

@@ -13,14 +13,14 @@ from typing import Any
 import typer
 from rich.markup import escape
 
-from ctxwin.agent import Agent, AgentConfig, HttpModel, LoopEvent, client_for, create_agent
+from ctxwin.agent import Agent, AgentConfig, HttpModel, LoopEvent, create_agent
 from ctxwin.agent.subagents import SubAgents
 from ctxwin.cli.app import app, console, handle_errors
 from ctxwin.errors import InputError
+from ctxwin.providers import APIS, client_for
 from ctxwin.store import Session
 from ctxwin.tools import Workspace
 
-APIS = ("anthropic", "openai", "openai-responses")
 SUMMARY_KEYS = ("turns", "model_calls", "compactions", "compactions_inside_tool_loops", "overflows_recovered",
                 "max_request_tokens", "window", "errors")
 
@@ -41,6 +41,7 @@ class AgentOptions:
     allow_shell: bool
     api_key: str | None
     subagents: bool
+    stream: bool = False
 
     def build(self, on_event: Any, session: Path | None = None) -> Agent:
         if self.api not in APIS:
@@ -49,7 +50,8 @@ class AgentOptions:
             raise InputError(f"workspace {self.workspace} is not a folder", "give --workspace an existing folder")
         folder = session or self.session
         log = Session.open(folder) if folder is not None else None
-        model = HttpModel(client_for(self.api, self.base_url, self.model, api_key=self.api_key))  # type: ignore[arg-type]
+        client = client_for(self.api, self.base_url, self.model, api_key=self.api_key)  # type: ignore[arg-type]
+        model = HttpModel(client, stream=self.stream)
         ws = Workspace([self.workspace], allow_shell=self.allow_shell, model=self.model,
                        blobs=log.blobs if log is not None else None)
         tools = SubAgents(sessions_root=Path(folder).parent / "children" if folder else None) if self.subagents \
@@ -64,10 +66,10 @@ class AgentOptions:
 
 def options(base_url: str, api: str, model: str | None, session: Path | None, workspace: Path, window: int | None,
             max_output: int | None, policy: str, max_steps: int, allow_shell: bool, api_key: str | None,
-            subagents: bool) -> AgentOptions:
+            subagents: bool, stream: bool = False) -> AgentOptions:
     default = "claude-sonnet-4-5" if api == "anthropic" else "gpt-4o"
     return AgentOptions(base_url, api, model or default, session, workspace, window, max_output, policy, max_steps,
-                        allow_shell, api_key, subagents)
+                        allow_shell, api_key, subagents, stream)
 
 
 def describe(event: LoopEvent) -> str | None:
@@ -112,6 +114,7 @@ def run(
     api_key: str | None = typer.Option(None, "--api-key", help="Key (default: ANTHROPIC_API_KEY / OPENAI_API_KEY).",
                                        show_default=False),
     subagents: bool = typer.Option(True, "--subagents/--no-subagents", help="Offer the task tool."),
+    stream: bool = typer.Option(False, "--stream/--no-stream", help="Stream the model's answers (SSE)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the session from its last message."),
     as_json: bool = typer.Option(False, "--json", help="One JSON event a line; the totals on the last line."),
 ) -> None:
@@ -131,7 +134,7 @@ def run(
             console.print(escape(line), highlight=False)
 
     opts = options(base_url, api, model, session, workspace, window, max_output, policy, max_steps, allow_shell,
-                   api_key, subagents)
+                   api_key, subagents, stream)
     agent = opts.build(show)
     try:
         result = agent.resume() if resume and task is None else agent.run(task)
