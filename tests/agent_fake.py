@@ -48,6 +48,7 @@ def ScriptedFake(script: Script, **kwargs: Any) -> FakeProvider:
 
 CALL_ID = re.compile(r"^t(\d+)s(\d+)([ab])$")
 TURN = re.compile(r"Turn (\d+):")
+CHECKPOINT_ASK = "[ctxwin] The context is at"  # the engine's checkpoint request (compaction.compact)
 STEP = re.compile(r"Step (\d+) of turn (\d+)\.")
 
 
@@ -71,6 +72,9 @@ def long_task(steps: int, files: int = 40, faults: Mapping[int, Sequence[Fault]]
 
     def script(api: str, messages: list[Message]) -> Turn | Fault:
         last = messages[-1]
+        checkpoint = last.role == "user" and last.text.startswith(CHECKPOINT_ASK)
+        if checkpoint and len(messages) > 1:
+            last = messages[-2]  # asked for a checkpoint mid-loop: answer it, then carry on from there
         turn, step = 0, 0
         if last.role == "tool" and last.tool_results:
             found = CALL_ID.match(last.tool_results[-1].call_id)
@@ -98,6 +102,9 @@ def long_task(steps: int, files: int = 40, faults: Mapping[int, Sequence[Fault]]
         calls: list[tuple[str, str, Any]] = [(f"t{turn}s{step}a", "read", {"path": path})]
         if step % 5 == 0:
             calls.append((f"t{turn}s{step}b", "grep", {"pattern": f"value-{step}", "path": "docs"}))
-        return Turn(text=f"Step {step} of turn {turn}.", calls=calls)
+        text = f"Step {step} of turn {turn}."
+        if checkpoint:
+            text = f"<checkpoint>Goal: turn {turn}, read the docs. Done: {step - 1} steps. {text}</checkpoint>\n{text}"
+        return Turn(text=text, calls=calls)
 
     return script

@@ -28,12 +28,12 @@ FAST_RETRY = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.01)
 
 
 def build(fake: FakeProvider, api: str, root: Path, events: list[LoopEvent], *, session: Any = None,
-          stream: bool = False, **config: Any) -> Agent:
+          stream: bool = False, policy: str = "ctxwin", **config: Any) -> Agent:
     client = client_for(api, base_url(fake, api), MODELS[api], api_key="test-key", retry=FAST_RETRY)  # type: ignore[arg-type]
     model = HttpModel(client, stream=stream)
     settings = {"max_steps": 200, "max_tokens": MAX_OUTPUT, **config}
     return create_agent(model, session=session, workspace=Workspace([root], model=MODELS[api]),
-                        config=AgentConfig(**settings), window=WINDOW, max_output=MAX_OUTPUT,
+                        config=AgentConfig(**settings), window=WINDOW, max_output=MAX_OUTPUT, policy=policy,
                         on_event=events.append)
 
 
@@ -143,3 +143,36 @@ def test_the_loop_logs_everything_and_resumes_in_process(tmp_path: Path) -> None
     log = [json.loads(line) for line in (tmp_path / "s1" / "session.jsonl").read_text().splitlines()[1:]]
     roles = [e["payload"]["role"] for e in log if e["kind"] == "message"]
     assert roles == ["user"] + ["assistant", "tool"] * 6 + ["assistant"]
+
+
+def test_memory_flush_before_compaction_and_the_checkpoint_protocol(tmp_path: Path) -> None:
+    root = make_workspace(tmp_path / "ws", files=10)
+    events: list[LoopEvent] = []
+    with ScriptedFake(long_task(40, files=10), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        agent = build(fake, "anthropic", root, events, memory_flush=True)
+        assert agent.run("Turn 1: read the docs").stop == "done"
+    notes = list((root / "memory").glob("*.md"))
+    assert len(notes) == 1 and notes[0].read_text().count("## Notes before compaction") == agent.stats.compactions >= 1
+
+    events = []
+    with ScriptedFake(long_task(40, files=10), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        agent = build(fake, "openai", root, events, policy="checkpoint")
+        assert agent.run("Turn 1: read the docs").stop == "done"
+    stages = [(e.event.stage, e.event.action) for e in events if e.kind == "pipeline" and e.event is not None]
+    assert ("compaction", "checkpoint_request") in stages
+    asked = stages.index(("compaction", "checkpoint_request"))
+    assert ("compaction", "checkpoint") in stages[asked:]
+    replies = [e.data["text"] for e in events if e.kind == "assistant"]
+    assert any(text.startswith("<checkpoint>Goal: turn 1") for text in replies)
+    summaries = [e.event.details for e in events if e.kind == "pipeline" and e.event is not None
+                 and e.event.action == "checkpoint"]
+    assert summaries
+
+
+def test_the_cost_limit_stops_a_run(tmp_path: Path) -> None:
+    root = make_workspace(tmp_path / "ws", files=5)
+    with ScriptedFake(long_task(50, files=5), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        agent = build(fake, "openai", root, [], max_cost_usd=0.05, input_usd_per_mtok=3.0, output_usd_per_mtok=15.0)
+        result = agent.run("Turn 1: read")
+    assert result.stop == "max_cost"
+    assert agent.stats.cost_usd >= 0.05 and 1 < result.steps < 50
