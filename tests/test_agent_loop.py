@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent_fake import ScriptedFake, Turn, long_task, make_workspace
-from ctxwin.agent import Agent, AgentConfig, HttpModel, LoopEvent, create_agent
+from ctxwin.agent import Agent, AgentConfig, HttpModel, LoopEvent, create_agent, tool_table
 from ctxwin.providers import RetryPolicy, client_for
 from ctxwin.store import Session
 from ctxwin.testing import FakeProvider, ForcedResponse, overflow, rate_limited, server_error
@@ -176,3 +179,36 @@ def test_the_cost_limit_stops_a_run(tmp_path: Path) -> None:
         result = agent.run("Turn 1: read")
     assert result.stop == "max_cost"
     assert agent.stats.cost_usd >= 0.05 and 1 < result.steps < 50
+
+
+def test_interrupt_stops_the_step_and_kills_the_tool_process_group(tmp_path: Path) -> None:
+    root = make_workspace(tmp_path / "ws", files=1)
+    sleep = "sleep 48.765"
+
+    def script(api: str, messages: list[Any]) -> Turn:
+        if messages[-1].role == "tool":
+            return Turn(text="carried on")
+        return Turn(calls=[("s1", "shell", {"command": f"{sleep} & {sleep}; wait"})])
+
+    def running() -> bool:
+        return bool(subprocess.run(["pgrep", "-f", sleep], capture_output=True, text=True).stdout.strip())
+
+    with ScriptedFake(script, context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        agent = build(fake, "openai", root, [])
+        agent.workspace = Workspace([root], allow_shell=True, model=MODELS["openai"])
+        agent.tools = tool_table(agent.workspace, None)  # (the engine already offers shell: same registry)
+        outcome: dict[str, Any] = {}
+        worker = threading.Thread(target=lambda: outcome.update(result=agent.run("Turn 1: sleep")))
+        worker.start()
+        deadline = time.monotonic() + 10
+        while not running() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert running()
+        started = time.monotonic()
+        agent.interrupt()
+        worker.join(10)
+        assert time.monotonic() - started < 3
+        assert outcome["result"].stop == "interrupted"
+        assert not running()  # the command and its background child are gone
+        # The log stays a valid conversation, and the session goes on.
+        assert agent.resume() is not None and agent.last_text() == "carried on"

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -42,6 +42,7 @@ from ctxwin.tools import TOOLS, ToolError, ToolOutput, ToolSpec, Workspace
 from ctxwin.tools.registry import available, validate_args
 
 EventSink = Callable[["LoopEvent"], None]
+A = TypeVar("A", bound="Agent")
 
 
 class AgentConfig(BaseModel):
@@ -170,6 +171,7 @@ class Agent:
         self.stats = RunStats(window=engine.window)
         self.last_prepared: Prepared | None = None
         self.last_completion: Completion | None = None
+        self.last_outputs: list[ToolOutput] = []  # what the tools of the last step returned, details included
         self.cache_marks: tuple[int, ...] = ()  # extra cache breakpoints for the next call (a fork's)
         self._step = 0
         self._run_cost = 0.0
@@ -183,13 +185,14 @@ class Agent:
 
     # ---------------------------------------------------------------- run -> step -> query -> execute
 
-    def run(self, task: str | None = None) -> RunResult:
-        """One user turn: log `task` (None: continue from the log, see `resume`) and step until the
-        model answers in text or a limit stops it."""
+    def run(self, task: str | Message | None = None) -> RunResult:
+        """One user turn: log `task` (text or a user `Message`; None: continue from the log, see
+        `resume`) and step until the model answers in text or a limit stops it."""
         if task is not None:
-            self.engine.append(Message("user", (Text(task),)))
+            message = task if isinstance(task, Message) else Message("user", (Text(task),))
+            self.engine.append(message)
             self.stats.turns += 1
-            self.emit("user", text=task)
+            self.emit("user", text=message.text)
         self._step = 0
         self._run_cost = 0.0
         self.cancel.clear()
@@ -311,15 +314,20 @@ class Agent:
                 for (index, _), output in zip(runnable, pool.map(self.run_tool, [c for _, c in runnable]),
                                               strict=True):
                     outputs[index] = output
-        results = [out.to_tool_result(call.id, call.name) for call, out in zip(calls, outputs, strict=True)
-                   if out is not None]
-        self.engine.append(Message("tool", tuple(results)))
+        done = [out for out in outputs if out is not None]
+        results = [out.to_tool_result(call.id, call.name) for call, out in zip(calls, done, strict=True)]
+        self.last_outputs = done
+        self.engine.append(self.tool_message(results))
         for call, result in zip(calls, results, strict=True):
             self.emit("tool_result", name=call.name, call_id=call.id, is_error=result.is_error,
                       chars=len(result.text))
         if self.cancel.is_set():
             raise Interrupted
         return results
+
+    def tool_message(self, results: list[ToolResult]) -> Message:
+        """The message that logs one step's results (override to add meta, e.g. timestamps)."""
+        return Message("tool", tuple(results))
 
     def run_tool(self, call: ToolCall) -> ToolOutput:
         """One tool call (arguments already checked to be a JSON object)."""
@@ -438,17 +446,28 @@ def create_agent(model: Model, *, session: SessionLog | None = None, workspace: 
                  config: AgentConfig | None = None, policy: str | Path | Policy = policies.DEFAULT,
                  window: int | None = None, max_output: int | None = None, extra_tools: Sequence[ToolSpec] = (),
                  on_event: EventSink | None = None, cancel: threading.Event | None = None,
-                 system: str | None = None) -> Agent:
+                 system: str | None = None, agent_type: type[A] | None = None) -> A:
     """An agent and its engine, built together so that the engine counts (and sends) exactly the tools
-    the agent runs and its system prompt. `system` overrides `config.system`."""
+    the agent runs and its system prompt. `system` overrides `config.system`; `agent_type` is an
+    `Agent` subclass to build (one that overrides a step of the loop)."""
     config = config or AgentConfig()
     tools = tool_table(workspace, config.tools, extra_tools)
-    flush = daily_notes(workspace.roots[0]) if config.memory_flush and workspace is not None else None
+    built: list[Agent] = []
+    flush = None
+    if config.memory_flush and workspace is not None:
+        notes = daily_notes(workspace.roots[0])
+
+        def flush(span: Sequence[Message]) -> None:
+            path = notes(span)
+            if built:
+                built[0].emit("memory_flush", path=str(path), messages=len(span))
     engine = ContextEngine(session, model=model.model, policy=policy, window=window, max_output=max_output,
                            system=config.system if system is None else system,
                            tools=[tool_schema(s) for s in tools.values()], memory_flush=flush)
-    return Agent(engine, model, workspace=workspace, config=config, extra_tools=extra_tools, on_event=on_event,
-                 cancel=cancel)
+    agent = (agent_type or Agent)(engine, model, workspace=workspace, config=config, extra_tools=extra_tools,
+                                  on_event=on_event, cancel=cancel)
+    built.append(agent)
+    return agent  # type: ignore[return-value]
 
 
 def kill_tool_processes() -> list[int]:

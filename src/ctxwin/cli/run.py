@@ -54,8 +54,12 @@ class AgentOptions:
         model = HttpModel(client, stream=self.stream)
         ws = Workspace([self.workspace], allow_shell=self.allow_shell, model=self.model,
                        blobs=log.blobs if log is not None else None)
-        tools = SubAgents(sessions_root=Path(folder).parent / "children" if folder else None) if self.subagents \
-            else None
+        def other_model(name: str) -> HttpModel:  # an isolated sub-agent on another model of the same endpoint
+            return HttpModel(client_for(self.api, self.base_url, name, api_key=self.api_key),  # type: ignore[arg-type]
+                             stream=self.stream)
+
+        children = Path(folder).parent / "children" if folder else None
+        tools = SubAgents(sessions_root=children, models=other_model) if self.subagents else None
         agent = create_agent(model, session=log, workspace=ws, config=AgentConfig(max_steps=self.max_steps),
                              policy=self.policy, window=self.window, max_output=self.max_output,
                              extra_tools=[tools.tool()] if tools else [], on_event=on_event)
