@@ -1,0 +1,56 @@
+"""Invariants of the loop, searched by hypothesis over scripted models (in-process, no HTTP)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent_fake import make_workspace
+from ctxwin.agent import AgentConfig, FunctionModel, create_agent
+from ctxwin.engine import Prepared
+from ctxwin.messages import Message, Text, ToolCall, validate
+from ctxwin.providers import Completion
+from ctxwin.tools import Workspace
+
+ARGS = st.one_of(
+    st.just({"path": "docs/f000.txt"}), st.just({"path": "docs"}), st.just({}),
+    st.just({"path": "../outside"}), st.just({"nope": 1}), st.just('{"path": "docs/f000.txt"'),
+)
+CALL = st.tuples(st.sampled_from(["read", "ls", "grep", "no_such_tool"]), ARGS)
+STEP = st.lists(CALL, min_size=1, max_size=4)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(STEP, max_size=6))
+def test_every_call_gets_one_result_in_order_and_the_log_stays_valid(tmp_path: Path,
+                                                                      steps: list[list[tuple[str, Any]]]) -> None:
+    root = tmp_path / "ws"
+    if not root.exists():
+        make_workspace(root, files=2)
+    script = iter(enumerate(steps))
+
+    def respond(prepared: Prepared) -> Completion:
+        step = next(script, None)
+        if step is None:
+            return Completion(Message("assistant", (Text("done"),)))
+        number, calls = step
+        return Completion(Message("assistant", tuple(ToolCall(f"c{number}-{n}", name, args)
+                                                     for n, (name, args) in enumerate(calls))))
+
+    agent = create_agent(FunctionModel(respond, "claude-sonnet-4-5"), workspace=Workspace([root]),
+                         config=AgentConfig(max_steps=20, max_repeats=100), window=16_000, max_output=1_000)
+    result = agent.run("go")
+    assert result.stop == "done" and result.steps == len(steps) + 1
+    messages = agent.engine.messages
+    assert not validate(messages, "anthropic")
+    for asked, answered in itertools.pairwise(messages):
+        if asked.role == "assistant" and asked.tool_calls:
+            assert answered.role == "tool"
+            assert [r.call_id for r in answered.tool_results] == [c.id for c in asked.tool_calls]
+            for call, out in zip(asked.tool_calls, answered.tool_results, strict=True):
+                if call.name == "no_such_tool" or not isinstance(call.arguments, dict):
+                    assert out.is_error
