@@ -109,6 +109,12 @@ def test_chat_in_tmux(tmp_path: Path) -> None:
             tmux.type("still there?")
             tmux.wait_for("You said: still there?")
             tmux.type("/health")
+            # /checkpoint asks the agent for its state summary now; the (scripted) model answers it.
+            tmux.type("/checkpoint")
+            tmux.wait_for("You said: [ctxwin] The context is at")
+            # /new starts a fresh session; the old one stays on disk.
+            tmux.type("/new")
+            tmux.wait_for("chat-0002 (0 messages)")
             tmux.type("/quit")
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and "chat" in tmux("list-sessions", "-F", "#S"):
@@ -119,7 +125,9 @@ def test_chat_in_tmux(tmp_path: Path) -> None:
             subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True, timeout=10)
         requests = fake.requests
     assert all(r.status == 200 for r in requests)
-    last = requests[-1].body["messages"]
+    assert all(r.body.get("stream") is True for r in requests)  # chat streams by default
+    assert (tmp_path / "sessions" / "chat-0001" / "session.jsonl").is_file()
+    last = requests[-2].body["messages"]
     assert last[-1] == {"role": "user", "content": "still there?"}
     shell = next(m for m in last if m.get("role") == "tool" and m["tool_call_id"] == "sl1")
     assert "SIGKILL" in shell["content"] or "interrupted" in shell["content"]
