@@ -45,7 +45,8 @@ def build(fake: FakeProvider, api: str, root: Path, events: list[LoopEvent], *, 
 def test_a_300_step_task_fits_compacts_inside_tool_loops_and_recovers(api: str, stream: bool, tmp_path: Path) -> None:
     root = make_workspace(tmp_path / "ws")
     # Errors at chosen steps of every turn: an overflow, a 429, two 500s in a row.
-    faults = {30: [overflow()], 50: [rate_limited(retry_after=0)], 70: [server_error(), server_error()]}
+    faults = {30: [overflow()], 50: [rate_limited(retry_after=0)], 70: [server_error(), server_error()],
+              90: [server_error(mid_stream=True)]}  # an error event inside the stream (a plain call: a 500)
     fake = ScriptedFake(long_task(100, faults=faults), context_window=WINDOW, max_output=MAX_OUTPUT)
     events: list[LoopEvent] = []
     with fake:
@@ -59,9 +60,10 @@ def test_a_300_step_task_fits_compacts_inside_tool_loops_and_recovers(api: str, 
     generations = [r for r in fake.requests if r.path != "/v1/messages/count_tokens"]
     assert all(r.input_tokens is None or r.input_tokens + MAX_OUTPUT <= WINDOW for r in generations)
     assert max(r.input_tokens or 0 for r in generations) <= WINDOW - MAX_OUTPUT
-    assert [r.status for r in generations if r.status != 200] == [400, 429, 500, 500] * 3  # once per turn
+    failed = [400, 429, 500, 500] + ([] if stream else [500])  # a stream that breaks starts as a 200
+    assert [r.status for r in generations if r.status != 200] == failed * 3  # once per turn
     assert stats.overflows_recovered == 3
-    assert stats.retries == 9 == len([e for e in events if e.kind == "retry"])
+    assert stats.retries == 12 == len([e for e in events if e.kind == "retry"])
     assert all(r.body.get("stream", False) is stream for r in generations)
     assert not stats.errors
     # Compaction happened between two tool calls of one user turn, as the events say.
