@@ -25,10 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ctxwin import policy as policies
 from ctxwin.agent.model import Model
-from ctxwin.compaction.compact import CHECKPOINT_REQUEST
+from ctxwin.compaction.checkpoint import META as CHECKPOINT_META
+from ctxwin.compaction.checkpoint import REQUEST as CHECKPOINT_REQUEST
 from ctxwin.compaction.memory import daily_notes
 from ctxwin.engine import ContextEngine, Prepared
-from ctxwin.engine.engine import CHECKPOINT_META
 from ctxwin.errors import CtxwinError, ModelCallCancelled
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.pipeline.view import Event
