@@ -13,7 +13,7 @@ import pytest
 
 from agent_fake import ScriptedFake, Turn, make_workspace
 from ctxwin.agent import AgentConfig, HttpModel, LoopEvent, create_agent
-from ctxwin.agent.subagents import FORK_TAG, SubagentLimits, SubAgents
+from ctxwin.agent.subagents import FORK_TAG, AgentDefinition, SubagentLimits, SubAgents
 from ctxwin.messages import Message
 from ctxwin.providers import client_for
 from ctxwin.store import Session
@@ -257,3 +257,29 @@ def test_a_chain_hands_each_result_to_the_next_task(tmp_path: Path) -> None:
         agent.engine.session.close()
     children = [r for r in requests if _kind(_msgs("openai", r.body)) == "child"]
     assert _msgs("openai", children[1].body)[-1].text == "Task: second after answer to <first>"
+
+
+def test_an_isolated_child_has_its_own_tools_permission_mode_and_skills(tmp_path: Path) -> None:
+    root = workspace(tmp_path)
+    (root / "skills").mkdir()
+    (root / "skills" / "count.md").write_text("# Counting skill\nUse grep -c for counts.\n")
+    reader = AgentDefinition(name="reader", system="You only read.", tools=["read", "grep", "shell"],
+                             permission_mode="read-only", skills=["skills/count.md"])
+    plan = reading_parent(Turn(text="Delegating.", calls=[("t1", "task", {"task": "count", "agent": "reader"})]), 0)
+    with ScriptedFake(make_script(plan), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        model = HttpModel(client_for("openai", fake.openai_base_url, MODELS["openai"], api_key="k"))
+        subagents = SubAgents(definitions=[AgentDefinition(), reader])
+        agent = create_agent(model, workspace=Workspace([root], allow_shell=True, model=MODELS["openai"]),
+                             config=AgentConfig(max_tokens=MAX_OUTPUT), window=WINDOW, max_output=MAX_OUTPUT,
+                             extra_tools=[subagents.tool()])
+        subagents.attach(agent)
+        agent.run("Turn 1: go")
+        requests = generation_requests(fake)
+    parent_tools = {t["function"]["name"] for t in requests[0].body["tools"]}
+    assert {"shell", "task"} <= parent_tools
+    child = next(r for r in requests if _kind(_msgs("openai", r.body)) == "child")
+    assert [t["function"]["name"] for t in child.body["tools"]] == ["read", "grep"]  # no shell: read-only
+    messages = _msgs("openai", child.body)
+    assert messages[0].text.startswith("You only read.")
+    assert [m.role for m in messages] == ["system", "user", "user"]
+    assert "Use grep -c for counts." in messages[1].text and messages[2].text == "Task: count"
