@@ -38,7 +38,8 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeAlias
 
-from ctxwin.messages import Message, Text, ToolCall, ToolResult
+from ctxwin.messages import Image, Message, Text, ToolCall, ToolResult
+from ctxwin.messages.model import image_problem
 from ctxwin.providers.overflow import OverflowPattern
 from ctxwin.testing.scripted import Fault, ModelFn, ModelRequest, Reply
 from ctxwin.tokens import counter_for
@@ -410,6 +411,7 @@ class FakeProvider:
         else:
             _validate_responses(body)
         try:
+            _check_images(api, request_messages(api, body))
             return count_request_tokens(api, body, self.counter(str(model)))
         except (ValueError, TypeError, KeyError, AttributeError) as bad:  # what the converters reject, a server rejects
             raise _Reject(400, _error(api, "invalid_request_error", f"invalid request: {bad}")) from None
@@ -869,6 +871,26 @@ def _check_responses_shape(body: Mapping[str, Any]) -> None:
             for key in ("call_id", *(("name", "arguments") if item["type"] == "function_call" else ())):
                 if not isinstance(item.get(key), str):
                     raise _shape_error("responses", f"{where}.{key}", "a string", item.get(key))
+
+
+OPENAI_BAD_IMAGE = ("You uploaded an unsupported image. Please make sure your image is below 20 MB in size and is "
+                    "of one the following formats: ['png', 'jpeg', 'gif', 'webp'].")
+
+
+def _check_images(api: str, messages: Sequence[Message]) -> None:
+    """Every inline image as the real APIs check it: base64, one of four media types matching the bytes,
+    at most 5 MB (Anthropic's limit; the stricter one)."""
+    for i, message in enumerate(messages):
+        parts = [p for b in message.blocks for p in (b.content if isinstance(b, ToolResult) else (b,))]
+        for part in parts:
+            problem = image_problem(part) if isinstance(part, Image) else None
+            if problem is None:
+                continue
+            if api == "anthropic":
+                raise _Reject(400, _error(api, "invalid_request_error", f"messages.{i}: image: {problem}"))
+            message_text = "Invalid image data" if "base64" in problem else OPENAI_BAD_IMAGE
+            raise _Reject(400, _error(api, "invalid_request_error", f"{message_text} ({problem})",
+                                      param="messages" if api == "chat" else "input", code="invalid_image_format"))
 
 
 def tool_names(api: str, body: Mapping[str, Any]) -> tuple[str, ...]:
