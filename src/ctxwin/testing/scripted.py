@@ -166,8 +166,8 @@ def demo_model(turns: int = DEMO_TURNS) -> ModelFn:
     It keeps no state of its own: the step comes from the call ids of its own latest tool call
     (`call_demo_t<task>_s<step>_<n>`) still in the request, so it continues correctly after a
     compaction, a resume or a server restart. A user message after its latest call starts a new task.
-    Tools it uses: read, grep, find, ls, shell (and `edit` when the request offers it); a tool the
-    request does not offer is replaced by the shell, then by text."""
+    Tools it uses: read, grep, find, ls and shell (edits are made through the shell: `printf >>` and
+    `sed -i` on NOTES.md); a tool the request does not offer is replaced by the shell, then by text."""
 
     def model(request: ModelRequest) -> Reply:
         task, step = _demo_position(request.messages)
@@ -229,11 +229,11 @@ def _demo_step(step: int, files: list[str], tools: Sequence[str]) -> tuple[str, 
                     ("shell", {"command": f"grep -rn -m 50 {pattern!r} . | head -50"}))
     if phase == 5:
         return pick(("shell", {"command": f"wc -l {target} && head -c 400 {target}"}))
-    if phase == 6:
-        line = f"- step {step}: looked at {target}"
-        if "edit" in offered:
-            return "edit", {"path": NOTES_FILE, "old_text": "", "new_text": line + "\n"}
-        return pick(("shell", {"command": f"printf '%s\\n' {line!r} >> {NOTES_FILE} && tail -n 3 {NOTES_FILE}"}))
+    if phase == 6:  # an edit: append a line, then rewrite the previous one in place
+        line, earlier = f"- step {step}: looked at {target}", f"- step {step - 8}:"
+        return pick(("shell", {"command": f"printf '%s\\n' {line!r} >> {NOTES_FILE} && sed -i "
+                                          f"'s/^{earlier} looked/{earlier} checked/' {NOTES_FILE} && "
+                                          f"tail -n 3 {NOTES_FILE}"}))
     return pick(("shell", {"command": f"grep -c step {NOTES_FILE} || true"}), ("read", {"path": NOTES_FILE}))
 
 
