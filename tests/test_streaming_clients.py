@@ -313,3 +313,17 @@ def test_importing_ctxwin_does_not_load_the_http_stack() -> None:
     code = ("import sys, ctxwin, ctxwin.providers as p; assert 'httpx' not in sys.modules; "
             "assert set(p.__all__) == set(p._EXPORTS); p.client_for; assert 'httpx' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": str(src)}, timeout=60)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_cancel_returns_while_the_server_has_sent_nothing_yet(fake: FakeProvider, api: str) -> None:
+    """A plain call whose server answers only when the whole answer is ready (no byte before then)."""
+    from ctxwin.testing import ForcedResponse
+
+    fake.force(ForcedResponse(delay=3.0))
+    cancel = threading.Event()
+    threading.Timer(0.1, cancel.set).start()
+    started = time.monotonic()
+    with make(api, fake) as client, pytest.raises(ModelCallCancelled):
+        client.complete([user("hi")], max_tokens=20, cancel=cancel)
+    assert time.monotonic() - started < 1.0

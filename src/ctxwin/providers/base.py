@@ -515,7 +515,8 @@ class HttpClient:
         request = self._http.build_request("POST", url, json=dict(payload), headers=self.request_headers(),
                                            timeout=seconds)
         try:
-            response = self._http.send(request, stream=True)
+            response = self._http.send(request, stream=True) if cancel is None else \
+                _send_cancellable(self._http, request, cancel)
         except httpx.TransportError:
             if cancel is not None and cancel.is_set():
                 raise ModelCallCancelled("the model call was cancelled") from None
@@ -546,6 +547,44 @@ def _cancellable(source: Iterator[SSE], cancel: threading.Event | None) -> Itera
     for item in source:
         _check_cancel(cancel)
         yield item
+
+
+def _send_cancellable(http: httpx.Client, request: httpx.Request, cancel: threading.Event) -> httpx.Response:
+    """`http.send(request, stream=True)`, given up on as soon as `cancel` is set. A server that answers
+    a plain request only when the whole answer is ready sends no byte before then, so there is no body
+    read to abort yet: the send runs in a helper thread, and a cancelled call returns at once while the
+    helper closes whatever answer still arrives (it ends by the request's own timeout at the latest)."""
+    outcome: dict[str, Any] = {}
+    lock = threading.Lock()
+    finished = threading.Event()
+
+    def run() -> None:
+        try:
+            response = http.send(request, stream=True)
+        except BaseException as error:  # handed to the caller, or dropped with the abandoned call
+            with lock:
+                outcome["error"] = error
+        else:
+            with lock:
+                if outcome.get("abandoned"):
+                    response.close()
+                else:
+                    outcome["response"] = response
+        finally:
+            finished.set()
+
+    threading.Thread(target=run, name="ctxwin-send", daemon=True).start()
+    while not finished.wait(CANCEL_POLL_SECONDS):
+        if cancel.is_set():
+            with lock:
+                outcome["abandoned"] = True
+                late = outcome.pop("response", None)
+            if late is not None:
+                late.close()
+            raise ModelCallCancelled("the model call was cancelled")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["response"]
 
 
 @contextlib.contextmanager
