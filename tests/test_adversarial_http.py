@@ -486,3 +486,17 @@ def test_fuzz_the_fake_server_always_answers_over_http(server: FakeProvider, cas
     assert status < 500, (status, answer[:300])  # a 5xx here would be the fake's own bug
     if status >= 400 and answer:
         assert "error" in json.loads(answer)
+
+
+def test_item_26_a_request_that_is_not_json_is_a_typed_error_before_sending(fake: FakeProvider) -> None:
+    """A lone surrogate (item 6 reaches the clients this way) or a NaN cannot be encoded as JSON."""
+    from ctxwin.errors import InputError
+
+    for api in APIS:
+        url = fake.anthropic_base_url if api == "anthropic" else fake.openai_base_url
+        with client_for(api, url, "m", api_key="k") as client:
+            with pytest.raises(InputError, match="cannot be sent as JSON"):
+                client.complete([user("broken \ud83d surrogate")], max_tokens=20)
+            with pytest.raises(InputError):
+                client.complete([user("hi")], max_tokens=20, tools=[{"name": "t", "parameters": {"x": float("nan")}}])
+    assert fake.requests == []

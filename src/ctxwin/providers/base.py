@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeAlias
 
 import httpx
 
-from ctxwin.errors import CtxwinError, ModelCallCancelled
+from ctxwin.errors import CtxwinError, InputError, ModelCallCancelled
 from ctxwin.messages import Message, ToolCall
 
 DEFAULT_TIMEOUT = 120.0  # seconds for connecting and for each read when neither the client nor the call says
@@ -361,21 +361,6 @@ def _error_message(body: Any) -> str | None:
     return None
 
 
-def post_json(
-    http: httpx.Client,
-    url: str,
-    payload: Mapping[str, Any],
-    *,
-    headers: Mapping[str, str],
-    timeout: float,
-    provider: str,
-) -> dict[str, Any]:
-    """POST `payload` as JSON once and return the JSON object answered; an HTTP error status or an answer
-    that is not a JSON object raises `ProviderError`. Transport failures propagate as httpx exceptions."""
-    response = http.post(url, json=payload, headers=dict(headers), timeout=timeout)
-    return _json_object(response, provider)
-
-
 def _json_object(response: httpx.Response, provider: str) -> dict[str, Any]:
     if response.status_code >= 400:
         raise provider_error(response, provider)
@@ -512,8 +497,12 @@ class HttpClient:
     def _open(self, url: str, payload: Mapping[str, Any], timeout: float | None,
               cancel: threading.Event | None) -> Iterator[httpx.Response]:
         seconds = self.timeout if timeout is None else timeout
-        request = self._http.build_request("POST", url, json=dict(payload), headers=self.request_headers(),
-                                           timeout=seconds)
+        try:
+            request = self._http.build_request("POST", url, json=dict(payload), headers=self.request_headers(),
+                                               timeout=seconds)
+        except (UnicodeEncodeError, ValueError) as error:  # a lone surrogate, NaN or infinity: not JSON
+            raise InputError(f"the request cannot be sent as JSON: {error}",
+                             "remove lone UTF-16 surrogates and NaN/infinite numbers from the messages") from None
         try:
             response = self._http.send(request, stream=True) if cancel is None else \
                 _send_cancellable(self._http, request, cancel)
@@ -642,7 +631,6 @@ __all__ = [
     "Usage",
     "UsageReported",
     "malformed",
-    "post_json",
     "provider_error",
     "retry_after_seconds",
     "stream_error",
