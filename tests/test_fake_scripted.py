@@ -351,3 +351,28 @@ def test_python_m_ctxwin_testing_serves_the_demo(tmp_path: Path) -> None:
     finally:
         process.terminate()
         assert process.wait(timeout=10) == 0
+
+
+def test_the_demo_model_answers_service_turns_without_losing_its_place(fake: FakeProvider,
+                                                                      http: httpx.Client) -> None:
+    """A memory flush or checkpoint request in the middle of the task gets text, and the task goes on
+    from where it was; a summarizer's request (no tools) gets the fake's deterministic summary."""
+    fake.model = demo_model(10)
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+             for n in ("read", "ls", "shell")]
+    history = [{"role": "user", "content": "Survey the code."},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "call_demo_t0_s3_0", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "call_demo_t0_s3_0", "content": "src/app.py"},
+               {"role": "user", "content": "Before the history is compacted, write what you must keep to memory."}]
+
+    def ask(messages: list[dict[str, Any]], offered: Any = tools) -> dict[str, Any]:
+        body = {"model": "gpt-test", "messages": messages, **({"tools": offered} if offered else {})}
+        return http.post(fake.base_url + CHAT, headers=OPENAI_HEADERS, json=body).json()["choices"][0]["message"]
+
+    flush = ask(history)
+    assert flush.get("tool_calls") is None and flush["content"]
+    history += [{"role": "assistant", "content": flush["content"]}]
+    assert ask(history)["tool_calls"][0]["id"] == "call_demo_t0_s4_0"
+    summary = ask([{"role": "user", "content": "Summarize this conversation: reading src/app.py"}], offered=None)
+    assert summary["content"].startswith("## Summary") and "src/app.py" in summary["content"]
