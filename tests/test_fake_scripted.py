@@ -245,6 +245,32 @@ def test_a_mid_stream_fault_reaches_the_sdks(fake: FakeProvider, openai_client: 
             pass
 
 
+def test_anthropic_cache_reads_at_breakpoints_or_at_every_boundary_when_auto(fake: FakeProvider,
+                                                                            http: httpx.Client) -> None:
+    """A fork's first request shares the parent's prefix up to the cloned assistant message: the cache
+    read is exactly that prefix. Without breakpoints Anthropic reads nothing, as the real API."""
+    shared = [{"role": "user", "content": "context " * 1500}, {"role": "assistant", "content": "noted"}]
+    parent = [*shared, {"role": "user", "content": "parent's own question"}]
+    child = [*shared, {"role": "user", "content": "the child's directive"}]
+
+    def send(messages: list[dict[str, Any]]) -> dict[str, Any]:
+        return http.post(fake.base_url + MESSAGES, headers=ANTHROPIC_HEADERS, json={
+            "model": "claude-test", "max_tokens": 20, "messages": messages}).json()["usage"]
+
+    send(parent)
+    assert send(child)["cache_read_input_tokens"] == 0
+    fake.anthropic_auto_cache = True
+    try:
+        first = send(parent)
+        assert first["cache_read_input_tokens"] == 0 and first["cache_creation_input_tokens"] > 1_024
+        again = send(child)
+        assert again["cache_read_input_tokens"] > 1_024
+        assert again["cache_read_input_tokens"] + again["cache_creation_input_tokens"] + again["input_tokens"] == \
+            fake.requests[-1].input_tokens
+    finally:
+        fake.anthropic_auto_cache = False
+
+
 def test_streamed_usage_proves_a_prefix_cache_hit(fake: FakeProvider, openai_client: Any) -> None:
     history = [{"role": "system", "content": "rules " * 900}, {"role": "user", "content": "first question"}]
     openai_client.chat.completions.create(model="m", messages=history)
@@ -287,7 +313,8 @@ def test_the_demo_model_runs_a_long_task_over_a_real_workspace(fake: FakeProvide
             break
     assert len(used) == turns and "finished after 24 model calls" in reply.text
     assert {"ls", "find", "read", "grep", "shell"} <= set(used)
-    assert (tmp_path / "NOTES.md").read_text().count("looked at src/") >= 2
+    notes = (tmp_path / "NOTES.md").read_text()  # appended to, then edited in place, through the shell
+    assert notes.count("- step ") == 3 and notes.count("checked at src/") == 2 and "looked at src/" in notes
 
 
 def test_the_demo_model_continues_from_its_latest_call_after_the_history_is_cut(fake: FakeProvider,
@@ -324,3 +351,28 @@ def test_python_m_ctxwin_testing_serves_the_demo(tmp_path: Path) -> None:
     finally:
         process.terminate()
         assert process.wait(timeout=10) == 0
+
+
+def test_the_demo_model_answers_service_turns_without_losing_its_place(fake: FakeProvider,
+                                                                      http: httpx.Client) -> None:
+    """A memory flush or checkpoint request in the middle of the task gets text, and the task goes on
+    from where it was; a summarizer's request (no tools) gets the fake's deterministic summary."""
+    fake.model = demo_model(10)
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+             for n in ("read", "ls", "shell")]
+    history = [{"role": "user", "content": "Survey the code."},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "call_demo_t0_s3_0", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "call_demo_t0_s3_0", "content": "src/app.py"},
+               {"role": "user", "content": "Before the history is compacted, write what you must keep to memory."}]
+
+    def ask(messages: list[dict[str, Any]], offered: Any = tools) -> dict[str, Any]:
+        body = {"model": "gpt-test", "messages": messages, **({"tools": offered} if offered else {})}
+        return http.post(fake.base_url + CHAT, headers=OPENAI_HEADERS, json=body).json()["choices"][0]["message"]
+
+    flush = ask(history)
+    assert flush.get("tool_calls") is None and flush["content"]
+    history += [{"role": "assistant", "content": flush["content"]}]
+    assert ask(history)["tool_calls"][0]["id"] == "call_demo_t0_s4_0"
+    summary = ask([{"role": "user", "content": "Summarize this conversation: reading src/app.py"}], offered=None)
+    assert summary["content"].startswith("## Summary") and "src/app.py" in summary["content"]

@@ -289,3 +289,41 @@ def test_any_openai_compatible_server_by_base_url(fake: FakeProvider) -> None:
                     max_tokens_field="max_tokens") as client:
         answer = client.complete([Message("user", user("hello").blocks)], max_tokens=30)
     assert answer.text.startswith("OK.") and fake.requests[-1].body["max_tokens"] == 30
+
+
+def test_a_server_that_ignores_stream_true_still_gives_a_completion(fake: FakeProvider) -> None:
+    from ctxwin.testing import ForcedResponse
+
+    whole = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "stop_reason": "end_turn",
+             "content": [{"type": "text", "text": "not streamed"}], "usage": {"input_tokens": 7, "output_tokens": 2}}
+    fake.force(ForcedResponse(body=whole))
+    with make("anthropic", fake) as client:
+        events = list(client.stream([user("hi")], max_tokens=20))
+    assert isinstance(events[-1], Done) and events[-1].completion.text == "not streamed"
+    assert isinstance(events[0], UsageReported) and events[0].usage.input_tokens == 7
+
+
+def test_importing_ctxwin_does_not_load_the_http_stack() -> None:
+    """The package root needs only the overflow catalog; the clients (and httpx) load on first use."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "src"
+    code = ("import sys, ctxwin, ctxwin.providers as p; assert 'httpx' not in sys.modules; "
+            "assert set(p.__all__) == set(p._EXPORTS); p.client_for; assert 'httpx' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": str(src)}, timeout=60)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_cancel_returns_while_the_server_has_sent_nothing_yet(fake: FakeProvider, api: str) -> None:
+    """A plain call whose server answers only when the whole answer is ready (no byte before then)."""
+    from ctxwin.testing import ForcedResponse
+
+    fake.force(ForcedResponse(delay=3.0))
+    cancel = threading.Event()
+    threading.Timer(0.1, cancel.set).start()
+    started = time.monotonic()
+    with make(api, fake) as client, pytest.raises(ModelCallCancelled):
+        client.complete([user("hi")], max_tokens=20, cancel=cancel)
+    assert time.monotonic() - started < 1.0

@@ -104,9 +104,10 @@ def quiet_stdout() -> None:
         pass
 
 
-def flush_stdout_or_fail() -> int | None:
-    """Flushes stdout; an output that cannot be written (disk full, closed pipe) is one line on stderr and
-    an exit code (None: all written)."""
+def flush_stdout_or_fail(*, report: bool = True) -> int | None:
+    """Flushes stdout; an output that cannot be written (disk full, closed pipe) is one line on stderr
+    (unless `report` is false: the command already said what went wrong) and an exit code (None: all
+    written)."""
     try:
         sys.stdout.flush()
     except BrokenPipeError:
@@ -114,6 +115,8 @@ def flush_stdout_or_fail() -> int | None:
         return EXIT_BROKEN_PIPE
     except OSError as error:
         quiet_stdout()
-        err_console.print(f"[bold red]error:[/] cannot write the output: {os_error_line(error)}", highlight=False)
+        if report:
+            err_console.print(f"[bold red]error:[/] cannot write the output: {os_error_line(error)}", highlight=False,
+                              soft_wrap=True)
         return 1
     return None

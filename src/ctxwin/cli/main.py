@@ -30,7 +30,7 @@ def main() -> None:
         app()
     except SystemExit as exit_:
         code = exit_.code
-    failed = _app.flush_stdout_or_fail()
+    failed = _app.flush_stdout_or_fail(report=not code)
     sys.exit(failed if failed is not None and not code else code)
 
 

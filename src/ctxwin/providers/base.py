@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeAlias
 
 import httpx
 
-from ctxwin.errors import CtxwinError, ModelCallCancelled
+from ctxwin.errors import CtxwinError, InputError, ModelCallCancelled
 from ctxwin.messages import Message, ToolCall
 
 DEFAULT_TIMEOUT = 120.0  # seconds for connecting and for each read when neither the client nor the call says
@@ -361,21 +361,6 @@ def _error_message(body: Any) -> str | None:
     return None
 
 
-def post_json(
-    http: httpx.Client,
-    url: str,
-    payload: Mapping[str, Any],
-    *,
-    headers: Mapping[str, str],
-    timeout: float,
-    provider: str,
-) -> dict[str, Any]:
-    """POST `payload` as JSON once and return the JSON object answered; an HTTP error status or an answer
-    that is not a JSON object raises `ProviderError`. Transport failures propagate as httpx exceptions."""
-    response = http.post(url, json=payload, headers=dict(headers), timeout=timeout)
-    return _json_object(response, provider)
-
-
 def _json_object(response: httpx.Response, provider: str) -> dict[str, Any]:
     if response.status_code >= 400:
         raise provider_error(response, provider)
@@ -512,10 +497,15 @@ class HttpClient:
     def _open(self, url: str, payload: Mapping[str, Any], timeout: float | None,
               cancel: threading.Event | None) -> Iterator[httpx.Response]:
         seconds = self.timeout if timeout is None else timeout
-        request = self._http.build_request("POST", url, json=dict(payload), headers=self.request_headers(),
-                                           timeout=seconds)
         try:
-            response = self._http.send(request, stream=True)
+            request = self._http.build_request("POST", url, json=dict(payload), headers=self.request_headers(),
+                                               timeout=seconds)
+        except (UnicodeEncodeError, ValueError) as error:  # a lone surrogate, NaN or infinity: not JSON
+            raise InputError(f"the request cannot be sent as JSON: {error}",
+                             "remove lone UTF-16 surrogates and NaN/infinite numbers from the messages") from None
+        try:
+            response = self._http.send(request, stream=True) if cancel is None else \
+                _send_cancellable(self._http, request, cancel)
         except httpx.TransportError:
             if cancel is not None and cancel.is_set():
                 raise ModelCallCancelled("the model call was cancelled") from None
@@ -546,6 +536,44 @@ def _cancellable(source: Iterator[SSE], cancel: threading.Event | None) -> Itera
     for item in source:
         _check_cancel(cancel)
         yield item
+
+
+def _send_cancellable(http: httpx.Client, request: httpx.Request, cancel: threading.Event) -> httpx.Response:
+    """`http.send(request, stream=True)`, given up on as soon as `cancel` is set. A server that answers
+    a plain request only when the whole answer is ready sends no byte before then, so there is no body
+    read to abort yet: the send runs in a helper thread, and a cancelled call returns at once while the
+    helper closes whatever answer still arrives (it ends by the request's own timeout at the latest)."""
+    outcome: dict[str, Any] = {}
+    lock = threading.Lock()
+    finished = threading.Event()
+
+    def run() -> None:
+        try:
+            response = http.send(request, stream=True)
+        except BaseException as error:  # handed to the caller, or dropped with the abandoned call
+            with lock:
+                outcome["error"] = error
+        else:
+            with lock:
+                if outcome.get("abandoned"):
+                    response.close()
+                else:
+                    outcome["response"] = response
+        finally:
+            finished.set()
+
+    threading.Thread(target=run, name="ctxwin-send", daemon=True).start()
+    while not finished.wait(CANCEL_POLL_SECONDS):
+        if cancel.is_set():
+            with lock:
+                outcome["abandoned"] = True
+                late = outcome.pop("response", None)
+            if late is not None:
+                late.close()
+            raise ModelCallCancelled("the model call was cancelled")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["response"]
 
 
 @contextlib.contextmanager
@@ -603,7 +631,6 @@ __all__ = [
     "Usage",
     "UsageReported",
     "malformed",
-    "post_json",
     "provider_error",
     "retry_after_seconds",
     "stream_error",

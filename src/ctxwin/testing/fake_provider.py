@@ -14,9 +14,17 @@ It behaves like the real services where context management is concerned:
   summary of the request (the first line of every user message, every file path seen), so tests can
   check what survived a compaction; anything else gets a short deterministic reply.
 
-Tests script it: `fail(...)`, `fail_with(pattern)` (serve a `CATALOG` entry's real body and status),
-`report_usage(...)` (silent overflow), `reply(...)`, or any `ForcedResponse`, consumed in order. Every
-request it received is in `requests`.
+- it streams like the real APIs when asked (`stream: true`): Anthropic's SSE events, OpenAI Chat chunks
+  (with the usage chunk under `stream_options.include_usage`) and Responses events, paced by
+  `stream_delay`, which the official SDKs' stream parsers read;
+- it answers every malformed request (bad framing, deep JSON, wrong types, out-of-range numbers, bad
+  images) with the real APIs' 400 body, never a dropped connection.
+
+What the assistant says comes from a scripted model (`model=`, see `ctxwin.testing.scripted`: a script,
+a function of the request, faults at chosen calls) or, without one, the deterministic reply. Tests can
+also force single answers: `fail(...)`, `fail_with(pattern)` (serve a `CATALOG` entry's real body and
+status), `report_usage(...)` (silent overflow), `reply(...)`, or any `ForcedResponse`, consumed in
+order. Every request it received is in `requests`.
 
     with FakeProvider(context_window=8_000, max_output=1_000) as fake:
         client = AnthropicClient(fake.anthropic_base_url, "key", "claude-test")
@@ -38,7 +46,8 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeAlias
 
-from ctxwin.messages import Message, Text, ToolCall, ToolResult
+from ctxwin.messages import Image, Message, Text, ToolCall, ToolResult
+from ctxwin.messages.model import image_problem
 from ctxwin.providers.overflow import OverflowPattern
 from ctxwin.testing.scripted import Fault, ModelFn, ModelRequest, Reply
 from ctxwin.tokens import counter_for
@@ -134,6 +143,7 @@ class FakeProvider:
         strict_alternation: bool = True,
         require_auth: bool = True,
         prompt_cache: bool = True,
+        anthropic_auto_cache: bool = False,
         model: ModelFn | None = None,
         port: int = 0,
         stream_delay: float = 0.0,
@@ -143,6 +153,9 @@ class FakeProvider:
         self.strict_alternation = strict_alternation  # Anthropic's historic "roles must alternate" rule
         self.require_auth = require_auth
         self.prompt_cache = prompt_cache
+        # Anthropic caches only up to explicit `cache_control` breakpoints, and so does the fake; with this
+        # on, every Anthropic request is treated as ending in one, so prefix reuse shows without them.
+        self.anthropic_auto_cache = anthropic_auto_cache
         self.model = model  # the scripted model; None: the deterministic default reply
         self.stream_delay = stream_delay  # seconds between the events of a streamed answer
         self._port = port
@@ -410,6 +423,7 @@ class FakeProvider:
         else:
             _validate_responses(body)
         try:
+            _check_images(api, request_messages(api, body))
             return count_request_tokens(api, body, self.counter(str(model)))
         except (ValueError, TypeError, KeyError, AttributeError) as bad:  # what the converters reject, a server rejects
             raise _Reject(400, _error(api, "invalid_request_error", f"invalid request: {bad}")) from None
@@ -487,7 +501,10 @@ class FakeProvider:
         with self._lock:
             seen = self._cache.setdefault(f"{api}:{model}", set())
             if api == "anthropic":  # explicit breakpoints: read the longest cached one, write up to the last
-                marks = [i for i, (_, marked) in enumerate(items) if marked and tokens_at[i] >= MIN_CACHEABLE_TOKENS]
+                marked_at = {i for i, (_, marked) in enumerate(items) if marked}
+                if self.anthropic_auto_cache and items:
+                    marked_at |= set(range(len(items)))  # every item boundary is a breakpoint
+                marks = [i for i in sorted(marked_at) if tokens_at[i] >= MIN_CACHEABLE_TOKENS]
                 if not marks:
                     return 0, 0
                 hit = max((i for i in marks if digests[i] in seen), default=None)
@@ -869,6 +886,26 @@ def _check_responses_shape(body: Mapping[str, Any]) -> None:
             for key in ("call_id", *(("name", "arguments") if item["type"] == "function_call" else ())):
                 if not isinstance(item.get(key), str):
                     raise _shape_error("responses", f"{where}.{key}", "a string", item.get(key))
+
+
+OPENAI_BAD_IMAGE = ("You uploaded an unsupported image. Please make sure your image is below 20 MB in size and is "
+                    "of one the following formats: ['png', 'jpeg', 'gif', 'webp'].")
+
+
+def _check_images(api: str, messages: Sequence[Message]) -> None:
+    """Every inline image as the real APIs check it: base64, one of four media types matching the bytes,
+    at most 5 MB (Anthropic's limit; the stricter one)."""
+    for i, message in enumerate(messages):
+        parts = [p for b in message.blocks for p in (b.content if isinstance(b, ToolResult) else (b,))]
+        for part in parts:
+            problem = image_problem(part) if isinstance(part, Image) else None
+            if problem is None:
+                continue
+            if api == "anthropic":
+                raise _Reject(400, _error(api, "invalid_request_error", f"messages.{i}: image: {problem}"))
+            message_text = "Invalid image data" if "base64" in problem else OPENAI_BAD_IMAGE
+            raise _Reject(400, _error(api, "invalid_request_error", f"{message_text} ({problem})",
+                                      param="messages" if api == "chat" else "input", code="invalid_image_format"))
 
 
 def tool_names(api: str, body: Mapping[str, Any]) -> tuple[str, ...]:

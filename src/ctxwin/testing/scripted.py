@@ -165,34 +165,51 @@ def demo_model(turns: int = DEMO_TURNS) -> ModelFn:
 
     It keeps no state of its own: the step comes from the call ids of its own latest tool call
     (`call_demo_t<task>_s<step>_<n>`) still in the request, so it continues correctly after a
-    compaction, a resume or a server restart. A user message after its latest call starts a new task.
-    Tools it uses: read, grep, find, ls, shell (and `edit` when the request offers it); a tool the
-    request does not offer is replaced by the shell, then by text."""
+    compaction, a resume or a server restart. A user message after its latest call starts a new task,
+    except a service turn in the middle of a task (one asking for a summary, a checkpoint or a memory
+    flush), which gets a text answer (the fake's deterministic summary when one is asked for) and does
+    not restart the count. A request that offers no tools (a summarizer's) gets the fake's default
+    answer. Tools it uses: read, grep, find, ls and shell (edits are made through the shell: `printf >>`
+    and `sed -i` on NOTES.md); a tool the request does not offer is replaced by the shell, then by text."""
 
-    def model(request: ModelRequest) -> Reply:
-        task, step = _demo_position(request.messages)
+    def model(request: ModelRequest) -> Reply | None:
+        if not request.tools:
+            return None  # not the agent loop: a summarizer or a plain chat request
+        task, step, service = _demo_position(request.messages, turns)
+        if service:
+            return None
         if step >= turns:
             return Reply(f"Task {task} finished after {turns} model calls. Files seen: "
                          f"{', '.join(_seen_files(request.messages)[:8]) or 'none'}.")
         call = _demo_step(step, _seen_files(request.messages), request.tools)
         if call is None:
-            return Reply(f"Step {step}: nothing to call (no tools offered); thinking instead.")
+            return Reply(f"Step {step}: none of the tools I use is offered; thinking instead.")
         name, arguments = call
         return Reply(f"Step {step} of {turns}.", (Call(name, arguments, id=f"call_demo_t{task}_s{step}_0"),))
 
     return model
 
 
-def _demo_position(messages: Sequence[Message]) -> tuple[int, int]:
-    """(task, step) of the next call: after the newest demo call, unless a user spoke since."""
+SERVICE_TURN = re.compile(r"summar|checkpoint|memory|memories|state of (?:the|your) work", re.IGNORECASE)
+
+
+def _demo_position(messages: Sequence[Message], turns: int) -> tuple[int, int, bool]:
+    """(task, step, service) of the next answer: the step after the newest demo call; a new task when
+    a user spoke since (unless that is a service turn in an unfinished task: then `service` is true
+    when it is the last message, and the task goes on after it)."""
     for index in range(len(messages) - 1, -1, -1):
         for block in messages[index].blocks:
             found = DEMO_CALL_ID.fullmatch(block.id) if isinstance(block, ToolCall) else None
-            if found:
-                task, step = int(found.group(1)), int(found.group(2))
-                later_user = any(m.role == "user" and m.text.strip() for m in messages[index + 1:])
-                return (task + 1, 0) if later_user else (task, step + 1)
-    return 0, 0
+            if not found:
+                continue
+            task, step = int(found.group(1)), int(found.group(2))
+            later = [m for m in messages[index + 1:] if m.role == "user" and m.text.strip()]
+            unfinished = step + 1 < turns
+            if any(not (unfinished and SERVICE_TURN.search(m.text)) for m in later):
+                return task + 1, 0, False
+            service = bool(later) and messages[-1].role == "user" and messages[-1] is later[-1]
+            return task, step + 1, service
+    return 0, 0, False
 
 
 def _seen_files(messages: Sequence[Message]) -> list[str]:
@@ -229,11 +246,11 @@ def _demo_step(step: int, files: list[str], tools: Sequence[str]) -> tuple[str, 
                     ("shell", {"command": f"grep -rn -m 50 {pattern!r} . | head -50"}))
     if phase == 5:
         return pick(("shell", {"command": f"wc -l {target} && head -c 400 {target}"}))
-    if phase == 6:
-        line = f"- step {step}: looked at {target}"
-        if "edit" in offered:
-            return "edit", {"path": NOTES_FILE, "old_text": "", "new_text": line + "\n"}
-        return pick(("shell", {"command": f"printf '%s\\n' {line!r} >> {NOTES_FILE} && tail -n 3 {NOTES_FILE}"}))
+    if phase == 6:  # an edit: append a line, then rewrite the previous one in place
+        line, earlier = f"- step {step}: looked at {target}", f"- step {step - 8}:"
+        return pick(("shell", {"command": f"printf '%s\\n' {line!r} >> {NOTES_FILE} && sed -i "
+                                          f"'s/^{earlier} looked/{earlier} checked/' {NOTES_FILE} && "
+                                          f"tail -n 3 {NOTES_FILE}"}))
     return pick(("shell", {"command": f"grep -c step {NOTES_FILE} || true"}), ("read", {"path": NOTES_FILE}))
 
 
