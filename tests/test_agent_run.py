@@ -115,3 +115,30 @@ def entry_names(session: Path) -> dict[str, str]:
 
 def rename(body: str, names: dict[str, str]) -> str:
     return re.sub(r"entry:([0-9a-f]{8})", lambda m: f"entry:{names.get(m.group(1), m.group(1))}", body)
+
+
+def test_run_prints_events_for_a_person_and_refuses_bad_input_with_a_message(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from ctxwin.cli.main import app
+
+    root = make_workspace(tmp_path / "ws", files=5)
+    runner = CliRunner()
+    with ScriptedFake(long_task(3, files=5), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        done = runner.invoke(app, ["run", "Turn 1: read", "--base-url", fake.openai_base_url, "--api-key", "k",
+                                   "--workspace", str(root), "--window", str(WINDOW), "--max-output", str(MAX_OUTPUT)])
+    assert done.exit_code == 0, done.output
+    assert "step 1: calling the model" in done.output and "step 1: Step 1 of turn 1. -> read" in done.output
+    assert "done: turns 1, model_calls 4" in done.output.replace("\n", " ")
+    for args, message in ((["run", "--base-url", "http://127.0.0.1:9/v1"], "give a TASK, or --resume"),
+                          (["run", "x", "--base-url", "http://127.0.0.1:9/v1", "--api", "gemini"], "unknown --api"),
+                          (["run", "--resume", "--base-url", "http://127.0.0.1:9/v1"], "--resume needs --session"),
+                          (["run", "x", "--base-url", "http://127.0.0.1:9/v1", "--workspace", str(tmp_path / "no")],
+                           "is not a folder")):
+        bad = runner.invoke(app, args)
+        assert bad.exit_code == 2 and message in bad.output and "Traceback" not in bad.output, bad.output
+    # A server that is not there: a clear error and exit 1, no traceback.
+    gone = runner.invoke(app, ["run", "x", "--base-url", "http://127.0.0.1:9/v1", "--api-key", "k",
+                               "--workspace", str(root)])
+    assert gone.exit_code == 1 and "did not answer at http://127.0.0.1:9/v1/chat/completions" in gone.output
+    assert "Traceback" not in gone.output

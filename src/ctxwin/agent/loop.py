@@ -213,9 +213,10 @@ class Agent:
             self.emit("interrupted")
             return RunResult("interrupted", self.last_text(), self._step)
         except (CtxwinError, httpx.TransportError) as error:  # the provider's error, recovery exhausted, ...
-            self.stats.errors.append(str(error))
-            self.emit("error", error=str(error), status=getattr(error, "status_code", None))
-            return RunResult("error", str(error), self._step)
+            text = _describe_failure(error)
+            self.stats.errors.append(text)
+            self.emit("error", error=text, status=getattr(error, "status_code", None))
+            return RunResult("error", text, self._step)
 
     def resume(self) -> RunResult | None:
         """Continue from the last logged message: run pending tool calls, or call the model after a
@@ -468,6 +469,17 @@ def create_agent(model: Model, *, session: SessionLog | None = None, workspace: 
                                   on_event=on_event, cancel=cancel)
     built.append(agent)
     return agent  # type: ignore[return-value]
+
+
+def _describe_failure(error: BaseException) -> str:
+    if isinstance(error, httpx.TransportError):
+        try:
+            where = f" at {error.request.url}"
+        except RuntimeError:  # an error raised without its request
+            where = ""
+        return (f"the model's server did not answer{where} ({type(error).__name__}: {error}); check the base URL "
+                "and that the server is running")
+    return str(error)
 
 
 def kill_tool_processes() -> list[int]:
