@@ -140,5 +140,6 @@ def test_run_prints_events_for_a_person_and_refuses_bad_input_with_a_message(tmp
     # A server that is not there: a clear error and exit 1, no traceback.
     gone = runner.invoke(app, ["run", "x", "--base-url", "http://127.0.0.1:9/v1", "--api-key", "k",
                                "--workspace", str(root)])
-    assert gone.exit_code == 1 and "did not answer at http://127.0.0.1:9/v1/chat/completions" in gone.output
+    flat = " ".join(gone.output.split())  # (rich wraps long lines)
+    assert gone.exit_code == 1 and "did not answer at http://127.0.0.1:9/v1/chat/completions" in flat
     assert "Traceback" not in gone.output
