@@ -283,3 +283,30 @@ def test_an_isolated_child_has_its_own_tools_permission_mode_and_skills(tmp_path
     assert messages[0].text.startswith("You only read.")
     assert [m.role for m in messages] == ["system", "user", "user"]
     assert "Use grep -c for counts." in messages[1].text and messages[2].text == "Task: count"
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_the_depth_limit(depth: int, tmp_path: Path) -> None:
+    root = workspace(tmp_path)
+
+    def child(messages: list[Message]) -> Turn:
+        task = next(m.text for m in messages if m.role == "user" and m.text.startswith("Task: "))
+        if task == "Task: outer" and messages[-1].role == "user":
+            return Turn(calls=[("g1", "task", {"task": "inner"})])
+        return Turn(text=f"answer to <{task[6:]}>")
+
+    plan = reading_parent(Turn(text="Delegating.", calls=[("t1", "task", {"task": "outer"})]), 0)
+    with ScriptedFake(make_script(plan, child=child), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        agent, _ = setup(fake, "openai", root, tmp_path, [], SubagentLimits(max_depth=depth))
+        agent.run("Turn 1: go")
+        requests = generation_requests(fake)
+        agent.engine.session.close()
+    children = [r for r in requests if _kind(_msgs("openai", r.body)) == "child"]
+    offered = {t["function"]["name"] for t in children[0].body["tools"]}
+    if depth == 1:  # a child of the main agent may not spawn: it is not even offered the tool
+        assert "task" not in offered
+        outer = next(r.text for m in _msgs("openai", children[-1].body) for r in m.tool_results if r.call_id == "g1")
+        assert "Unknown tool 'task'" in outer
+    else:
+        assert "task" in offered
+        assert any(_msgs("openai", r.body)[-1].text == "Task: inner" for r in children)
