@@ -14,6 +14,7 @@ import pytest
 from agent_fake import ScriptedFake, Turn, make_workspace
 from ctxwin.agent import AgentConfig, HttpModel, LoopEvent, create_agent
 from ctxwin.agent.subagents import FORK_TAG, AgentDefinition, SubagentLimits, SubAgents
+from ctxwin.engine import ContextEngine
 from ctxwin.messages import Message
 from ctxwin.providers import client_for
 from ctxwin.store import Session
@@ -114,6 +115,10 @@ def test_an_isolated_child_sees_only_its_task_and_the_allowlisted_files(api: str
     child_log = child_dir.joinpath("session.jsonl").read_text()
     assert '"subagent_parent"' in child_log and str(tmp_path / "parent") in child_log
     assert [e.data["action"] for e in events if e.kind == "subagent"] == ["start", "end"]
+    # Both logs reopen with their links (kept as custom entries), the engine rebuilding its state.
+    for folder, messages in ((tmp_path / "parent", 8), (child_dir, 2)):
+        with Session.open(folder) as log:
+            assert len(ContextEngine(log, model=MODELS[api], window=WINDOW, max_output=MAX_OUTPUT).messages) == messages
 
 
 def _msgs(api: str, body: dict[str, Any]) -> list[Message]:
