@@ -156,6 +156,10 @@ def test_memory_flush_before_compaction_and_the_checkpoint_protocol(tmp_path: Pa
     with ScriptedFake(long_task(40, files=10), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
         agent = build(fake, "anthropic", root, events, memory_flush=True)
         assert agent.run("Turn 1: read the docs").stop == "done"
+    breakdown = agent.context_breakdown()  # what /context shows: the compaction's summary has its own line
+    assert breakdown.context_window == WINDOW and breakdown.tokens("summary") > 0
+    assert breakdown.tokens("tool_schemas") > 0 and breakdown.reserved_output == agent.engine.reserve
+    assert any(e.kind == "memory_flush" for e in events)
     notes = list((root / "memory").glob("*.md"))
     assert len(notes) == 1 and notes[0].read_text().count("## Notes before compaction") == agent.stats.compactions >= 1
 

@@ -381,8 +381,11 @@ class Agent:
         info = model_info(self.engine.model)
         info = ModelInfo(info.name, self.engine.window, self.engine.max_output, info.family, info.provider,
                          info.known, info.encoding)
-        return usage_breakdown(prepared.messages, model=info, counter=self.engine.counter,
-                               system_prompt=prepared.system, tools=prepared.tools, reserve_output=self.engine.reserve)
+        # Synthetic items are what a compaction put in the view (its summary and restored files).
+        summary = "\n\n".join(item.message.text for item in prepared.items if item.synthetic)
+        return usage_breakdown([item.message for item in prepared.items if not item.synthetic], model=info,
+                               counter=self.engine.counter, system_prompt=prepared.system, tools=prepared.tools,
+                               summary=summary or None, reserve_output=self.engine.reserve)
 
     def request_checkpoint(self) -> None:
         """Ask the agent for its own state summary now (`/checkpoint`); the checkpoint policy uses it

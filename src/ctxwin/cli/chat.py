@@ -38,6 +38,8 @@ class Repl:
     def __init__(self, opts: Any, sessions: Path) -> None:
         self.opts = opts
         self.sessions = sessions
+        self.streamed = False  # a streamed answer is being printed
+        self.answered = False  # this turn's final answer was streamed to the screen
         self.agent: Agent = self._open(opts.session or self._fresh())
 
     def _fresh(self) -> Path:
@@ -54,8 +56,22 @@ class Repl:
         return agent
 
     def show(self, event: LoopEvent) -> None:
-        if event.kind == "assistant" and not event.data["tool_calls"]:
-            return  # the answer is printed once the turn ends
+        if event.kind == "delta":  # a streamed answer, shown as it arrives
+            console.print(event.data["text"], end="", markup=False, highlight=False)
+            self.streamed = True
+            return
+        if event.kind == "assistant":
+            if self.streamed:
+                console.print()
+                calls = event.data["tool_calls"]
+                if calls:
+                    console.print(escape(f"  -> {', '.join(calls)}"), style="dim", highlight=False)
+                else:
+                    self.answered = True  # the answer is on the screen already
+                self.streamed = False
+                return
+            if not event.data["tool_calls"]:
+                return  # the answer is printed once the turn ends
         line = describe(event)
         if line and event.kind != "model_call":
             console.print(escape(line), style="dim", highlight=False)
@@ -67,6 +83,7 @@ class Repl:
     def turn(self, task: str | None, resume: bool = False) -> None:
         """Run one turn with Ctrl-C bound to stopping it."""
         previous = signal.signal(signal.SIGINT, lambda *_: self.agent.interrupt())
+        self.streamed = self.answered = False
         try:
             result = self.agent.resume() if resume else self.agent.run(task)
         finally:
@@ -79,7 +96,7 @@ class Repl:
             console.print(escape(f"stopped: {result.stop}"), style="yellow", highlight=False)
             if result.stop == "error":
                 console.print(escape(result.text), style="red", highlight=False)
-        else:
+        elif not self.answered:
             console.print(escape(result.text), highlight=False)
         self.status()
 
