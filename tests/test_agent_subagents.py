@@ -315,3 +315,39 @@ def test_the_depth_limit(depth: int, tmp_path: Path) -> None:
     else:
         assert "task" in offered
         assert any(_msgs("openai", r.body)[-1].text == "Task: inner" for r in children)
+
+
+def test_the_concurrency_limits_of_the_tree_and_of_one_agent(tmp_path: Path) -> None:
+    root = workspace(tmp_path)
+    lock = threading.Lock()
+    state = {"now": 0, "max": 0}
+
+    def slow_child(messages: list[Message]) -> Turn:
+        with lock:
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+        time.sleep(0.3)
+        with lock:
+            state["now"] -= 1
+        return Turn(text=f"done <{messages[-1].text[6:]}>")
+
+    tasks = [f"job {n}" for n in range(1, 5)]
+    plan = reading_parent(Turn(text="Fan out.", calls=[("p", "task", {"tasks": tasks, "mode": "parallel"})]), 0)
+    with ScriptedFake(make_script(plan, child=slow_child), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        agent, _ = setup(fake, "openai", root, tmp_path / "a", [], SubagentLimits(max_concurrent=2))
+        agent.run("Turn 1: go")
+        answer = next(r.text for m in _msgs("openai", generation_requests(fake)[-1].body) for r in m.tool_results
+                      if r.call_id == "p")
+        agent.engine.session.close()
+    assert state["max"] == 2  # the tree's slots, though 4 may start at once
+    assert all(f"done <job {n}>" in answer for n in range(1, 5))
+
+    state["max"] = 0
+    with ScriptedFake(make_script(plan, child=slow_child), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        agent, _ = setup(fake, "openai", root, tmp_path / "b", [], SubagentLimits(max_children_per_agent=1))
+        agent.run("Turn 1: go")
+        answer = next(r.text for m in _msgs("openai", generation_requests(fake)[-1].body) for r in m.tool_results
+                      if r.call_id == "p")
+        agent.engine.session.close()
+    assert state["max"] == 1
+    assert answer.count("this agent already runs 1 sub-agents") == 3 and answer.count("done <job") == 1

@@ -180,7 +180,7 @@ class SubAgents:
             return ToolOutput.error(ToolError("subagent", error.message, error.hint))
         text = "\n\n".join(f"## Task {n}\n{r.as_tool_text()}" if len(results) > 1 else r.as_tool_text()
                            for n, r in enumerate(results, 1))
-        return ToolOutput(text, is_error=all(r.stop == "error" for r in results),
+        return ToolOutput(text, is_error=all(r.stop in ("error", "refused") for r in results),
                           details={"children": [r.session for r in results], "contexts": [r.context for r in results]})
 
     # ---------------------------------------------------------------- the API
@@ -192,9 +192,17 @@ class SubAgents:
                                 "split them into several calls, or chain them")
         call_id = options.pop("call_id", None)
         with ThreadPoolExecutor(max_workers=min(self.limits.parallel_at_once, len(tasks))) as pool:
-            futures = [pool.submit(self.spawn, task, call_id=f"{call_id or 'task'}-{n}", **options)
+            futures = [pool.submit(self._spawn_or_refusal, task, call_id=f"{call_id or 'task'}-{n}", **options)
                        for n, task in enumerate(tasks, 1)]
             return [f.result() for f in futures]
+
+    def _spawn_or_refusal(self, task: str, **options: Any) -> ChildResult:
+        """One task of several: a refusal (a limit) is that task's result, not the whole call's."""
+        try:
+            return self.spawn(task, **options)
+        except SubagentError as error:
+            text = f"{error.message} ({error.hint})" if error.hint else error.message
+            return ChildResult(text, "refused", 0, options.get("context", "isolated"), "(not started)")
 
     def chain(self, tasks: Sequence[str], **options: Any) -> list[ChildResult]:
         """Run `tasks` one after another, each seeing the previous result (`{previous}` in the task, or
@@ -206,8 +214,8 @@ class SubAgents:
                 previous = results[-1].text
                 task = task.replace(PREVIOUS, previous) if PREVIOUS in task else \
                     f"{task}\n\n<previous-result>\n{previous}\n</previous-result>"
-            results.append(self.spawn(task, call_id=f"{call_id or 'task'}-{n}", **options))
-            if results[-1].stop == "error":
+            results.append(self._spawn_or_refusal(task, call_id=f"{call_id or 'task'}-{n}", **options))
+            if results[-1].stop in ("error", "refused"):
                 break
         return results
 
