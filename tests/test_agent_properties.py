@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ from ctxwin.agent import AgentConfig, FunctionModel, create_agent
 from ctxwin.engine import Prepared
 from ctxwin.messages import Message, Text, ToolCall, validate
 from ctxwin.providers import Completion
-from ctxwin.tools import Workspace
+from ctxwin.tools import ToolOutput, ToolSpec, Workspace
 
 ARGS = st.one_of(
     st.just({"path": "docs/f000.txt"}), st.just({"path": "docs"}), st.just({}),
@@ -54,3 +56,29 @@ def test_every_call_gets_one_result_in_order_and_the_log_stays_valid(tmp_path: P
             for call, out in zip(asked.tool_calls, answered.tool_results, strict=True):
                 if call.name == "no_such_tool" or not isinstance(call.arguments, dict):
                     assert out.is_error
+
+
+def test_several_calls_of_one_message_run_at_once_bounded_results_in_call_order(tmp_path: Path) -> None:
+    lock = threading.Lock()
+    state = {"now": 0, "max": 0}
+
+    def nap(ws: Any, args: dict[str, Any], read_state: Any, call_id: str | None) -> ToolOutput:
+        with lock:
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+        time.sleep(0.2 if args["n"] % 2 else 0.05)  # the odd ones finish last
+        with lock:
+            state["now"] -= 1
+        return ToolOutput(f"nap {args['n']}")
+
+    spec = ToolSpec("nap", "Sleep a little.", {"type": "object", "properties": {"n": {"type": "integer"}},
+                                                "required": ["n"], "additionalProperties": False}, nap)
+    replies = iter([Message("assistant", tuple(ToolCall(f"n{n}", "nap", {"n": n}) for n in range(6))),
+                    Message("assistant", (Text("rested"),))])
+    agent = create_agent(FunctionModel(lambda prepared: Completion(next(replies)), "gpt-4o"), extra_tools=[spec],
+                         config=AgentConfig(parallel_tools=3), window=16_000, max_output=1_000)
+    started = time.monotonic()
+    assert agent.run("go").stop == "done"
+    assert state["max"] == 3 and time.monotonic() - started < 6 * 0.2
+    results = agent.engine.messages[2].tool_results
+    assert [r.text for r in results] == [f"nap {n}" for n in range(6)]
