@@ -13,6 +13,7 @@ import pytest
 
 from agent_fake import ScriptedFake, Turn, long_task, make_workspace
 from ctxwin.agent import Agent, AgentConfig, HttpModel, LoopEvent, create_agent, tool_table
+from ctxwin.messages import Message, Text, ToolCall
 from ctxwin.providers import RetryPolicy, client_for
 from ctxwin.store import Session
 from ctxwin.testing import FakeProvider, ForcedResponse, overflow, rate_limited, server_error
@@ -149,6 +150,17 @@ def test_the_loop_logs_everything_and_resumes_in_process(tmp_path: Path) -> None
     roles = [e["payload"]["role"] for e in log if e["kind"] == "message"]
     assert roles == ["user"] + ["assistant", "tool"] * 6 + ["assistant"]
 
+    # A process that died after logging a model's tool calls, before their results: resume runs them.
+    with Session.open(tmp_path / "s2") as log2:
+        log2.append("message", Message("user", (Text("Turn 1: go"),)).to_dict())
+        log2.append("message", Message("assistant", (ToolCall("t1s5a", "read", {"path": "docs/f001.txt"}),)).to_dict())
+    with ScriptedFake(long_task(6, files=5), context_window=WINDOW, max_output=MAX_OUTPUT) as fake, \
+            Session.open(tmp_path / "s2") as log2:
+        result = build(fake, "openai", root, [], session=log2).resume()
+        first = fake.requests[0].body["messages"]
+    assert result is not None and result.text == "Turn 1 done after 6 steps."
+    assert first[-1]["role"] == "tool" and first[-1]["tool_call_id"] == "t1s5a" and "file 001" in first[-1]["content"]
+
 
 def test_memory_flush_before_compaction_and_the_checkpoint_protocol(tmp_path: Path) -> None:
     root = make_workspace(tmp_path / "ws", files=10)
@@ -199,6 +211,7 @@ def test_interrupt_stops_the_step_and_kills_the_tool_process_group(tmp_path: Pat
     def running() -> bool:
         return bool(subprocess.run(["pgrep", "-f", sleep], capture_output=True, text=True).stdout.strip())
 
+    bystander = subprocess.Popen(["sleep", "30"], start_new_session=True)  # not the tools': must survive
     with ScriptedFake(script, context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
         agent = build(fake, "openai", root, [])
         agent.workspace = Workspace([root], allow_shell=True, model=MODELS["openai"])
@@ -216,5 +229,8 @@ def test_interrupt_stops_the_step_and_kills_the_tool_process_group(tmp_path: Pat
         assert time.monotonic() - started < 3
         assert outcome["result"].stop == "interrupted"
         assert not running()  # the command and its background child are gone
+        assert bystander.poll() is None  # a process group that was there before the tools ran is spared
+        bystander.kill()
+        bystander.wait()
         # The log stays a valid conversation, and the session goes on.
         assert agent.resume() is not None and agent.last_text() == "carried on"

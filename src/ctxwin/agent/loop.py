@@ -176,6 +176,8 @@ class Agent:
         self._step = 0
         self._run_cost = 0.0
         self._repeat: tuple[str, int] = ("", 0)
+        self._groups_before: set[int] = set()
+        self._running_tools = False
 
     # ---------------------------------------------------------------- events
 
@@ -185,9 +187,10 @@ class Agent:
 
     # ---------------------------------------------------------------- run -> step -> query -> execute
 
-    def run(self, task: str | Message | None = None) -> RunResult:
+    def run(self, task: str | Message | None = None, *, pending: Sequence[ToolCall] = ()) -> RunResult:
         """One user turn: log `task` (text or a user `Message`; None: continue from the log, see
-        `resume`) and step until the model answers in text or a limit stops it."""
+        `resume`), run the `pending` calls of the last assistant message if any, and step until the
+        model answers in text or a limit stops it."""
         if task is not None:
             message = task if isinstance(task, Message) else Message("user", (Text(task),))
             self.engine.append(message)
@@ -197,6 +200,8 @@ class Agent:
         self._run_cost = 0.0
         self.cancel.clear()
         try:
+            if pending:
+                self.execute(list(pending))
             while True:
                 limit = self.limit_reached()
                 if limit is not None:
@@ -226,9 +231,7 @@ class Agent:
             return None
         last = messages[-1]
         if last.role == "assistant" and last.tool_calls:
-            self._step = 0
-            self.execute(list(last.tool_calls))
-            return self.run(None)
+            return self.run(None, pending=last.tool_calls)
         if last.role in ("user", "tool"):
             return self.run(None)
         return None
@@ -305,16 +308,21 @@ class Agent:
             self.emit("tool_call", name=call.name, call_id=call.id,
                       arguments=call.arguments if isinstance(call.arguments, dict) else str(call.arguments)[:200])
         checked = [self._check(call) for call in calls]
+        self._groups_before = child_groups()  # only processes started from here on are the tools'
+        self._running_tools = True
         runnable = [(i, call) for i, (call, refusal) in enumerate(zip(calls, checked, strict=True)) if refusal is None]
         outputs: list[ToolOutput | None] = list(checked)
-        if len(runnable) == 1:
-            index, call = runnable[0]
-            outputs[index] = self.run_tool(call)
-        elif runnable:
-            with ThreadPoolExecutor(max_workers=min(self.config.parallel_tools, len(runnable))) as pool:
-                for (index, _), output in zip(runnable, pool.map(self.run_tool, [c for _, c in runnable]),
-                                              strict=True):
-                    outputs[index] = output
+        try:
+            if len(runnable) == 1:
+                index, call = runnable[0]
+                outputs[index] = self.run_tool(call)
+            elif runnable:
+                with ThreadPoolExecutor(max_workers=min(self.config.parallel_tools, len(runnable))) as pool:
+                    for (index, _), output in zip(runnable, pool.map(self.run_tool, [c for _, c in runnable]),
+                                                  strict=True):
+                        outputs[index] = output
+        finally:
+            self._running_tools = False
         done = [out for out in outputs if out is not None]
         results = [out.to_tool_result(call.id, call.name) for call, out in zip(calls, done, strict=True)]
         self.last_outputs = done
@@ -372,7 +380,8 @@ class Agent:
         """Stop the current step (Ctrl-C): the loop stops at once, and the tool processes running now
         (each in its own process group, children of this process) are killed with their children."""
         self.cancel.set()
-        kill_tool_processes()
+        if self._running_tools:
+            kill_tool_processes(spare=self._groups_before)
 
     def context_breakdown(self) -> Breakdown:
         """Where the tokens of the next request go (`/context`): system prompt, tool schemas, summary,
@@ -485,21 +494,29 @@ def _describe_failure(error: BaseException) -> str:
     return str(error)
 
 
-def kill_tool_processes() -> list[int]:
-    """Kill the process group of every child process of this one (the shell tool starts each command
-    in its own group, so its own children go with it). Returns the groups killed. Linux (/proc)."""
-    me = os.getpid()
+def child_groups() -> set[int]:
+    """Process groups led by a direct child of this process (the shell tool starts each command as
+    the leader of its own group). Linux (/proc); empty elsewhere."""
+    me = Path(f"/proc/{os.getpid()}")
+    children: set[int] = set()
+    for task in me.glob("task/*/children"):
+        with contextlib.suppress(OSError):
+            children.update(int(pid) for pid in task.read_text().split())
+    groups = set()
+    for pid in children:
+        with contextlib.suppress(OSError, ValueError):
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            if int(stat[stat.rindex(")") + 2:].split()[2]) == pid:  # after "(comm)": state, ppid, pgrp
+                groups.add(pid)
+    return groups
+
+
+def kill_tool_processes(spare: frozenset[int] | set[int] = frozenset()) -> list[int]:
+    """Kill every process group in `child_groups()` but those in `spare` (that were there before the
+    tools ran), with everything in them. Returns the groups killed."""
     killed = []
-    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after "(comm)": state, ppid, pgrp, ...
-        if int(fields[1]) == me and int(fields[2]) == int(entry.name):  # a group leader we started
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(entry.name), signal.SIGKILL)
-                killed.append(int(entry.name))
+    for group in sorted(child_groups() - spare):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+            killed.append(group)
     return killed
