@@ -37,8 +37,11 @@ from ctxwin.providers.base import (
     ToolDef,
     Usage,
     UsageReported,
+    guarded_events,
+    guarded_parse,
     malformed,
     stream_error,
+    text_field,
     token_count,
 )
 from ctxwin.providers.tools import add_tools
@@ -128,12 +131,7 @@ class AnthropicClient(HttpClient):
 def parse_anthropic_message(data: Mapping[str, Any]) -> Completion:
     """A Messages API response as a `Completion`; one that is not what the API documents (content not a
     list of blocks, usage counts that are not numbers) is a `ProviderError`."""
-    try:
-        return _parse_message(data)
-    except ProviderError:
-        raise
-    except MALFORMED as problem:
-        raise malformed(PROVIDER, 200, dict(data), problem) from None
+    return guarded_parse(PROVIDER, data, _parse_message)
 
 
 def _parse_message(data: Mapping[str, Any]) -> Completion:
@@ -162,7 +160,12 @@ def usage_from_anthropic(usage: Any) -> Usage | None:
 def anthropic_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     """Messages API server-sent events (message_start, content_block_start/delta/stop, message_delta,
     message_stop, ping, error) as typed events, ending with `Done`; the completion is built from the
-    accumulated message exactly as a non-streamed answer is parsed."""
+    accumulated message exactly as a non-streamed answer is parsed. A stream that is not what the API
+    documents is a `ProviderError`."""
+    return guarded_events(PROVIDER, _anthropic_events(source))
+
+
+def _anthropic_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     message: dict[str, Any] = {}
     blocks: dict[int, dict[str, Any]] = {}
     partial: dict[int, list[str]] = {}
@@ -190,23 +193,28 @@ def anthropic_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
                 if block.get("type") == "tool_use":
                     calls[index] = len(calls)
                     partial[index] = []
-                    yield ToolCallStarted(calls[index], str(block["id"]), str(block["name"]))
+                    yield ToolCallStarted(calls[index], text_field(block["id"], "tool_use.id"),
+                                          text_field(block["name"], "tool_use.name"))
                 elif block.get("type") == "text" and block.get("text"):
-                    yield TextDelta(str(block["text"]))
+                    yield TextDelta(text_field(block["text"], "text"))
             elif kind == "content_block_delta":
                 index, delta = int(data["index"]), data["delta"]
                 block = blocks[index]
                 if delta["type"] == "text_delta":
-                    block["text"] = block.get("text", "") + delta["text"]
-                    yield TextDelta(delta["text"])
+                    piece = text_field(delta["text"], "text_delta.text")
+                    block["text"] = text_field(block.get("text", ""), "text") + piece
+                    yield TextDelta(piece)
                 elif delta["type"] == "input_json_delta":
-                    partial[index].append(delta["partial_json"])
-                    yield ToolCallDelta(calls[index], delta["partial_json"])
+                    piece = text_field(delta["partial_json"], "input_json_delta.partial_json")
+                    partial[index].append(piece)
+                    yield ToolCallDelta(calls[index], piece)
                 elif delta["type"] == "thinking_delta":
-                    block["thinking"] = block.get("thinking", "") + delta["thinking"]
-                    yield ThinkingDelta(delta["thinking"])
+                    piece = text_field(delta["thinking"], "thinking_delta.thinking")
+                    block["thinking"] = text_field(block.get("thinking", ""), "thinking") + piece
+                    yield ThinkingDelta(piece)
                 elif delta["type"] == "signature_delta":
-                    block["signature"] = block.get("signature", "") + delta["signature"]
+                    block["signature"] = text_field(block.get("signature", ""), "signature") + \
+                        text_field(delta["signature"], "signature_delta.signature")
                 elif delta["type"] == "citations_delta":
                     block.setdefault("citations", []).append(delta["citation"])
             elif kind == "content_block_stop":

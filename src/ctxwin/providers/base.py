@@ -326,6 +326,38 @@ def malformed(provider: str, status: int, body: Any, problem: str | BaseExceptio
     return ProviderError(status, body, f"malformed response ({detail})", provider)
 
 
+def text_field(value: Any, what: str) -> str:
+    """A field an API documents as a string; anything else is a malformed answer (ValueError, turned
+    into `ProviderError` by the parsers)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} is {type(value).__name__}, not a string")
+    return value
+
+
+def guarded_events(provider: str, events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
+    """`events`, with anything in the stream that is not what the API documents turned into a
+    `ProviderError` (wherever the parser trips over it, the final assembly included)."""
+    try:
+        yield from events
+    except ProviderError:
+        raise
+    except MALFORMED as problem:
+        raise malformed(provider, 200, None, problem) from None
+
+
+def guarded_parse(provider: str, data: Any, parse: Callable[[Mapping[str, Any]], Completion]) -> Completion:
+    """`parse(data)`, with anything that is not what the API documents (not an object, wrong types,
+    missing fields) turned into a `ProviderError` carrying the answer."""
+    if not isinstance(data, Mapping):
+        raise malformed(provider, 200, data, "the answer is not a JSON object")
+    try:
+        return parse(data)
+    except ProviderError:
+        raise
+    except MALFORMED as problem:
+        raise malformed(provider, 200, dict(data), problem) from None
+
+
 def stream_error(provider: str, body: Mapping[str, Any]) -> ProviderError:
     """A `ProviderError` for an error event inside a stream, with the status its type stands for."""
     kind = _error_type(body)
@@ -630,9 +662,12 @@ __all__ = [
     "ToolDef",
     "Usage",
     "UsageReported",
+    "guarded_events",
+    "guarded_parse",
     "malformed",
     "provider_error",
     "retry_after_seconds",
     "stream_error",
+    "text_field",
     "token_count",
 ]
