@@ -572,3 +572,13 @@ def test_fuzz_a_mutated_stream_ends_in_done_or_a_provider_error(real_answers: di
     except ProviderError:
         return
     assert isinstance(out[-1], Done) and out[-1].completion.message.role == "assistant"
+
+
+def test_item_24_the_replaced_images_of_a_request_can_be_listed_for_an_event() -> None:
+    from ctxwin.messages.model import image_problems
+
+    good = Image("image/png", b64(png(4, 4)))
+    view = [Message("user", (Text("a"), good, BAD_IMAGES["text/html"]), id="m1"),
+            Message("tool", (ToolResult("c1", (BAD_IMAGES["invalid base64"], good)),), id="m2")]
+    assert [(mid, index, problem.split(" ")[0]) for mid, index, problem in image_problems(view)] == \
+        [("m1", 2, "media"), ("m2", 0, "the")]
