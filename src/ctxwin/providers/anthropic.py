@@ -73,10 +73,12 @@ class AnthropicClient(HttpClient):
         retry: RetryPolicy = NO_RETRY,
         on_retry: Callable[[Retrying], None] | None = None,
         rng: random.Random | None = None,
+        prompt_cache: bool = False,
     ) -> None:
         super().__init__(base_url, api_key, model, http_client, headers=headers, extra_body=extra_body,
                          timeout=timeout, retry=retry, on_retry=on_retry, rng=rng)
         self.version = version
+        self.prompt_cache = prompt_cache  # mark cache breakpoints (see `with_cache_breakpoints`)
 
     def request_headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json", "anthropic-version": self.version}
@@ -99,6 +101,8 @@ class AnthropicClient(HttpClient):
         add_tools("anthropic", payload, tools, tool_choice)
         if stream:
             payload["stream"] = True
+        if self.prompt_cache:
+            payload = with_cache_breakpoints(payload)
         return {**payload, **self.extra_body}
 
     def complete(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
@@ -106,7 +110,7 @@ class AnthropicClient(HttpClient):
                  tool_choice: ToolChoice | None = None, cancel: threading.Event | None = None) -> Completion:
         payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
                                      tool_choice=tool_choice)
-        return parse_anthropic_message(self._post_to(self.base_url + "/v1/messages", payload, timeout, cancel))
+        return self._complete(self.base_url + "/v1/messages", payload, timeout, cancel, parse_anthropic_message)
 
     def stream(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
                tools: Sequence[ToolDef | Mapping[str, Any]] | None = None, tool_choice: ToolChoice | None = None,
@@ -126,6 +130,35 @@ class AnthropicClient(HttpClient):
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise malformed(PROVIDER, 200, data, "input_tokens is not a count")
         return count
+
+
+CACHE_CONTROL = {"type": "ephemeral"}  # Anthropic's 5-minute prompt cache
+
+
+def with_cache_breakpoints(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The request with `cache_control` breakpoints on the last tool, the last system block and the
+    last block of the last message (3 of the 4 Anthropic allows): each call then writes the whole
+    prompt to the cache and reads the previous call's prefix back, the incremental caching Claude Code
+    does. Blocks that already carry a breakpoint keep theirs."""
+    out = dict(payload)
+    if out.get("tools"):
+        out["tools"] = [*out["tools"][:-1], {"cache_control": CACHE_CONTROL, **out["tools"][-1]}]
+    system = out.get("system")
+    if isinstance(system, str) and system:
+        system = [{"type": "text", "text": system}]
+    if isinstance(system, list) and system:
+        out["system"] = [*system[:-1], {"cache_control": CACHE_CONTROL, **system[-1]}]
+    messages = list(out.get("messages") or [])
+    if messages:
+        last = dict(messages[-1])
+        content = last.get("content")
+        if isinstance(content, str) and content:
+            content = [{"type": "text", "text": content}]
+        if isinstance(content, list) and content:
+            last["content"] = [*content[:-1], {"cache_control": CACHE_CONTROL, **content[-1]}]
+            messages[-1] = last
+        out["messages"] = messages
+    return out
 
 
 def parse_anthropic_message(data: Mapping[str, Any]) -> Completion:
@@ -245,4 +278,4 @@ def _anthropic_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
 
 
 __all__ = ["ANTHROPIC_BASE_URL", "ANTHROPIC_VERSION", "AnthropicClient", "anthropic_stream_events",
-           "parse_anthropic_message", "usage_from_anthropic"]
+           "parse_anthropic_message", "usage_from_anthropic", "with_cache_breakpoints"]

@@ -101,7 +101,7 @@ class _OpenAIClient(HttpClient):
                  cancel: threading.Event | None = None) -> Completion:
         payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
                                      tool_choice=tool_choice)
-        return self.parse(self._post_to(self.url, payload, timeout, cancel))
+        return self._complete(self.url, payload, timeout, cancel, self.parse)
 
     def stream(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
                tools: Tools = None, tool_choice: ToolChoice | None = None, timeout: float | None = None,

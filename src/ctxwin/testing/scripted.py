@@ -30,10 +30,13 @@ FaultKind = Literal["rate_limit", "server_error", "overloaded", "overflow", "sta
 
 @dataclass(frozen=True)
 class Call:
-    """A tool call the scripted model makes. `id` None: the server makes one in the API's own style."""
+    """A tool call the scripted model makes. `id` None: the server makes one in the API's own style.
+    `arguments` as a string is sent verbatim as the raw arguments (so a test can send invalid JSON);
+    Anthropic's `input` is always an object, so there a string that is not a JSON object arrives as
+    `{"raw_arguments": ...}`, the way ctxwin's converters read such calls."""
 
     name: str
-    arguments: Mapping[str, Any] = field(default_factory=dict)
+    arguments: Mapping[str, Any] | str = field(default_factory=dict)
     id: str | None = None
 
 
