@@ -5,7 +5,8 @@
 - the clients' share of a streamed call: time spent parsing events and building the completion
   (`stream_parse_ms`), measured by feeding a recorded stream to the parser without the network;
 - cancellation: milliseconds from setting the cancel event to the stream raising, while the client is
-  blocked waiting for the server's next event.
+  blocked waiting for the server's next event; and what passing a cancel event that is never set costs
+  a plain call (`complete_with_cancel_ms` against `complete_ms`).
 
 Prints one JSON object on its last line.
 """
@@ -54,11 +55,15 @@ def main() -> None:
                 plain = [timed(lambda c=client: c.complete(history, max_tokens=500)) for _ in range(CALLS)]
                 streamed = [timed(lambda c=client: c.stream(history, max_tokens=500).until_done())
                             for _ in range(CALLS)]
+                idle = threading.Event()  # a cancel event that is never set: what watching it costs
+                watched = [timed(lambda c=client, e=idle: c.complete(history, max_tokens=500, cancel=e))
+                           for _ in range(CALLS)]
             answer = fake.requests[-1].response
             events = [SSE(name or "", data if isinstance(data, str) else json.dumps(data))
                       for name, data in stream_events(WIRE[api], answer, include_usage=True)]
             parse = [timed(lambda p=PARSERS[api], e=events: list(p(iter(e)))) for _ in range(CALLS)]
             results[api] = {"complete_ms": round(statistics.median(plain), 2),
+                            "complete_with_cancel_ms": round(statistics.median(watched), 2),
                             "stream_ms": round(statistics.median(streamed), 2),
                             "stream_events": len(events),
                             "stream_parse_ms": round(statistics.median(parse), 3)}

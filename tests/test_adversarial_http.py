@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -500,3 +500,85 @@ def test_item_26_a_request_that_is_not_json_is_a_typed_error_before_sending(fake
             with pytest.raises(InputError):
                 client.complete([user("hi")], max_tokens=20, tools=[{"name": "t", "parameters": {"x": float("nan")}}])
     assert fake.requests == []
+
+
+# --------------------------------------------------------------------------------------------------
+# Fuzz: the clients' parsers of whole answers and of streams
+
+
+@pytest.fixture(scope="module")
+def real_answers() -> dict[str, Any]:
+    """One real answer per API (text and a tool call), from the fake's own builders."""
+    from ctxwin.testing import Call, Reply
+
+    with FakeProvider(model=lambda request: Reply("Reading it.", (Call("read", {"path": "a.py"}),))) as fake, \
+            httpx.Client(timeout=ANSWER_SECONDS) as client:
+        out = {}
+        for api, path in PATHS.items():
+            body = dict(VALID[path])
+            client.post(fake.base_url + path, json=body, headers=HEADERS[api]).raise_for_status()
+            out[api] = fake.requests[-1].response
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(api=st.sampled_from(sorted(PATHS)), data=st.data())
+def test_fuzz_a_mutated_answer_parses_or_is_a_provider_error(real_answers: dict[str, Any], api: str,
+                                                             data: st.DataObject) -> None:
+    from ctxwin.providers.anthropic import parse_anthropic_message
+    from ctxwin.providers.openai import parse_chat_completion, parse_responses_response
+
+    answer = real_answers[api]
+    where = data.draw(st.sampled_from(paths_of(answer)))
+    mutated = replaced(answer, where, data.draw(JSON_VALUES))
+    parse = {"anthropic": parse_anthropic_message, "chat": parse_chat_completion,
+             "responses": parse_responses_response}[api]
+    try:
+        completion = parse(mutated)
+    except ProviderError:
+        return
+    assert completion.message.role == "assistant"
+
+
+@settings(max_examples=150, deadline=None)
+@given(api=st.sampled_from(sorted(PATHS)), data=st.data())
+def test_fuzz_a_mutated_stream_ends_in_done_or_a_provider_error(real_answers: dict[str, Any], api: str,
+                                                                data: st.DataObject) -> None:
+    from ctxwin.providers.anthropic import anthropic_stream_events
+    from ctxwin.providers.base import SSE, Done
+    from ctxwin.providers.openai import chat_stream_events, responses_stream_events
+    from ctxwin.testing.fake_provider import stream_events
+
+    events = [[name or "", data_] for name, data_ in stream_events(api, real_answers[api], include_usage=True)]
+    for _ in range(data.draw(st.integers(1, 3))):
+        index = data.draw(st.integers(0, len(events) - 1))
+        action = data.draw(st.sampled_from(["mutate", "drop", "duplicate", "garbage"]))
+        if action == "drop":
+            events.pop(index)
+        elif action == "duplicate":
+            events.insert(index, list(events[index]))
+        elif action == "garbage":
+            events[index][1] = data.draw(st.text(max_size=30))
+        elif isinstance(events[index][1], Mapping):
+            target = events[index][1]
+            events[index][1] = replaced(target, data.draw(st.sampled_from(paths_of(target))), data.draw(JSON_VALUES))
+        if not events:
+            break
+    parse = {"anthropic": anthropic_stream_events, "chat": chat_stream_events,
+             "responses": responses_stream_events}[api]
+    source = iter([SSE(name, value if isinstance(value, str) else json.dumps(value)) for name, value in events])
+    try:
+        out = list(parse(source))
+    except ProviderError:
+        return
+    assert isinstance(out[-1], Done) and out[-1].completion.message.role == "assistant"
+
+
+def test_item_24_the_replaced_images_of_a_request_can_be_listed_for_an_event() -> None:
+    from ctxwin.messages.model import image_problems
+
+    good = Image("image/png", b64(png(4, 4)))
+    view = [Message("user", (Text("a"), good, BAD_IMAGES["text/html"]), id="m1"),
+            Message("tool", (ToolResult("c1", (BAD_IMAGES["invalid base64"], good)),), id="m2")]
+    assert [(mid, index, problem.split(" ")[0]) for mid, index, problem in image_problems(view)] == \
+        [("m1", 2, "media"), ("m2", 0, "the")]

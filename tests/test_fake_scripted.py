@@ -376,3 +376,22 @@ def test_the_demo_model_answers_service_turns_without_losing_its_place(fake: Fak
     assert ask(history)["tool_calls"][0]["id"] == "call_demo_t0_s4_0"
     summary = ask([{"role": "user", "content": "Summarize this conversation: reading src/app.py"}], offered=None)
     assert summary["content"].startswith("## Summary") and "src/app.py" in summary["content"]
+
+
+def test_the_demo_model_writes_the_checkpoint_the_engine_asks_for_and_carries_on(fake: FakeProvider,
+                                                                                http: httpx.Client) -> None:
+    from ctxwin.compaction.compact import CHECKPOINT_REQUEST
+
+    fake.model = demo_model(10)
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+             for n in ("read", "ls", "shell")]
+    history = [{"role": "user", "content": "Survey the code."},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "call_demo_t0_s3_0", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "call_demo_t0_s3_0", "content": "src/app.py"},
+               {"role": "user", "content": CHECKPOINT_REQUEST.format(tokens=90_000)}]
+    answer = http.post(fake.base_url + CHAT, headers=OPENAI_HEADERS,
+                       json={"model": "gpt-test", "messages": history, "tools": tools}).json()["choices"][0]
+    content = answer["message"]["content"]
+    assert content.startswith("<checkpoint>") and "</checkpoint>" in content and "src/app.py" in content
+    assert answer["message"]["tool_calls"][0]["id"] == "call_demo_t0_s4_0"

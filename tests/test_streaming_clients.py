@@ -158,7 +158,7 @@ def test_429_500_and_overloaded_are_retried_with_the_servers_wait(fake: FakeProv
         started = time.monotonic()
         answer = client.complete([user("hi")], max_tokens=50)
         elapsed = time.monotonic() - started
-    assert answer.text == "finally"
+    assert answer.text == "finally" and answer.retries == 3
     assert [n.attempt for n in notices] == [1, 2, 3] and notices[0].delay == 0.2
     assert all(0.005 <= n.delay <= 0.05 for n in notices[1:])  # backoff with jitter, capped
     assert elapsed >= 0.2
@@ -194,7 +194,7 @@ def test_a_stream_is_retried_until_content_flows(fake: FakeProvider, api: str) -
     with make(api, fake) as client:
         events = list(client.stream([user("hi")], max_tokens=50))
     assert [type(e).__name__ for e in events].count("Retrying") == 2
-    assert events[-1].completion.text == "streamed after two faults"
+    assert events[-1].completion.text == "streamed after two faults" and events[-1].completion.retries == 2
 
 
 def test_a_fault_after_content_is_raised_not_retried(fake: FakeProvider) -> None:
@@ -327,3 +327,32 @@ def test_cancel_returns_while_the_server_has_sent_nothing_yet(fake: FakeProvider
     with make(api, fake) as client, pytest.raises(ModelCallCancelled):
         client.complete([user("hi")], max_tokens=20, cancel=cancel)
     assert time.monotonic() - started < 1.0
+
+
+def test_anthropic_prompt_cache_breakpoints_read_the_previous_calls_prefix(fake: FakeProvider) -> None:
+    """With `prompt_cache`, each call marks its last message; the next call, two messages longer, reads
+    the cache written at the previous breakpoint (the fake, like the API, keys the cache by content and
+    looks back from each breakpoint)."""
+    conversation = [user("background " * 1500)]
+    with make("anthropic", fake, prompt_cache=True) as client:
+        first = client.complete(conversation, system="You are terse.", tools=TOOLS, max_tokens=50)
+        assert first.usage.cache_read_tokens == 0 and first.usage.cache_write_tokens > 1_024
+        conversation += [first.message, user("and now?")]
+        second = client.complete(conversation, system="You are terse.", tools=TOOLS, max_tokens=50)
+    assert second.usage.cache_read_tokens == first.usage.cache_write_tokens
+    body = fake.requests[-1].body
+    assert body["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert body["system"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert body["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert "cache_control" not in json.dumps(body["messages"][:-1])
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_scripted_call_with_invalid_json_arguments_reaches_the_client_raw(fake: FakeProvider, api: str) -> None:
+    fake.model = lambda request: Reply(calls=(Call("read", '{"path": "a.py"'),))
+    with make(api, fake) as client:
+        plain = client.complete([user("hi")], max_tokens=50)
+        streamed = client.stream([user("hi")], max_tokens=50).until_done()
+    for completion in (plain, streamed):
+        arguments = completion.tool_calls[0].arguments
+        assert arguments == ({"raw_arguments": '{"path": "a.py"'} if api == "anthropic" else '{"path": "a.py"')

@@ -117,6 +117,20 @@ def image_problem(image: Image) -> str | None:
     return None
 
 
+def image_problems(messages: Iterable[Message]) -> list[tuple[str, int, str]]:
+    """(message id, block index, problem) of every image the provider writers will replace by a
+    placeholder, tool-result images included: what an engine reports as an event for a request."""
+    found = []
+    for message in messages:
+        for index, block in enumerate(message.blocks):
+            parts = block.content if isinstance(block, ToolResult) else (block,)
+            for part in parts:
+                problem = image_problem(part) if isinstance(part, Image) else None
+                if problem is not None:
+                    found.append((message.id, index, problem))
+    return found
+
+
 def image_placeholder(problem: str) -> Text:
     """The text part a request carries in place of an image no provider would accept."""
     return Text(IMAGE_PLACEHOLDER.format(problem=problem))

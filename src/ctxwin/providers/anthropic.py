@@ -37,8 +37,11 @@ from ctxwin.providers.base import (
     ToolDef,
     Usage,
     UsageReported,
+    guarded_events,
+    guarded_parse,
     malformed,
     stream_error,
+    text_field,
     token_count,
 )
 from ctxwin.providers.tools import add_tools
@@ -70,10 +73,12 @@ class AnthropicClient(HttpClient):
         retry: RetryPolicy = NO_RETRY,
         on_retry: Callable[[Retrying], None] | None = None,
         rng: random.Random | None = None,
+        prompt_cache: bool = False,
     ) -> None:
         super().__init__(base_url, api_key, model, http_client, headers=headers, extra_body=extra_body,
                          timeout=timeout, retry=retry, on_retry=on_retry, rng=rng)
         self.version = version
+        self.prompt_cache = prompt_cache  # mark cache breakpoints (see `with_cache_breakpoints`)
 
     def request_headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json", "anthropic-version": self.version}
@@ -96,6 +101,8 @@ class AnthropicClient(HttpClient):
         add_tools("anthropic", payload, tools, tool_choice)
         if stream:
             payload["stream"] = True
+        if self.prompt_cache:
+            payload = with_cache_breakpoints(payload)
         return {**payload, **self.extra_body}
 
     def complete(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
@@ -103,7 +110,7 @@ class AnthropicClient(HttpClient):
                  tool_choice: ToolChoice | None = None, cancel: threading.Event | None = None) -> Completion:
         payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
                                      tool_choice=tool_choice)
-        return parse_anthropic_message(self._post_to(self.base_url + "/v1/messages", payload, timeout, cancel))
+        return self._complete(self.base_url + "/v1/messages", payload, timeout, cancel, parse_anthropic_message)
 
     def stream(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
                tools: Sequence[ToolDef | Mapping[str, Any]] | None = None, tool_choice: ToolChoice | None = None,
@@ -125,15 +132,39 @@ class AnthropicClient(HttpClient):
         return count
 
 
+CACHE_CONTROL = {"type": "ephemeral"}  # Anthropic's 5-minute prompt cache
+
+
+def with_cache_breakpoints(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The request with `cache_control` breakpoints on the last tool, the last system block and the
+    last block of the last message (3 of the 4 Anthropic allows): each call then writes the whole
+    prompt to the cache and reads the previous call's prefix back, the incremental caching Claude Code
+    does. Blocks that already carry a breakpoint keep theirs."""
+    out = dict(payload)
+    if out.get("tools"):
+        out["tools"] = [*out["tools"][:-1], {"cache_control": CACHE_CONTROL, **out["tools"][-1]}]
+    system = out.get("system")
+    if isinstance(system, str) and system:
+        system = [{"type": "text", "text": system}]
+    if isinstance(system, list) and system:
+        out["system"] = [*system[:-1], {"cache_control": CACHE_CONTROL, **system[-1]}]
+    messages = list(out.get("messages") or [])
+    if messages:
+        last = dict(messages[-1])
+        content = last.get("content")
+        if isinstance(content, str) and content:
+            content = [{"type": "text", "text": content}]
+        if isinstance(content, list) and content:
+            last["content"] = [*content[:-1], {"cache_control": CACHE_CONTROL, **content[-1]}]
+            messages[-1] = last
+        out["messages"] = messages
+    return out
+
+
 def parse_anthropic_message(data: Mapping[str, Any]) -> Completion:
     """A Messages API response as a `Completion`; one that is not what the API documents (content not a
     list of blocks, usage counts that are not numbers) is a `ProviderError`."""
-    try:
-        return _parse_message(data)
-    except ProviderError:
-        raise
-    except MALFORMED as problem:
-        raise malformed(PROVIDER, 200, dict(data), problem) from None
+    return guarded_parse(PROVIDER, data, _parse_message)
 
 
 def _parse_message(data: Mapping[str, Any]) -> Completion:
@@ -162,7 +193,12 @@ def usage_from_anthropic(usage: Any) -> Usage | None:
 def anthropic_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     """Messages API server-sent events (message_start, content_block_start/delta/stop, message_delta,
     message_stop, ping, error) as typed events, ending with `Done`; the completion is built from the
-    accumulated message exactly as a non-streamed answer is parsed."""
+    accumulated message exactly as a non-streamed answer is parsed. A stream that is not what the API
+    documents is a `ProviderError`."""
+    return guarded_events(PROVIDER, _anthropic_events(source))
+
+
+def _anthropic_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     message: dict[str, Any] = {}
     blocks: dict[int, dict[str, Any]] = {}
     partial: dict[int, list[str]] = {}
@@ -190,23 +226,28 @@ def anthropic_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
                 if block.get("type") == "tool_use":
                     calls[index] = len(calls)
                     partial[index] = []
-                    yield ToolCallStarted(calls[index], str(block["id"]), str(block["name"]))
+                    yield ToolCallStarted(calls[index], text_field(block["id"], "tool_use.id"),
+                                          text_field(block["name"], "tool_use.name"))
                 elif block.get("type") == "text" and block.get("text"):
-                    yield TextDelta(str(block["text"]))
+                    yield TextDelta(text_field(block["text"], "text"))
             elif kind == "content_block_delta":
                 index, delta = int(data["index"]), data["delta"]
                 block = blocks[index]
                 if delta["type"] == "text_delta":
-                    block["text"] = block.get("text", "") + delta["text"]
-                    yield TextDelta(delta["text"])
+                    piece = text_field(delta["text"], "text_delta.text")
+                    block["text"] = text_field(block.get("text", ""), "text") + piece
+                    yield TextDelta(piece)
                 elif delta["type"] == "input_json_delta":
-                    partial[index].append(delta["partial_json"])
-                    yield ToolCallDelta(calls[index], delta["partial_json"])
+                    piece = text_field(delta["partial_json"], "input_json_delta.partial_json")
+                    partial[index].append(piece)
+                    yield ToolCallDelta(calls[index], piece)
                 elif delta["type"] == "thinking_delta":
-                    block["thinking"] = block.get("thinking", "") + delta["thinking"]
-                    yield ThinkingDelta(delta["thinking"])
+                    piece = text_field(delta["thinking"], "thinking_delta.thinking")
+                    block["thinking"] = text_field(block.get("thinking", ""), "thinking") + piece
+                    yield ThinkingDelta(piece)
                 elif delta["type"] == "signature_delta":
-                    block["signature"] = block.get("signature", "") + delta["signature"]
+                    block["signature"] = text_field(block.get("signature", ""), "signature") + \
+                        text_field(delta["signature"], "signature_delta.signature")
                 elif delta["type"] == "citations_delta":
                     block.setdefault("citations", []).append(delta["citation"])
             elif kind == "content_block_stop":
@@ -237,4 +278,4 @@ def anthropic_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
 
 
 __all__ = ["ANTHROPIC_BASE_URL", "ANTHROPIC_VERSION", "AnthropicClient", "anthropic_stream_events",
-           "parse_anthropic_message", "usage_from_anthropic"]
+           "parse_anthropic_message", "usage_from_anthropic", "with_cache_breakpoints"]

@@ -11,6 +11,7 @@ stream events, and the `ProviderError` every HTTP error and every malformed answ
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import email.utils
 import json
 import os
@@ -55,6 +56,7 @@ class Completion:
     usage: Usage | None = None
     stop_reason: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    retries: int = 0  # failed attempts before this answer (each also reported as `Retrying`)
 
     @property
     def text(self) -> str:
@@ -326,6 +328,38 @@ def malformed(provider: str, status: int, body: Any, problem: str | BaseExceptio
     return ProviderError(status, body, f"malformed response ({detail})", provider)
 
 
+def text_field(value: Any, what: str) -> str:
+    """A field an API documents as a string; anything else is a malformed answer (ValueError, turned
+    into `ProviderError` by the parsers)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} is {type(value).__name__}, not a string")
+    return value
+
+
+def guarded_events(provider: str, events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
+    """`events`, with anything in the stream that is not what the API documents turned into a
+    `ProviderError` (wherever the parser trips over it, the final assembly included)."""
+    try:
+        yield from events
+    except ProviderError:
+        raise
+    except MALFORMED as problem:
+        raise malformed(provider, 200, None, problem) from None
+
+
+def guarded_parse(provider: str, data: Any, parse: Callable[[Mapping[str, Any]], Completion]) -> Completion:
+    """`parse(data)`, with anything that is not what the API documents (not an object, wrong types,
+    missing fields) turned into a `ProviderError` carrying the answer."""
+    if not isinstance(data, Mapping):
+        raise malformed(provider, 200, data, "the answer is not a JSON object")
+    try:
+        return parse(data)
+    except ProviderError:
+        raise
+    except MALFORMED as problem:
+        raise malformed(provider, 200, dict(data), problem) from None
+
+
 def stream_error(provider: str, body: Mapping[str, Any]) -> ProviderError:
     """A `ProviderError` for an error event inside a stream, with the status its type stands for."""
     kind = _error_type(body)
@@ -359,6 +393,22 @@ def _error_message(body: Any) -> str | None:
         if isinstance(value, str) and value:
             return value
     return None
+
+
+def post_json(
+    http: httpx.Client,
+    url: str,
+    payload: Mapping[str, Any],
+    *,
+    headers: Mapping[str, str],
+    timeout: float,
+    provider: str,
+) -> dict[str, Any]:
+    """POST `payload` as JSON once and return the JSON object answered, for JSON APIs beside the model
+    clients (embeddings); an HTTP error status or an answer that is not a JSON object raises
+    `ProviderError`. Transport failures propagate as httpx exceptions."""
+    response = http.post(url, json=payload, headers=dict(headers), timeout=timeout)
+    return _json_object(response, provider)
 
 
 def _json_object(response: httpx.Response, provider: str) -> dict[str, Any]:
@@ -421,6 +471,16 @@ class HttpClient:
     def _post_to(self, url: str, payload: Mapping[str, Any], timeout: float | None,
                  cancel: threading.Event | None = None) -> dict[str, Any]:
         """One JSON call with retries; the answer as a JSON object."""
+        return self._call(url, payload, timeout, cancel)[0]
+
+    def _complete(self, url: str, payload: Mapping[str, Any], timeout: float | None,
+                  cancel: threading.Event | None, parse: Callable[[Mapping[str, Any]], Completion]) -> Completion:
+        """One model call with retries, parsed, with the number of retries it took."""
+        data, retries = self._call(url, payload, timeout, cancel)
+        return dataclasses.replace(parse(data), retries=retries)
+
+    def _call(self, url: str, payload: Mapping[str, Any], timeout: float | None,
+              cancel: threading.Event | None) -> tuple[dict[str, Any], int]:
         attempt = 0
         while True:
             attempt += 1
@@ -431,7 +491,7 @@ class HttpClient:
                         response.read()
                         raise provider_error(response, self.provider)
                     response.read()
-                    return _json_object(response, self.provider)
+                    return _json_object(response, self.provider), attempt - 1
             except (ProviderError, httpx.ConnectError, httpx.RemoteProtocolError) as error:
                 self._wait_to_retry(error, attempt, cancel)
 
@@ -455,7 +515,8 @@ class HttpClient:
                         raise provider_error(response, self.provider)
                     if not response.headers.get("content-type", "").startswith("text/event-stream"):
                         response.read()  # a server that ignored stream=true: its JSON answer
-                        completion = parse_whole(_json_object(response, self.provider))
+                        completion = dataclasses.replace(parse_whole(_json_object(response, self.provider)),
+                                                         retries=attempt - 1)
                         if completion.usage is not None:
                             yield UsageReported(completion.usage)
                         yield Done(completion)
@@ -463,6 +524,8 @@ class HttpClient:
                     source = (SSE(sse.event, sse.data) for sse in EventSource(response).iter_sse())
                     for event in parse(_cancellable(source, cancel)):
                         yielded = yielded or isinstance(event, CONTENT_EVENTS)
+                        if isinstance(event, Done) and attempt > 1:
+                            event = Done(dataclasses.replace(event.completion, retries=attempt - 1))
                         yield event
                     return
             except (ProviderError, httpx.ConnectError, httpx.RemoteProtocolError) as error:
@@ -584,19 +647,23 @@ def _abort_on(cancel: threading.Event | None, response: httpx.Response) -> Itera
         yield
         return
     finished = threading.Event()
+    lock = threading.Lock()  # no shutdown once the call is over: the connection may be back in the pool
 
     def watch() -> None:
         while not finished.is_set():
             if cancel.wait(CANCEL_POLL_SECONDS):
-                stream = response.extensions.get("network_stream")
-                sock = stream.get_extra_info("socket") if stream is not None else None
-                if isinstance(sock, socket.socket):
-                    with contextlib.suppress(OSError):
-                        sock.shutdown(socket.SHUT_RDWR)
+                with lock:
+                    if finished.is_set():
+                        return
+                    stream = response.extensions.get("network_stream")
+                    sock = stream.get_extra_info("socket") if stream is not None else None
+                    if isinstance(sock, socket.socket):
+                        with contextlib.suppress(OSError):
+                            sock.shutdown(socket.SHUT_RDWR)
                 return
 
-    watcher = threading.Thread(target=watch, name="ctxwin-cancel", daemon=True)
-    watcher.start()
+    # Not joined: the watcher ends by itself within CANCEL_POLL_SECONDS, and the call does not wait for it.
+    threading.Thread(target=watch, name="ctxwin-cancel", daemon=True).start()
     try:
         yield
     except (httpx.ReadError, httpx.RemoteProtocolError, httpx.StreamError):
@@ -604,8 +671,8 @@ def _abort_on(cancel: threading.Event | None, response: httpx.Response) -> Itera
             raise ModelCallCancelled("the model call was cancelled") from None
         raise
     finally:
-        finished.set()
-        watcher.join()
+        with lock:
+            finished.set()
 
 
 __all__ = [
@@ -630,9 +697,13 @@ __all__ = [
     "ToolDef",
     "Usage",
     "UsageReported",
+    "guarded_events",
+    "guarded_parse",
     "malformed",
+    "post_json",
     "provider_error",
     "retry_after_seconds",
     "stream_error",
+    "text_field",
     "token_count",
 ]

@@ -38,8 +38,11 @@ from ctxwin.providers.base import (
     ToolDef,
     Usage,
     UsageReported,
+    guarded_events,
+    guarded_parse,
     malformed,
     stream_error,
+    text_field,
     token_count,
 )
 from ctxwin.providers.tools import add_tools
@@ -98,7 +101,7 @@ class _OpenAIClient(HttpClient):
                  cancel: threading.Event | None = None) -> Completion:
         payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
                                      tool_choice=tool_choice)
-        return self.parse(self._post_to(self.url, payload, timeout, cancel))
+        return self._complete(self.url, payload, timeout, cancel, self.parse)
 
     def stream(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
                tools: Tools = None, tool_choice: ToolChoice | None = None, timeout: float | None = None,
@@ -177,19 +180,10 @@ class OpenAIResponsesClient(_OpenAIClient):
 # Whole answers
 
 
-def _guarded(data: Mapping[str, Any], parse: Callable[[Mapping[str, Any]], Completion]) -> Completion:
-    try:
-        return parse(data)
-    except ProviderError:
-        raise
-    except MALFORMED as problem:
-        raise malformed(PROVIDER, 200, dict(data) if isinstance(data, Mapping) else data, problem) from None
-
-
 def parse_chat_completion(data: Mapping[str, Any]) -> Completion:
     """A Chat Completions response as a `Completion` (the first choice); one that is not what the API
     documents (choices not a list of objects, usage counts that are not numbers) is a `ProviderError`."""
-    return _guarded(data, _parse_chat)
+    return guarded_parse(PROVIDER, data, _parse_chat)
 
 
 def _parse_chat(data: Mapping[str, Any]) -> Completion:
@@ -214,7 +208,7 @@ def _parse_chat(data: Mapping[str, Any]) -> Completion:
 def parse_responses_response(data: Mapping[str, Any]) -> Completion:
     """A Responses API response as a `Completion`: every assistant item of `output` (reasoning, text,
     function calls) in one assistant message."""
-    return _guarded(data, _parse_responses)
+    return guarded_parse(PROVIDER, data, _parse_responses)
 
 
 def _parse_responses(data: Mapping[str, Any]) -> Completion:
@@ -261,7 +255,12 @@ def _event_json(sse: SSE) -> Mapping[str, Any]:
 
 def chat_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     """Chat Completions chunks (`delta.content`, `delta.tool_calls` by index, `finish_reason`, the final
-    usage chunk, `[DONE]`, an `{"error": ...}` chunk) as typed events, ending with `Done`."""
+    usage chunk, `[DONE]`, an `{"error": ...}` chunk) as typed events, ending with `Done`. A stream that
+    is not what the API documents is a `ProviderError`."""
+    return guarded_events(PROVIDER, _chat_events(source))
+
+
+def _chat_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     head: dict[str, Any] = {}
     text: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
@@ -287,20 +286,22 @@ def chat_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
                     continue
                 delta = choice.get("delta") or {}
                 if delta.get("content"):
-                    text.append(delta["content"])
+                    text.append(text_field(delta["content"], "delta.content"))
                     yield TextDelta(delta["content"])
                 if delta.get("reasoning_content"):  # DeepSeek, vLLM, llama.cpp
-                    yield ThinkingDelta(delta["reasoning_content"])
+                    yield ThinkingDelta(text_field(delta["reasoning_content"], "delta.reasoning_content"))
                 for piece in delta.get("tool_calls") or ():
                     index = int(piece.get("index", len(calls)))
                     function = piece.get("function") or {}
                     call = calls.get(index)
                     if call is None:
-                        call = calls[index] = {"id": piece.get("id") or "", "type": "function",
-                                               "function": {"name": function.get("name") or "", "arguments": ""}}
+                        call = calls[index] = {
+                            "id": text_field(piece.get("id") or "", "tool_calls.id"), "type": "function",
+                            "function": {"name": text_field(function.get("name") or "", "function.name"),
+                                         "arguments": ""}}
                         yield ToolCallStarted(index, call["id"], call["function"]["name"])
                     if function.get("arguments"):
-                        call["function"]["arguments"] += function["arguments"]
+                        call["function"]["arguments"] += text_field(function["arguments"], "function.arguments")
                         yield ToolCallDelta(index, function["arguments"])
                 if choice.get("finish_reason"):
                     finish = choice["finish_reason"]
@@ -321,7 +322,12 @@ def chat_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
 def responses_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     """Responses API events (response.created, response.output_item.added/done,
     response.output_text.delta, response.function_call_arguments.delta, response.completed /
-    incomplete / failed, error) as typed events, ending with `Done` built from the final response."""
+    incomplete / failed, error) as typed events, ending with `Done` built from the final response. A
+    stream that is not what the API documents is a `ProviderError`."""
+    return guarded_events(PROVIDER, _responses_events(source))
+
+
+def _responses_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     items: dict[int, dict[str, Any]] = {}
     calls: dict[int, int] = {}  # output index -> tool call index
     final: Mapping[str, Any] | None = None
@@ -342,14 +348,15 @@ def responses_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
                 items[index] = item
                 if item.get("type") == "function_call":
                     calls[index] = len(calls)
-                    yield ToolCallStarted(calls[index], str(item.get("call_id")), str(item.get("name")))
+                    yield ToolCallStarted(calls[index], text_field(item.get("call_id"), "function_call.call_id"),
+                                          text_field(item.get("name"), "function_call.name"))
             elif kind == "response.output_text.delta":
-                yield TextDelta(str(data["delta"]))
+                yield TextDelta(text_field(data["delta"], "output_text.delta"))
             elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-                yield ThinkingDelta(str(data["delta"]))
+                yield ThinkingDelta(text_field(data["delta"], "reasoning delta"))
             elif kind == "response.function_call_arguments.delta":
                 index = int(data["output_index"])
-                yield ToolCallDelta(calls[index], str(data["delta"]))
+                yield ToolCallDelta(calls[index], text_field(data["delta"], "function_call_arguments.delta"))
             elif kind == "response.output_item.done":
                 items[int(data["output_index"])] = dict(data["item"])
             elif kind in ("response.completed", "response.incomplete"):

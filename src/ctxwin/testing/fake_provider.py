@@ -57,6 +57,7 @@ DEFAULT_CONTEXT_WINDOW = 200_000  # tokens, Claude's window
 DEFAULT_MAX_OUTPUT = 8_192  # tokens a single response may ask for
 MIN_CACHEABLE_TOKENS = 1_024  # a prompt prefix shorter than this is never cached (Anthropic and OpenAI)
 OPENAI_CACHE_STEP = 128  # OpenAI caches in 128-token increments past the first 1,024
+ANTHROPIC_LOOKBACK = 20  # a breakpoint reads a cache entry written up to 20 blocks before it (Anthropic's rule)
 MAX_SUMMARY_LINE_CHARS = 200  # first lines of user messages are cut to this in the summary
 MAX_SUMMARY_FILES = 500  # file paths listed in a summary, at most
 REPLY_PREVIEW_CHARS = 80  # how much of the last user message the default reply quotes
@@ -466,10 +467,10 @@ class FakeProvider:
         budget = max_tokens if max_tokens is not None else self.max_output
         text, truncated = _fit(reply.text, budget, counter)
         serial = self._next_serial()
-        calls = [_OutCall(c.id or _call_id(api, serial, i), c.name, dict(c.arguments))
+        calls = [_OutCall(c.id or _call_id(api, serial, i), c.name,
+                          c.arguments if isinstance(c.arguments, str) else dict(c.arguments))
                  for i, c in enumerate(reply.calls)]
-        output_tokens = counter.count_text(text) + sum(counter.count_text(c.name + json.dumps(c.arguments))
-                                                      for c in calls)
+        output_tokens = counter.count_text(text) + sum(counter.count_text(c.name + c.arguments_json) for c in calls)
         cache_read, cache_write = self._cache_hits(api, model, body, counter, input_tokens) if self.prompt_cache \
             else (0, 0)
         usage = {"input_tokens": input_tokens - cache_read - cache_write, "output_tokens": output_tokens,
@@ -488,26 +489,30 @@ class FakeProvider:
 
     def _cache_hits(self, api: str, model: str, body: Mapping[str, Any], counter: TokenCounter,
                     input_tokens: int) -> tuple[int, int]:
-        """(cache read, cache write) tokens for this request, from the prompt prefixes seen before.
-        Prefix sizes are measured on the raw JSON and scaled to the request's counted input."""
+        """(cache read, cache write) tokens for this request, from the prompt prefixes seen before: the
+        longest prefix of whole items (tool definitions, system prompt, messages) that an earlier request
+        of the same API and model wrote, at most the request's counted input."""
         items = _prompt_items(api, body)
-        raw = [counter.count_text(json.dumps(item, sort_keys=True)) for item, _ in items]
-        total = sum(raw) or 1
-        tokens_at = [input_tokens * size // total for size in itertools.accumulate(raw)]
+        texts = [json.dumps(_cache_key_form(item), sort_keys=True) for _, item, _ in items]
+        # each item counted on its own, so a shared prefix has the same size in every request that has it
+        tokens_at = [min(input_tokens, size) for size in
+                     itertools.accumulate(_item_tokens(api, kind, item, counter) for kind, item, _ in items)]
         digests, running = [], hashlib.blake2b(digest_size=16)
-        for item, _ in items:
-            running.update(json.dumps(item, sort_keys=True).encode())
+        for text in texts:  # the cache is keyed by content: where the breakpoints sit is not part of it
+            running.update(text.encode())
             digests.append(running.copy().hexdigest())
         with self._lock:
             seen = self._cache.setdefault(f"{api}:{model}", set())
             if api == "anthropic":  # explicit breakpoints: read the longest cached one, write up to the last
-                marked_at = {i for i, (_, marked) in enumerate(items) if marked}
+                marked_at = {i for i, (_, _, marked) in enumerate(items) if marked}
                 if self.anthropic_auto_cache and items:
                     marked_at |= set(range(len(items)))  # every item boundary is a breakpoint
                 marks = [i for i in sorted(marked_at) if tokens_at[i] >= MIN_CACHEABLE_TOKENS]
                 if not marks:
                     return 0, 0
-                hit = max((i for i in marks if digests[i] in seen), default=None)
+                # each breakpoint also finds entries written up to ANTHROPIC_LOOKBACK items before it
+                candidates = {j for m in marks for j in range(max(0, m - ANTHROPIC_LOOKBACK + 1), m + 1)}
+                hit = max((i for i in candidates if digests[i] in seen), default=None)
                 read = tokens_at[hit] if hit is not None else 0
                 seen.update(digests[i] for i in marks)
                 return read, tokens_at[marks[-1]] - read
@@ -668,23 +673,61 @@ def _max_tokens(api: str, body: Mapping[str, Any]) -> int | None:
     return None
 
 
-def _prompt_items(api: str, body: Mapping[str, Any]) -> list[tuple[Any, bool]]:
-    """The prompt as a sequence of cacheable items, each with whether it carries a cache breakpoint."""
+def _prompt_items(api: str, body: Mapping[str, Any]) -> list[tuple[str, Any, bool]]:
+    """The prompt as a sequence of cacheable items in the order the API caches them: (kind: "tools",
+    "system" or "message", the item, whether it carries a cache breakpoint)."""
+    items: list[tuple[str, Any, bool]] = []
+    if body.get("tools"):
+        items.append(("tools", body["tools"], api == "anthropic" and _has_cache_control(body["tools"])))
     if api == "anthropic":
-        items: list[tuple[Any, bool]] = []
-        if body.get("tools"):
-            items.append((body["tools"], _has_cache_control(body["tools"])))
         if body.get("system"):
-            items.append((body["system"], _has_cache_control(body["system"])))
-        items += [(m, _has_cache_control(m)) for m in body.get("messages") or []]
-        return items
+            items.append(("system", body["system"], _has_cache_control(body["system"])))
+        return items + [("message", m, _has_cache_control(m)) for m in body.get("messages") or []]
     if api == "chat":
-        head = [(body["tools"], False)] if body.get("tools") else []
-        return head + [(m, False) for m in body.get("messages") or []]
-    items_in = body.get("input")
-    listed = [{"role": "user", "content": items_in}] if isinstance(items_in, str) else list(items_in or [])
-    head = [(body["instructions"], False)] if body.get("instructions") else []
-    return head + [(m, False) for m in listed]
+        return items + [("message", m, False) for m in body.get("messages") or []]
+    listed = body.get("input")
+    listed = [{"role": "user", "content": listed}] if isinstance(listed, str) else list(listed or [])
+    if body.get("instructions"):
+        items.append(("system", body["instructions"], False))
+    return items + [("message", m, False) for m in listed]
+
+
+def _item_tokens(api: str, kind: str, item: Any, counter: TokenCounter) -> int:
+    """Tokens of one prompt item, counted like the request's input (tool definitions as their JSON, a
+    system prompt or message through the canonical converter)."""
+    from ctxwin.messages import providers as convert
+
+    if kind == "tools":
+        return counter.count_text(json.dumps(item, sort_keys=True))
+    try:
+        if kind == "system":  # a string, or Anthropic's text blocks
+            text = item if isinstance(item, str) else "\n".join(
+                str(b.get("text", "")) for b in item if isinstance(b, Mapping))
+            return counter.count_message(Message("system", (Text(text),)))
+        if api == "anthropic":
+            messages = convert.from_anthropic([item])
+        elif api == "chat":
+            messages = convert.from_openai_chat([item])
+        else:
+            messages = convert.from_openai_responses([item])
+        return sum(counter.count_message(m) for m in messages)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return counter.count_text(json.dumps(item, sort_keys=True))
+
+
+def _cache_key_form(value: Any) -> Any:
+    """What a prompt cache keys on: the content, not where the breakpoints sit nor how it is spelled
+    (Anthropic's string content is the same prompt as one text block)."""
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}]  # a system prompt given as a string
+    if isinstance(value, Mapping):
+        out = {k: v for k, v in value.items() if k != "cache_control"}
+        if isinstance(out.get("content"), str):
+            out["content"] = [{"type": "text", "text": out["content"]}]
+        return {k: _cache_key_form(v) if isinstance(v, Mapping | list) else v for k, v in out.items()}
+    if isinstance(value, list):
+        return [_cache_key_form(v) if isinstance(v, Mapping | list) else v for v in value]
+    return value
 
 
 def _has_cache_control(value: Any) -> bool:
@@ -1197,7 +1240,20 @@ def _fit(text: str, budget: int, counter: TokenCounter) -> tuple[str, bool]:
 class _OutCall:
     id: str
     name: str
-    arguments: dict[str, Any]
+    arguments: dict[str, Any] | str  # a string: raw arguments, sent as they are (maybe not JSON)
+
+    @property
+    def arguments_json(self) -> str:
+        """The arguments as Chat and Responses send them: a JSON string (raw ones verbatim)."""
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+
+    @property
+    def input(self) -> dict[str, Any]:
+        """The arguments as Anthropic's `tool_use.input`, which is always an object: raw arguments that
+        are not a JSON object are wrapped the way ctxwin's converters read them back."""
+        from ctxwin.messages.providers._common import arguments_object
+
+        return dict(arguments_object(self.arguments))
 
 
 def _call_id(api: str, serial: int, index: int) -> str:
@@ -1207,7 +1263,7 @@ def _call_id(api: str, serial: int, index: int) -> str:
 def _anthropic_message(serial: int, model: str, text: str, calls: Sequence[_OutCall], usage: Mapping[str, int],
                        stop: str) -> dict[str, Any]:
     content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-    content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in calls]
+    content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.input} for c in calls]
     return {
         "id": f"msg_fake_{serial:06d}", "type": "message", "role": "assistant", "model": model,
         "content": content, "stop_reason": stop, "stop_sequence": None,
@@ -1232,7 +1288,7 @@ def _chat_completion(serial: int, model: str, text: str, calls: Sequence[_OutCal
     message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None, "refusal": None}
     if calls:
         message["tool_calls"] = [{"id": c.id, "type": "function",
-                                  "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in calls]
+                                  "function": {"name": c.name, "arguments": c.arguments_json}} for c in calls]
     return {
         "id": f"chatcmpl-fake-{serial:06d}", "object": "chat.completion", "created": CREATED_AT, "model": model,
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": stop}],
@@ -1249,7 +1305,7 @@ def _responses_response(serial: int, model: str, text: str, calls: Sequence[_Out
         output.append({"type": "message", "id": f"msg_fake_{serial:06d}", "status": "completed", "role": "assistant",
                        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]})
     output += [{"type": "function_call", "id": f"fc_fake_{serial:06d}_{i}", "call_id": c.id, "name": c.name,
-                "arguments": json.dumps(c.arguments), "status": "completed"} for i, c in enumerate(calls)]
+                "arguments": c.arguments_json, "status": "completed"} for i, c in enumerate(calls)]
     return {
         "id": f"resp_fake_{serial:06d}", "object": "response", "created_at": CREATED_AT, "model": model,
         "status": "incomplete" if incomplete else "completed", "error": None,

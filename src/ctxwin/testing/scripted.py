@@ -30,10 +30,13 @@ FaultKind = Literal["rate_limit", "server_error", "overloaded", "overflow", "sta
 
 @dataclass(frozen=True)
 class Call:
-    """A tool call the scripted model makes. `id` None: the server makes one in the API's own style."""
+    """A tool call the scripted model makes. `id` None: the server makes one in the API's own style.
+    `arguments` as a string is sent verbatim as the raw arguments (so a test can send invalid JSON);
+    Anthropic's `input` is always an object, so there a string that is not a JSON object arrives as
+    `{"raw_arguments": ...}`, the way ctxwin's converters read such calls."""
 
     name: str
-    arguments: Mapping[str, Any] = field(default_factory=dict)
+    arguments: Mapping[str, Any] | str = field(default_factory=dict)
     id: str | None = None
 
 
@@ -167,17 +170,24 @@ def demo_model(turns: int = DEMO_TURNS) -> ModelFn:
     (`call_demo_t<task>_s<step>_<n>`) still in the request, so it continues correctly after a
     compaction, a resume or a server restart. A user message after its latest call starts a new task,
     except a service turn in the middle of a task (one asking for a summary, a checkpoint or a memory
-    flush), which gets a text answer (the fake's deterministic summary when one is asked for) and does
-    not restart the count. A request that offers no tools (a summarizer's) gets the fake's default
-    answer. Tools it uses: read, grep, find, ls and shell (edits are made through the shell: `printf >>`
-    and `sed -i` on NOTES.md); a tool the request does not offer is replaced by the shell, then by text."""
+    flush), which does not restart the count: a checkpoint request (the engine's, asking for
+    `<checkpoint>...</checkpoint>`) gets that state summary and the next step's call in one answer,
+    anything else a text answer (the fake's deterministic summary when one is asked for). A request
+    that offers no tools (a summarizer's) gets the fake's default answer. Tools it uses: read, grep,
+    find, ls and shell (edits are made through the shell: `printf >>` and `sed -i` on NOTES.md); a tool
+    the request does not offer is replaced by the shell, then by text."""
 
     def model(request: ModelRequest) -> Reply | None:
         if not request.tools:
             return None  # not the agent loop: a summarizer or a plain chat request
         task, step, service = _demo_position(request.messages, turns)
+        checkpoint = ""
         if service:
-            return None
+            if CHECKPOINT_TAG not in request.messages[-1].text:
+                return None  # a memory flush or summary request: the fake's deterministic text
+            files = _seen_files(request.messages)
+            checkpoint = (f"<checkpoint>\nTask {task}: step {step} of {turns}. Files seen: "
+                          f"{', '.join(files[:20]) or 'none'}. Notes so far in {NOTES_FILE}.\n</checkpoint>\n")
         if step >= turns:
             return Reply(f"Task {task} finished after {turns} model calls. Files seen: "
                          f"{', '.join(_seen_files(request.messages)[:8]) or 'none'}.")
@@ -185,12 +195,14 @@ def demo_model(turns: int = DEMO_TURNS) -> ModelFn:
         if call is None:
             return Reply(f"Step {step}: none of the tools I use is offered; thinking instead.")
         name, arguments = call
-        return Reply(f"Step {step} of {turns}.", (Call(name, arguments, id=f"call_demo_t{task}_s{step}_0"),))
+        return Reply(f"{checkpoint}Step {step} of {turns}.",
+                     (Call(name, arguments, id=f"call_demo_t{task}_s{step}_0"),))
 
     return model
 
 
 SERVICE_TURN = re.compile(r"summar|checkpoint|memory|memories|state of (?:the|your) work", re.IGNORECASE)
+CHECKPOINT_TAG = "<checkpoint>"  # the engine's checkpoint request asks for the summary inside this tag
 
 
 def _demo_position(messages: Sequence[Message], turns: int) -> tuple[int, int, bool]:
