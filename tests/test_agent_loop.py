@@ -16,7 +16,7 @@ from ctxwin.agent import Agent, AgentConfig, HttpModel, LoopEvent, create_agent,
 from ctxwin.messages import Message, Text, ToolCall
 from ctxwin.providers import RetryPolicy, client_for
 from ctxwin.store import Session
-from ctxwin.testing import FakeProvider, ForcedResponse, overflow, rate_limited, server_error
+from ctxwin.testing import FakeProvider, overflow, rate_limited, server_error
 from ctxwin.tools import Workspace
 
 WINDOW = 16_000
@@ -93,39 +93,31 @@ def _last_results(api: str, body: dict[str, Any]) -> list[str]:
     return ids
 
 
-INVALID_JSON = {
-    "id": "chatcmpl-bad", "object": "chat.completion", "created": 0, "model": "gpt-4o",
-    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-        "role": "assistant", "content": None,
-        "tool_calls": [{"id": "c0", "type": "function",
-                        "function": {"name": "read", "arguments": '{"path": "docs/f000.txt"'}}]}}],
-    "usage": {"prompt_tokens": 500, "completion_tokens": 10, "total_tokens": 510},
-}
-
-
-def test_bad_calls_get_clear_errors_and_the_limits_stop_a_looping_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("api", "stream"), [("openai", False), ("openai", True), ("anthropic", False)])
+def test_bad_calls_get_clear_errors_and_the_limits_stop_a_looping_model(api: str, stream: bool,
+                                                                        tmp_path: Path) -> None:
     root = make_workspace(tmp_path / "ws", files=2)
 
     def script(api: str, messages: list[Any]) -> Turn:
-        # After the invalid JSON (served as is, below): an unknown tool, then the same call forever.
+        # Invalid JSON arguments, then an unknown tool, then the same call forever.
         n = sum(1 for m in messages if m.role == "assistant")
+        if n == 0:
+            return Turn(calls=[("c0", "read", '{"path": "docs/f000.txt"')])
         if n == 1:
             return Turn(calls=[("c1", "rm_rf", {"path": "/"})])
         return Turn(calls=[(f"c{n}", "read", {"path": "docs/f000.txt"})])
 
     events: list[LoopEvent] = []
     with ScriptedFake(script, context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
-        fake.force(ForcedResponse(body=INVALID_JSON))  # what a real model sometimes sends
-        agent = build(fake, "openai", root, events, max_steps=50)
+        agent = build(fake, api, root, events, max_steps=50, stream=stream)
         result = agent.run("Turn 1: go")
-        bodies = [r.body for r in fake.requests]
     assert result.stop == "repeated_call"
     assert result.steps == 2 + 3 + 2  # two bad calls, three answered repeats, two refused
-    tool_messages = [m for m in bodies[-1]["messages"] if m["role"] == "tool"]
-    assert "The arguments of read are not a JSON object" in tool_messages[0]["content"]
-    assert "Unknown tool 'rm_rf'" in tool_messages[1]["content"]
-    assert "file 000 line 00" in tool_messages[2]["content"]
-    assert "same arguments 4 times in a row" in tool_messages[5]["content"]
+    results = [r for m in agent.engine.messages for r in m.tool_results]
+    assert "The arguments of read are not a JSON object" in results[0].text and results[0].is_error
+    assert "Unknown tool 'rm_rf'" in results[1].text and results[1].is_error
+    assert "file 000 line 00" in results[2].text and not results[2].is_error
+    assert "same arguments 4 times in a row" in results[5].text and results[5].is_error
     assert any(e.kind == "limit" and e.data["limit"] == "repeated_call" for e in events)
 
     with ScriptedFake(script, context_window=WINDOW, max_output=MAX_OUTPUT) as fake:

@@ -31,6 +31,7 @@ from ctxwin.compaction.memory import daily_notes
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.errors import CtxwinError, ModelCallCancelled
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
+from ctxwin.messages.providers._common import RAW_ARGUMENTS
 from ctxwin.pipeline.view import Event
 from ctxwin.policy.model import Policy
 from ctxwin.providers import Completion, ProviderError
@@ -412,10 +413,13 @@ class Agent:
         if call.name not in self.tools:
             return ToolOutput.error(ToolError("unknown_tool", f"Unknown tool {call.name!r}.",
                                               f"Tools: {', '.join(self.tools)}."))
-        if not isinstance(call.arguments, dict):
+        raw = call.arguments
+        if isinstance(raw, dict) and list(raw) == [RAW_ARGUMENTS]:
+            raw = raw[RAW_ARGUMENTS]  # how the Anthropic converters carry arguments that were not JSON
+        if not isinstance(raw, dict):
             return ToolOutput.error(ToolError(
-                "invalid_arguments", f"The arguments of {call.name} are not a JSON object: "
-                f"{str(call.arguments)[:200]!r}.", "Send the arguments as one valid JSON object."))
+                "invalid_arguments", f"The arguments of {call.name} are not a JSON object: {str(raw)[:200]!r}.",
+                "Send the arguments as one valid JSON object."))
         if count > self.config.max_repeats:
             return ToolOutput.error(ToolError(
                 "repeated_call", f"{call.name} was called with the same arguments {count} times in a row; "

@@ -12,12 +12,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ctxwin.engine import Prepared
-from ctxwin.errors import ModelCallCancelled
 from ctxwin.messages import Message
 from ctxwin.providers import AnthropicClient, Completion, OpenAIChatClient, OpenAIResponsesClient, Retrying, Stream
 
 CACHE_MARK = {"type": "ephemeral"}  # Anthropic's prompt-cache breakpoint
-CANCEL_POLL_S = 0.05  # how often a waiting loop looks at its cancel event
 Client = AnthropicClient | OpenAIChatClient | OpenAIResponsesClient
 Notify = Callable[[str, dict[str, Any]], None]  # (event kind, data): deltas and retries, for the loop
 
@@ -70,16 +68,11 @@ class HttpModel:
         messages = prepared.messages
         if isinstance(self.client, AnthropicClient):
             messages = with_cache_marks(messages, cache_marks)
-        # The client's own cancel watcher costs up to its poll interval (50 ms) on every call, even an
-        # uncancelled one (see agent-needs.md); until that is fixed, cancellation is done here: a
-        # cancelled plain call is abandoned in its thread, a cancelled stream is closed.
         options: dict[str, Any] = {"system": prepared.system or None, "max_tokens": max_tokens,
-                                   "tools": prepared.tools or None}
+                                   "tools": prepared.tools or None, "cancel": cancel}
         if self.stream:
-            return self._call(lambda: _drain(self.client.stream(messages, **options), notify, cancel), notify)
-        if cancel is None:
-            return self._call(lambda: self.client.complete(messages, **options), notify)
-        return _abandon_on(cancel, lambda: self._call(lambda: self.client.complete(messages, **options), notify))
+            return self._call(lambda: _drain(self.client.stream(messages, **options), notify), notify)
+        return self._call(lambda: self.client.complete(messages, **options), notify)
 
     def _call(self, call: Callable[[], Completion], notify: Notify | None) -> Completion:
         self._local.notify = notify
@@ -92,40 +85,17 @@ class HttpModel:
         self.client.close()
 
 
-def _drain(stream: Stream, notify: Notify | None, cancel: threading.Event | None) -> Completion:
+def _drain(stream: Stream, notify: Notify | None) -> Completion:
+    """Read a stream to its end (the client stops it when the cancel event is set), passing text on."""
     from ctxwin.providers import TextDelta
 
     with stream:
         for event in stream:
-            if cancel is not None and cancel.is_set():
-                raise ModelCallCancelled("the model call was cancelled")
             if notify is not None and isinstance(event, TextDelta):  # (retries come through on_retry)
                 notify("delta", {"text": event.text})
         if stream.completion is None:
             raise RuntimeError("the stream ended without a completion")
         return stream.completion
-
-
-def _abandon_on(cancel: threading.Event, call: Callable[[], Completion]) -> Completion:
-    """Run `call` in a thread; return its result, or raise `ModelCallCancelled` as soon as `cancel` is
-    set (the call finishes in the background and its answer is dropped)."""
-    result: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            result["ok"] = call()
-        except BaseException as error:  # handed to the waiting thread
-            result["error"] = error
-
-    worker = threading.Thread(target=work, name="agent-model-call", daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(CANCEL_POLL_S)
-        if cancel.is_set():
-            raise ModelCallCancelled("the model call was cancelled")
-    if "error" in result:
-        raise result["error"]
-    return result["ok"]
 
 
 def with_cache_marks(messages: list[Message], marks: tuple[int, ...]) -> list[Message]:
