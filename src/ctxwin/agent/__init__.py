@@ -2,17 +2,8 @@
 tool). The loop calls `engine.prepare()` before every model call, so compaction can happen inside a
 tool loop."""
 
-from ctxwin.agent.loop import (
-    Agent,
-    AgentConfig,
-    Interrupted,
-    LoopEvent,
-    RunResult,
-    RunStats,
-    create_agent,
-    tool_schema,
-    tool_table,
-)
+from ctxwin.agent.events import LoopEvent, RunResult, RunStats
+from ctxwin.agent.loop import Agent, AgentConfig, Interrupted, create_agent, tool_schema, tool_table
 from ctxwin.agent.model import FunctionModel, HttpModel, Model
 from ctxwin.agent.subagents import AgentDefinition, ChildResult, SubagentLimits, SubAgents
 

@@ -9,14 +9,10 @@ state and `resume()` continues from the last message.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,7 +20,9 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from ctxwin import policy as policies
+from ctxwin.agent.events import LoopEvent, RunResult, RunStats
 from ctxwin.agent.model import Model
+from ctxwin.agent.processes import child_groups, kill_tool_processes
 from ctxwin.compaction.checkpoint import META as CHECKPOINT_META
 from ctxwin.compaction.checkpoint import REQUEST as CHECKPOINT_REQUEST
 from ctxwin.compaction.memory import daily_notes
@@ -73,63 +71,6 @@ class AgentConfig(BaseModel):
     memory_flush: bool = False
     """Before an automatic compaction, append notes on the span leaving the view to the workspace's
     memory/YYYY-MM-DD.md (OpenClaw's pre-compaction flush; the engine calls it)."""
-
-
-@dataclass(frozen=True)
-class LoopEvent:
-    """Something the loop did. `kind`: `user`, `model_call`, `assistant`, `tool_call`, `tool_result`,
-    `pipeline` (an engine `Event`: compaction, mask, fit ...; `event` holds it), `retry`, `overflow`,
-    `limit`, `interrupted`, `error`, `subagent`, `done`. `turn` counts user turns of the session this
-    process saw, `step` the model calls of the current run."""
-
-    kind: str
-    turn: int
-    step: int
-    data: Mapping[str, Any] = field(default_factory=dict)
-    event: Event | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "turn": self.turn, "step": self.step, **self.data}
-        if self.event is not None:
-            out["event"] = self.event.to_dict()
-        return out
-
-
-@dataclass
-class RunStats:
-    """Totals over the agent's life in this process (what `ctxwin run --json` prints last)."""
-
-    turns: int = 0
-    steps: int = 0
-    model_calls: int = 0
-    compactions: int = 0
-    compactions_inside_tool_loops: int = 0
-    overflows_recovered: int = 0
-    retries: int = 0
-    max_request_tokens: int = 0
-    window: int = 0
-    errors: list[str] = field(default_factory=list)
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"turns": self.turns, "steps": self.steps, "model_calls": self.model_calls,
-                "compactions": self.compactions, "compactions_inside_tool_loops": self.compactions_inside_tool_loops,
-                "overflows_recovered": self.overflows_recovered, "retries": self.retries,
-                "max_request_tokens": self.max_request_tokens, "window": self.window, "errors": list(self.errors),
-                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                "cost_usd": round(self.cost_usd, 6)}
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """How one run ended: `stop` is `done` (the model answered in text), `max_steps`, `max_cost`,
-    `repeated_call`, `interrupted` or `error`; `text` the last assistant text."""
-
-    stop: str
-    text: str
-    steps: int
 
 
 class Interrupted(Exception):
@@ -496,31 +437,3 @@ def _describe_failure(error: BaseException) -> str:
         return (f"the model's server did not answer{where} ({type(error).__name__}: {error}); check the base URL "
                 "and that the server is running")
     return str(error)
-
-
-def child_groups() -> set[int]:
-    """Process groups led by a direct child of this process (the shell tool starts each command as
-    the leader of its own group). Linux (/proc); empty elsewhere."""
-    me = Path(f"/proc/{os.getpid()}")
-    children: set[int] = set()
-    for task in me.glob("task/*/children"):
-        with contextlib.suppress(OSError):
-            children.update(int(pid) for pid in task.read_text().split())
-    groups = set()
-    for pid in children:
-        with contextlib.suppress(OSError, ValueError):
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            if int(stat[stat.rindex(")") + 2:].split()[2]) == pid:  # after "(comm)": state, ppid, pgrp
-                groups.add(pid)
-    return groups
-
-
-def kill_tool_processes(spare: frozenset[int] | set[int] = frozenset()) -> list[int]:
-    """Kill every process group in `child_groups()` but those in `spare` (that were there before the
-    tools ran), with everything in them. Returns the groups killed."""
-    killed = []
-    for group in sorted(child_groups() - spare):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(group, signal.SIGKILL)
-            killed.append(group)
-    return killed
