@@ -96,3 +96,23 @@ class MalformedJSONError(InputError):
         self.pos = pos
         self.lineno = lineno
         self.colno = colno
+
+
+# -- providers: model clients, streaming, images ------------------------------------------------------
+
+
+class ModelCallCancelled(CtxwinError):
+    """A model call (or its stream, or the wait before a retry) stopped because its cancel event was set."""
+
+
+class ImageError(InputError):
+    """An image no provider would accept: data that is not base64, a media type that is not png, jpeg,
+    gif or webp (or does not match the bytes), or more bytes than the per-image limit."""
+
+
+# --- agent (the loop and sub-agents)
+
+
+class SubagentError(InputError):
+    """A sub-agent request that cannot run as asked (a fork of a fork, another model for a fork, too
+    deep, too many at once); the model gets it as a tool error."""
