@@ -3,6 +3,8 @@ the limits every tool reads from its workspace (`Limits`)."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import wraps
@@ -112,3 +114,15 @@ def printable(name: str) -> str:
     if name.isascii():
         return name
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+# A name with one of these (or a leading quote) is shown as a JSON string literal: a newline in a file
+# name must not make one entry read as two, and the quoting must not be mistaken for a plain name.
+_QUOTE_IF = re.compile('[\x00-\x1f\x7f\x85\u2028\u2029\\\\]|^"')
+
+
+def shown_name(name: str, suffix: str = "") -> str:
+    """A path as listings print it (`suffix`: "/" for folders): `printable`, and quoted as a JSON
+    string when it holds a control character, a backslash or a leading double quote."""
+    text = printable(name) + suffix
+    return json.dumps(text, ensure_ascii=False) if _QUOTE_IF.search(text) else text

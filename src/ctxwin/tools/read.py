@@ -22,7 +22,7 @@ from ctxwin.tools.lines import FileIndex
 from ctxwin.tools.paging import check_positive, page
 from ctxwin.tools.sniff import IMAGE_TYPES, SNIFF_BYTES, Sniff, image_info, sniff
 from ctxwin.tools.truncate import format_size
-from ctxwin.tools.workspace import Resolved, Workspace
+from ctxwin.tools.workspace import Opened, Resolved, Workspace
 
 INDEX_MIN_BYTES = 1024 * 1024  # files at least this large remember where their lines start between pages
 # Files with these suffixes are sniffed before the size gate: an image or a PDF is not read as text.
@@ -103,14 +103,15 @@ def read(
     `column` to read on inside one long line, `pages` for PDFs."""
     for name, value in (("offset", offset), ("limit", limit), ("column", column)):
         check_positive(name, value)
-    resolved = ws.resolve(path)
-    ws.require_file(resolved)
-    key: ReadKey = (resolved.real, offset, limit, column, pages)
-    if state is not None:
-        earlier = state.unchanged(key, resolved.st)
-        if earlier is not None:
-            return _stub(resolved, earlier)
-    output = _read_file(ws, resolved, offset, limit, column, pages)
+    with ws.opened(path) as opened:
+        resolved = opened.resolved
+        ws.require_file(resolved)
+        key: ReadKey = (resolved.real, offset, limit, column, pages)
+        if state is not None:
+            earlier = state.unchanged(key, resolved.st)
+            if earlier is not None:
+                return _stub(resolved, earlier)
+        output = _read_file(ws, opened, offset, limit, column, pages)
     if state is not None and not output.is_error:
         call = state.next_call()
         state.record(key, resolved.st, call, call_id)
@@ -129,13 +130,14 @@ class _Text:
 
 
 def _read_file(
-    ws: Workspace, resolved: Resolved, offset: int | None, limit: int | None, column: int | None, pages: str | None
+    ws: Workspace, opened: Opened, offset: int | None, limit: int | None, column: int | None, pages: str | None
 ) -> ToolOutput:
+    resolved = opened.resolved
     limits = ws.limits
     whole = offset is None and limit is None and column is None
     if whole and os.path.splitext(resolved.real)[1].lower() not in RENDERED_SUFFIXES:
         _size_gate(resolved.display, resolved.st.st_size, limits.read_max_file_bytes)  # from stat, nothing opened
-    with ws.open_file(resolved) as stream:
+    with opened.open_file() as stream:
         head = stream.read(SNIFF_BYTES)
         facts = sniff(head, at_eof=len(head) >= resolved.st.st_size)
         if facts.media_type in IMAGE_TYPES:

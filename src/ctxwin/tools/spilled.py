@@ -10,7 +10,8 @@ from typing import Any, Literal
 from ctxwin.store.base import BlobStore
 from ctxwin.tools.base import SPILL_PREVIEW_CHARS, Limits, ToolError, ToolOutput, refusals_as_output
 from ctxwin.tools.paging import check_positive, page
-from ctxwin.tools.search import FileHits, compile_pattern, format_hits, search_text
+from ctxwin.tools.patterns import compile_regex
+from ctxwin.tools.search import FileHits, format_hits, hits_for, keep_bytes_for, match_lines
 from ctxwin.tools.sniff import SNIFF_BYTES, sniff
 from ctxwin.tools.truncate import format_size, truncate_head
 from ctxwin.tools.workspace import Workspace
@@ -66,9 +67,9 @@ def grep_spilled(
         raise ToolError("bad_argument", f"context={context!r} is not valid; a whole number from 0.")
     if not isinstance(pattern, str) or not pattern:
         raise ToolError("bad_argument", "pattern is empty", "Give a regular expression or, with literal=true, text.")
-    regex = compile_pattern(pattern, ignore_case, literal)
+    regex = compile_regex(pattern, ignore_case=ignore_case, literal=literal)
     data = _blob_text(store, handle)
-    hits = search_text(data.decode("utf-8", "replace"), regex, context, limit + 1)
+    hits = hits_for(io.BytesIO(data), match_lines(data, regex, limit + 1), context, keep_bytes_for(limits))
     files = [FileHits(handle, hits)] if hits else []
     return format_hits(files, context, limit, limits, "", {"handle": handle, "engine": "python"})
 
