@@ -28,6 +28,9 @@ LS_DEFAULT_LIMIT = 500  # entries ls shows at most
 SHELL_TIMEOUT_S = 120.0  # default shell timeout; the whole process group is killed after it
 SHELL_MAX_CAPTURE_BYTES = 100 * 1024 * 1024  # shell output kept for the blob store at most (the tail is always shown)
 SPILL_PREVIEW_CHARS = 2000  # characters of a JSON preview by default
+QUERY_TIMEOUT_S = 10.0  # query_json's jq/JMESPath process is stopped after this long
+QUERY_MAX_MEMORY_BYTES = 2 * 1024**3  # address space of query_json's process (RLIMIT_AS)
+SHELL_MAX_TIMEOUT_S = 24 * 3600.0  # the longest timeout a shell call may ask for
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,9 @@ class Limits:
     grep_max_file_bytes: int = GREP_MAX_FILE_BYTES
     shell_timeout_s: float = SHELL_TIMEOUT_S
     shell_max_capture_bytes: int = SHELL_MAX_CAPTURE_BYTES
+    shell_max_timeout_s: float = SHELL_MAX_TIMEOUT_S
+    query_timeout_s: float = QUERY_TIMEOUT_S
+    query_max_memory_bytes: int = QUERY_MAX_MEMORY_BYTES
 
 
 class ToolError(InputError):
