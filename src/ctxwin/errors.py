@@ -22,3 +22,11 @@ class InputError(CtxwinError):
     """A file or argument ctxwin cannot use as given (malformed, binary, empty, wrong format)."""
 
     exit_code = 2
+
+
+# ---- tools
+
+
+class ToolDefinitionError(CtxwinError):
+    """A function registered as a tool cannot become one (no docstring line or type for a parameter,
+    a type JSON Schema cannot state, a name providers refuse, a name already taken)."""

@@ -29,16 +29,18 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Literal
+from typing import Annotated, Any, BinaryIO, Literal
+
+from annotated_types import Ge, Le
 
 from ctxwin.tools.base import (
+    DESCRIPTION_FACTS,
     FIND_DEFAULT_LIMIT,
     GREP_DEFAULT_LIMIT,
     LS_DEFAULT_LIMIT,
     Limits,
     ToolError,
     ToolOutput,
-    refusals_as_output,
     shown_name,
 )
 from ctxwin.tools.ignore import (
@@ -62,6 +64,7 @@ from ctxwin.tools.patterns import (
     compile_regex,
 )
 from ctxwin.tools.sniff import SNIFF_BYTES, sniff
+from ctxwin.tools.spec import Positive, tool
 from ctxwin.tools.truncate import GREP_LINE_MARKER, format_size, truncate_head, truncate_line
 from ctxwin.tools.workspace import Opened, Resolved, Workspace
 
@@ -195,21 +198,43 @@ def keep_bytes_for(limits: Limits) -> int:
 # grep
 
 
-@refusals_as_output
+@tool(facts=DESCRIPTION_FACTS, hidden=("engine",))
 def grep(
     ws: Workspace,
     pattern: str,
     path: str = ".",
     glob: str | None = None,
-    context: int = 0,
-    limit: int = GREP_DEFAULT_LIMIT,
+    context: Annotated[int, Ge(0), Le(GREP_MAX_CONTEXT)] = 0,
+    limit: Positive = GREP_DEFAULT_LIMIT,
     ignore_case: bool = False,
     literal: bool = False,
     *,
     engine: Engine = "auto",
 ) -> ToolOutput:
-    """Lines matching `pattern` (a regex, or plain text with `literal`) in the files under `path`,
-    as `path:line:text` (context lines as `path-line-text`, groups separated by `--`)."""
+    """Search file contents for a regular expression (ripgrep syntax; literal=true searches for plain
+    text) in a folder (recursively) or one file.
+
+    Output lines are path:line:text; with context, surrounding lines are path-line-text and separate
+    groups are divided by --. A path holding a newline or other control character is printed as a
+    JSON string.
+
+    Limits: at most `limit` matching lines (default {grep_limit}), {bytes} of output, and
+    {grep_line_chars} characters per line. A notice says when a limit was hit: raise limit, narrow the
+    pattern or the path/glob, or read the file for full lines.
+    - glob filters files: '*.py' matches names at any depth, 'src/**/*.ts' matches paths relative to
+      `path`; a path the glob names is searched even if .gitignore skips it.
+    - Skips .git, node_modules, .gitignore'd paths, binary files and secrets.
+
+    Args:
+        pattern: Regular expression (or text with literal=true).
+        path: Folder or file to search.
+        glob: Only files matching this glob, e.g. '*.py'.
+        context: Lines of context before and after each match.
+        limit: Most matching lines to show.
+        ignore_case: Match letters in either case.
+        literal: Treat pattern as plain text.
+    """
+    # `engine` (not offered to the model) picks ripgrep or the Python search; "auto" prefers ripgrep.
     if not isinstance(pattern, str) or not pattern:
         raise ToolError("bad_argument", "pattern is empty", "Give a regular expression or, with literal=true, text.")
     check_text_argument("pattern", pattern)
@@ -565,10 +590,23 @@ def _search_stream(stream: BinaryIO, regex: Regex, context: int, max_matches: in
 # find
 
 
-@refusals_as_output
-def find(ws: Workspace, pattern: str, path: str = ".", limit: int = FIND_DEFAULT_LIMIT) -> ToolOutput:
-    """Files and folders under `path` whose path matches the glob `pattern` (without `/`: the name;
-    with `/`: the path relative to `path`; `**` crosses folders). Folders end with `/`."""
+@tool(facts=DESCRIPTION_FACTS)
+def find(ws: Workspace, pattern: str, path: str = ".", limit: Positive = FIND_DEFAULT_LIMIT) -> ToolOutput:
+    """Find files and folders by glob pattern under a folder. '*.py' matches names at any depth; a
+    pattern with '/' matches the path relative to `path` ('src/**/test_*.py'); '**' crosses folders.
+    Folders end with '/'; a name holding a newline or other control character is printed as a JSON
+    string.
+
+    Limits: at most `limit` results (default {find_limit}) or {bytes}; a notice says when the limit was
+    hit (raise limit or refine the pattern).
+
+    Skips .git, node_modules and .gitignore'd paths.
+
+    Args:
+        pattern: Glob such as '*.py' or 'src/**/test_*.py'.
+        path: Folder to search.
+        limit: Most results to show.
+    """
     if not isinstance(pattern, str) or not pattern:
         raise ToolError("bad_argument", "pattern is empty", 'Give a glob such as "*.py" or "src/**/test_*.py".')
     _check_int("limit", limit, 1)
@@ -608,10 +646,23 @@ def find(ws: Workspace, pattern: str, path: str = ".", limit: int = FIND_DEFAULT
 # ls
 
 
-@refusals_as_output
-def ls(ws: Workspace, path: str = ".", limit: int = LS_DEFAULT_LIMIT, ignored_too: bool = False) -> ToolOutput:
-    """The entries of one folder, sorted case-insensitively, folders ending with `/`, dotfiles
-    included; `.git`, `node_modules` and `.gitignore`d entries are left out unless `ignored_too`."""
+@tool(facts=DESCRIPTION_FACTS)
+def ls(ws: Workspace, path: str = ".", limit: Positive = LS_DEFAULT_LIMIT, ignored_too: bool = False) -> ToolOutput:
+    """List the entries of one folder (not recursive): sorted case-insensitively, folders end with '/',
+    symlinks show their target, dotfiles included; a name holding a newline or other control character
+    is printed as a JSON string.
+
+    Limits: at most `limit` entries (default {ls_limit}) or {bytes}; a notice says when the limit was
+    hit.
+
+    .git, node_modules and .gitignore'd entries are left out unless ignored_too=true; a notice says how
+    many were left out.
+
+    Args:
+        path: Folder to list.
+        limit: Most entries to show.
+        ignored_too: Also list ignored entries.
+    """
     _check_int("limit", limit, 1)
     with ws.opened(path) as opened:
         target = opened.resolved

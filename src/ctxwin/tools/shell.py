@@ -12,10 +12,13 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from ctxwin.tools.base import ToolError, ToolOutput, refusals_as_output
+from annotated_types import Gt
+
+from ctxwin.tools.base import DESCRIPTION_FACTS, ToolError, ToolOutput
 from ctxwin.tools.patterns import check_text_argument
+from ctxwin.tools.spec import tool
 from ctxwin.tools.truncate import format_size, truncate_tail, utf8_len
 from ctxwin.tools.workspace import Workspace
 
@@ -194,14 +197,25 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-@refusals_as_output
-def shell(ws: Workspace, command: str, timeout: float | None = None) -> ToolOutput:
-    """Runs `command` with bash in the first root. Shows the last 2,000 lines or 50 KB of the output;
-    when that is not all of it, the full output goes to the blob store and the notice names its handle.
+# Not a sandbox: the command can touch anything the process can (the roots and deny list bind the file
+# tools, not the shell), which is why the tool is opt-in. It gets only the SHELL_ENV_KEEP environment
+# variables unless `Workspace.shell_env` says otherwise. The full output goes to the blob store when the
+# tail shown is not all of it.
+@tool(needs="shell", facts=DESCRIPTION_FACTS)
+def shell(ws: Workspace, command: str, timeout: Annotated[float, Gt(0)] | None = None) -> ToolOutput:
+    """Run a bash command in the workspace root. stdout and stderr come back together.
 
-    Not a sandbox: the command can touch anything the process can (the roots and deny list bind the
-    file tools, not the shell), which is why the tool is opt-in. It gets only the SHELL_ENV_KEEP
-    environment variables unless `Workspace.shell_env` says otherwise."""
+    Limits: timeout in seconds (default {shell_timeout}; everything the command started is killed
+    when it passes, and when the call ends). Only the LAST {lines} lines or {bytes} of output are
+    shown. When that is not all of it, the notice names a blob handle holding the full output: page it
+    with read_spilled or search it with grep_spilled instead of running the command again.
+
+    Non-zero exit codes, signals and timeouts are reported after the output.
+
+    Args:
+        command: Bash command to run.
+        timeout: Seconds before the command is killed (default {shell_timeout}).
+    """
     if not ws.allow_shell:
         raise ToolError(
             "shell_disabled", "The shell tool is disabled for this workspace.",

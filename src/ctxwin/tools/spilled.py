@@ -10,14 +10,17 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from annotated_types import Ge, Le
 
 from ctxwin.store.base import BlobStore
-from ctxwin.tools.base import SPILL_PREVIEW_CHARS, Limits, ToolError, ToolOutput, refusals_as_output
+from ctxwin.tools.base import DESCRIPTION_FACTS, GREP_DEFAULT_LIMIT, SPILL_PREVIEW_CHARS, Limits, ToolError, ToolOutput
 from ctxwin.tools.paging import check_positive, page
 from ctxwin.tools.patterns import check_text_argument, compile_regex
-from ctxwin.tools.search import FileHits, format_hits, hits_for, keep_bytes_for, match_lines
+from ctxwin.tools.search import GREP_MAX_CONTEXT, FileHits, format_hits, hits_for, keep_bytes_for, match_lines
 from ctxwin.tools.sniff import SNIFF_BYTES, sniff
+from ctxwin.tools.spec import Positive, tool
 from ctxwin.tools.truncate import format_size, truncate_head
 from ctxwin.tools.workspace import Workspace
 
@@ -46,11 +49,22 @@ def _blob_text(store: BlobStore, handle: str) -> bytes:
     return data
 
 
-@refusals_as_output
+@tool(needs="blobs", facts=DESCRIPTION_FACTS)
 def read_spilled(
-    source: Source, handle: str, offset: int | None = None, limit: int | None = None, *, column: int | None = None
+    source: Source, handle: str, offset: Positive | None = None, limit: Positive | None = None, *,
+    column: Positive | None = None,
 ) -> ToolOutput:
-    """Pages spilled output by lines, exactly as read pages a file (same numbering, caps, notices)."""
+    """Read output that was too large to show in full and was saved under a blob handle (blob:<hex>),
+    by lines, like read: numbered lines, at most {lines} lines or {bytes} per call, and a notice with
+    the offset to continue from. offset/limit pick lines; column reads on inside a cut long line.
+
+    Args:
+        handle: Blob handle, blob:<hex>.
+        offset: First line to read, 1-based.
+        limit: Number of lines to read.
+        column: Read one long line from this character on; use with offset.
+    """
+    # Pages exactly as read pages a file (same numbering, caps, notices).
     store, limits = _store_and_limits(source)
     data = _blob_text(store, handle)
     index = source.line_index.get(("blob", handle, len(data))) if isinstance(source, Workspace) else None
@@ -58,18 +72,30 @@ def read_spilled(
     return ToolOutput(result.text, details={"handle": handle, "size": len(data), **result.facts()})
 
 
-@refusals_as_output
+@tool(needs="blobs", facts=DESCRIPTION_FACTS)
 def grep_spilled(
     source: Source,
     handle: str,
     pattern: str,
-    limit: int = 100,
+    limit: Positive = GREP_DEFAULT_LIMIT,
     *,
-    context: int = 0,
+    context: Annotated[int, Ge(0), Le(GREP_MAX_CONTEXT)] = 0,
     ignore_case: bool = False,
     literal: bool = False,
 ) -> ToolOutput:
-    """Lines of spilled output matching `pattern`, as `handle:line:text`, with grep's caps and notices."""
+    """Search output saved under a blob handle for a regular expression (literal=true for plain text).
+    Output lines are handle:line:text. At most `limit` matching lines (default {grep_limit}) and
+    {bytes}; a notice says when a limit was hit. Then use read_spilled with offset to see around a
+    match.
+
+    Args:
+        handle: Blob handle, blob:<hex>.
+        pattern: Regular expression (or text with literal=true).
+        limit: Most matching lines to show.
+        context: Lines of context before and after each match.
+        ignore_case: Match letters in either case.
+        literal: Treat pattern as plain text.
+    """
     store, limits = _store_and_limits(source)
     check_positive("limit", limit)
     if not isinstance(context, int) or context < 0:
@@ -276,10 +302,24 @@ def _query_error(answer: dict[str, Any], language: str, limits: Limits) -> Query
     raise ToolError("bad_expression", f"{label} error: {message}", f"Check the {label} expression.")
 
 
-@refusals_as_output
+@tool(facts=DESCRIPTION_FACTS)
 def query_json(source: Source, handle: str, expr: str, language: Language = "jq") -> ToolOutput:
-    """Runs a jq or JMESPath expression over the JSON under `handle` (or a workspace JSON file);
-    each result is shown as indented JSON, capped at 2,000 lines or 50 KB."""
+    """Run a jq expression (default) or a JMESPath expression (language="jmespath") over JSON saved
+    under a blob handle, or over a JSON / JSON Lines file in the workspace, and show the result as
+    indented JSON.
+
+    Use it to drill into a large JSON result after seeing its preview: '.items | length',
+    '.items[:10]', '.items[] | select(.status == "error") | .id', '[.items[].name]'.
+
+    Limits: at most {lines} lines or {bytes} of result; a notice says when it was cut: narrow the
+    expression (slice arrays, select fields). An expression that runs too long, needs too much
+    memory or yields endless results is stopped with an error.
+
+    Args:
+        handle: Blob handle (blob:<hex>) or a JSON file path.
+        expr: jq (or JMESPath) expression.
+        language: The expression's language.
+    """
     if not isinstance(expr, str) or not expr.strip():
         raise ToolError("bad_argument", "expr is empty", "Give a jq expression such as '.items | length'.")
     check_text_argument("expr", expr)
