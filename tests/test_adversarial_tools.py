@@ -25,8 +25,20 @@ from hypothesis import strategies as st
 
 from conftest import REPO
 from ctxwin.store.blobs import FileBlobStore
-from ctxwin.tools import TOOLS, Limits, ToolOutput, Workspace, find, find_rg, grep, grep_spilled, ls, query_json, read
-from ctxwin.tools import run_tool, shell
+from ctxwin.tools import (
+    TOOLS,
+    Limits,
+    ToolOutput,
+    Workspace,
+    find,
+    find_rg,
+    grep,
+    ls,
+    query_json,
+    read,
+    run_tool,
+    shell,
+)
 
 ENGINES = ("rg", "python") if find_rg() else ("python",)
 SRC = str(REPO / "src")
@@ -351,9 +363,10 @@ def test_item_16_nul_bytes_are_tool_errors(tmp_path: Path) -> None:
     ws = Workspace([tmp_path], allow_shell=True, blobs=FileBlobStore(tmp_path / "b"))
     handle = FileBlobStore(tmp_path / "b").put(b"x\n").handle
     calls = [
-        ("shell", {"command": "echo a\x00b"}), ("grep", {"pattern": "a\x00b"}), ("grep", {"pattern": "x", "glob": "*\x00"}),
-        ("find", {"pattern": "*\x00"}), ("read", {"path": "f\x00.txt"}), ("ls", {"path": "\x00"}),
-        ("grep_spilled", {"handle": handle, "pattern": "\x00"}), ("query_json", {"handle": handle, "expr": ".\x00"}),
+        ("shell", {"command": "echo a\x00b"}), ("grep", {"pattern": "a\x00b"}),
+        ("grep", {"pattern": "x", "glob": "*\x00"}), ("find", {"pattern": "*\x00"}), ("read", {"path": "f\x00.txt"}),
+        ("ls", {"path": "\x00"}), ("grep_spilled", {"handle": handle, "pattern": "\x00"}),
+        ("query_json", {"handle": handle, "expr": ".\x00"}),
     ]
     for name, args in calls:
         out = run_tool(name, args, ws)

@@ -557,7 +557,7 @@ def _files_under(ws: Workspace, target: Resolved, matcher: PathRegex | None) -> 
         """ripgrep's rule: a path the glob names is searched even if .gitignore skips it."""
         return matcher is not None and matcher.fullmatch(local(rel))
 
-    for entry in walk(target.root, base, denied=ws.denied, unignore=chosen if matcher else None):
+    for entry in walk(target.root, base, denied=ws.denied_entry, unignore=chosen if matcher else None):
         if entry.is_dir or entry.size > ws.limits.grep_max_file_bytes:
             continue
         if matcher is not None and not matcher.fullmatch(local(entry.rel)):
@@ -617,7 +617,7 @@ def find(ws: Workspace, pattern: str, path: str = ".", limit: Positive = FIND_DE
     prefix = _display_prefix(ws, target)
     results: list[str] = []
     more = False
-    for entry in walk(target.root, base, denied=ws.denied):
+    for entry in walk(target.root, base, denied=ws.denied_entry):
         local = entry.rel[len(base) + 1 :] if base else entry.rel
         if not matcher.fullmatch(local):
             continue
