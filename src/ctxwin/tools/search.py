@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import selectors
 import shutil
 import stat
@@ -65,7 +66,7 @@ from ctxwin.tools.patterns import (
 )
 from ctxwin.tools.sniff import SNIFF_BYTES, sniff
 from ctxwin.tools.spec import Positive, tool
-from ctxwin.tools.truncate import GREP_LINE_MARKER, format_size, truncate_head, truncate_line
+from ctxwin.tools.truncate import GREP_LINE_MARKER, Truncation, format_size, truncate_head, truncate_line
 from ctxwin.tools.workspace import Opened, Resolved, Workspace
 
 GREP_TIMEOUT_S = 60.0  # a ripgrep run is stopped after this long
@@ -277,6 +278,16 @@ def _display_prefix(ws: Workspace, target: Resolved) -> str:
     return "" if target.root == ws.roots[0] else target.root.rstrip("/") + "/"
 
 
+def capped_listing(
+    lines: list[str], max_bytes: int, before: list[str], after: list[str]
+) -> tuple[str, Truncation]:
+    """Listing lines cut at `max_bytes` (whole lines), with one notice line: the `before` notices,
+    the byte cap's when it cut, then the `after` ones (grep, find and ls read alike)."""
+    trunc = truncate_head(lines, _NO_LINE_LIMIT, max_bytes)
+    notices = [*before, *([f"{format_size(max_bytes)} limit reached"] if trunc.truncated else []), *after]
+    return trunc.text + (f"\n\n[{'. '.join(notices)}]" if notices else ""), trunc
+
+
 def format_hits(
     files: list[FileHits], context: int, limit: int, limits: Limits, prefix: str, facts: dict[str, Any]
 ) -> ToolOutput:
@@ -310,15 +321,12 @@ def format_hits(
         files_shown += previous is not None
     if not out:
         return ToolOutput("No matches found", details={**facts, "matches": 0})
-    trunc = truncate_head(out, _NO_LINE_LIMIT, limits.max_bytes)
-    notices = []
-    if more:
-        notices.append(f"{limit} matches limit reached. Use limit={limit * 2} for more, or refine pattern")
-    if trunc.truncated:
-        notices.append(f"{format_size(limits.max_bytes)} limit reached")
-    if cut_lines:
-        notices.append(f"Some lines truncated to {limits.grep_max_line_chars} chars. Use read tool to see full lines")
-    text = trunc.text + (f"\n\n[{'. '.join(notices)}]" if notices else "")
+    text, trunc = capped_listing(
+        out, limits.max_bytes,
+        [f"{limit} matches limit reached. Use limit={limit * 2} for more, or refine pattern"] if more else [],
+        [f"Some lines truncated to {limits.grep_max_line_chars} chars. Use read tool to see full lines"]
+        if cut_lines else [],
+    )
     details = {
         **facts, "matches": matches, "files": files_shown, "match_limit_reached": more, "lines_cut": cut_lines,
         "truncation": trunc.facts(),
@@ -358,54 +366,54 @@ def _rg_command(
 class _Matches:
     """Match line numbers per file from ripgrep's stream, keeping only the files that can be shown:
     those first in path order until more than `limit` matches are known (plus a margin for files
-    dropped later as binary or hard-linked)."""
+    dropped later as denied, binary or hard-linked)."""
 
-    def __init__(self, ws: Workspace, limit: int) -> None:
-        self.ws = ws
+    def __init__(self, limit: int) -> None:
         self.keep = 2 * (limit + 1)
-        self.files: dict[str, list[int]] = {}
+        self.files: dict[bytes, list[int]] = {}
         self.total = 0
 
     def add(self, raw_path: bytes, number: int) -> None:
-        rel = raw_path.decode("utf-8", "surrogateescape").removeprefix("./")
-        lines = self.files.get(rel)
+        lines = self.files.get(raw_path)
         if lines is None:
-            if self.ws.denied(rel):
-                return
-            lines = self.files[rel] = []
+            lines = self.files[raw_path] = []
         lines.append(number)
         self.total += 1
         if self.total > 2 * self.keep:
             self.prune()
 
     def prune(self) -> None:
-        kept: dict[str, list[int]] = {}
+        kept: dict[bytes, list[int]] = {}
         count = 0
-        for rel in sorted(self.files, key=path_key):
+        for raw in sorted(self.files, key=lambda raw: path_key(_rel_of(raw))):
             if count > self.keep:
                 break
-            kept[rel] = self.files[rel]
-            count += len(kept[rel])
+            kept[raw] = self.files[raw]
+            count += len(kept[raw])
         self.files, self.total = kept, count
+
+    def by_rel(self) -> dict[str, list[int]]:
+        return {_rel_of(raw): lines for raw, lines in self.files.items()}
+
+
+def _rel_of(raw_path: bytes) -> str:
+    return raw_path.decode("utf-8", "surrogateescape").removeprefix("./")
+
+
+# One record of `rg --null --line-number --max-columns 1`: path NUL number ':' (a match) text LF. A path
+# may hold a newline, never a NUL; the text (one line, at most the omission notice) holds neither.
+_RECORD = re.compile(rb"([^\x00]+)\x00(\d+)[:-][^\n]*\n")
 
 
 def _parse_records(buffer: bytearray, into: _Matches) -> int:
-    """Parses whole `path NUL number : text LF` records from `buffer` (a path may hold a newline, never
-    a NUL; the text, one line, holds neither); returns how many bytes were used."""
-    pos = 0
-    while True:
-        nul = buffer.find(b"\x00", pos)
-        if nul < 0:
-            return pos
-        newline = buffer.find(b"\n", nul)
-        if newline < 0:
-            return pos
-        digits = nul + 1
-        while digits < newline and 48 <= buffer[digits] <= 57:
-            digits += 1
-        if digits > nul + 1 and digits < newline and buffer[digits] == 58:  # ':' marks a match
-            into.add(bytes(buffer[pos:nul]), int(buffer[nul + 1 : digits]))
-        pos = newline + 1
+    """Parses the whole records at the start of `buffer`; returns how many bytes were used."""
+    used = 0
+    for match in _RECORD.finditer(buffer):
+        if match.start() != used:
+            break  # not a record where one should start: wait for more bytes
+        into.add(match.group(1), int(match.group(2)))
+        used = match.end()
+    return used
 
 
 def _rg_search(
@@ -415,7 +423,7 @@ def _rg_search(
     rel_dir = target.rel if target.is_dir else os.path.dirname(target.rel)
     parents = ancestor_ignore_text(target.root, rel_dir) if target.is_dir else ""
     ignore_path = None
-    matches = _Matches(ws, limit)
+    matches = _Matches(limit)
     try:
         if parents:
             handle, ignore_path = tempfile.mkstemp(prefix="ctxwin-ignore-", text=True)
@@ -440,7 +448,7 @@ def _rg_search(
         raise ToolError("bad_pattern", f"grep failed: {message or 'ripgrep failed'}",
                         "Check the pattern (ripgrep regex syntax).")
     matches.prune()
-    return matches.files
+    return matches.by_rel()
 
 
 def _stream_records(proc: subprocess.Popen[bytes], matches: _Matches) -> None:
@@ -479,6 +487,8 @@ def _read_hits(
     for rel in sorted(found, key=path_key):
         if count > limit:
             break
+        if ws.denied(rel):
+            continue
         stream = _open_under(ws, target.root, rel)
         if stream is None:
             continue
@@ -629,13 +639,10 @@ def find(ws: Workspace, pattern: str, path: str = ".", limit: Positive = FIND_DE
         return ToolOutput(
             f"No files found matching pattern {pattern!r}", details={"results": 0, "path": target.display}
         )
-    trunc = truncate_head(results, _NO_LINE_LIMIT, ws.limits.max_bytes)
-    notices = []
-    if more:
-        notices.append(f"{limit} results limit reached. Use limit={limit * 2} for more, or refine pattern")
-    if trunc.truncated:
-        notices.append(f"{format_size(ws.limits.max_bytes)} limit reached")
-    text = trunc.text + (f"\n\n[{'. '.join(notices)}]" if notices else "")
+    text, trunc = capped_listing(
+        results, ws.limits.max_bytes,
+        [f"{limit} results limit reached. Use limit={limit * 2} for more, or refine pattern"] if more else [], [],
+    )
     details = {
         "path": target.display, "results": trunc.output_lines, "limit_reached": more, "truncation": trunc.facts()
     }
@@ -681,15 +688,10 @@ def ls(ws: Workspace, path: str = ".", limit: Positive = LS_DEFAULT_LIMIT, ignor
     if not names:
         text = "(empty directory)" + (f"\n\n[{hidden_note}]" if hidden else "")
         return ToolOutput(text, details={"path": target.display, "entries": 0, "ignored": hidden})
-    trunc = truncate_head(names, _NO_LINE_LIMIT, ws.limits.max_bytes)
-    notices = []
-    if more:
-        notices.append(f"{limit} entries limit reached. Use limit={limit * 2} for more")
-    if trunc.truncated:
-        notices.append(f"{format_size(ws.limits.max_bytes)} limit reached")
-    if hidden:
-        notices.append(hidden_note)
-    text = trunc.text + (f"\n\n[{'. '.join(notices)}]" if notices else "")
+    text, trunc = capped_listing(
+        names, ws.limits.max_bytes, [f"{limit} entries limit reached. Use limit={limit * 2} for more"] if more else [],
+        [hidden_note] if hidden else [],
+    )
     details = {
         "path": target.display, "entries": trunc.output_lines, "ignored": hidden, "limit_reached": more,
         "truncation": trunc.facts(),

@@ -243,20 +243,16 @@ def json_schema_of(hint: Any, where: str) -> dict[str, Any]:
                               "Use str, int, float, bool, X | None, Literal[...] or list[...].")
 
 
+# annotated_types markers as JSON Schema keywords: (marker, keyword, the marker's attribute).
+_BOUNDS: tuple[tuple[type, str, str], ...] = (
+    (annotated_types.Ge, "minimum", "ge"), (annotated_types.Gt, "exclusiveMinimum", "gt"),
+    (annotated_types.Le, "maximum", "le"), (annotated_types.Lt, "exclusiveMaximum", "lt"),
+    (annotated_types.MaxLen, "maxLength", "max_length"), (annotated_types.MinLen, "minLength", "min_length"),
+)
+
+
 def _bound(item: object) -> dict[str, Any]:
-    if isinstance(item, annotated_types.Ge):
-        return {"minimum": item.ge}
-    if isinstance(item, annotated_types.Gt):
-        return {"exclusiveMinimum": item.gt}
-    if isinstance(item, annotated_types.Le):
-        return {"maximum": item.le}
-    if isinstance(item, annotated_types.Lt):
-        return {"exclusiveMaximum": item.lt}
-    if isinstance(item, annotated_types.MaxLen):
-        return {"maxLength": item.max_length}
-    if isinstance(item, annotated_types.MinLen):
-        return {"minLength": item.min_length}
-    return {}
+    return {keyword: getattr(item, attribute) for marker, keyword, attribute in _BOUNDS if isinstance(item, marker)}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -323,16 +319,22 @@ def _coerce(name: str, value: Any, schema: Mapping[str, Any]) -> Any:
     return value
 
 
+# (keyword, fails(value, bound), what the message says)
+_CHECKS: tuple[tuple[str, Callable[[Any, Any], bool], str], ...] = (
+    ("minimum", lambda v, b: v < b, "at least"), ("exclusiveMinimum", lambda v, b: v <= b, "more than"),
+    ("maximum", lambda v, b: v > b, "at most"), ("exclusiveMaximum", lambda v, b: v >= b, "less than"),
+)
+
+
 def _check_bounds(name: str, value: Any, schema: Mapping[str, Any]) -> None:
     if isinstance(value, int | float) and not isinstance(value, bool):
-        if "minimum" in schema and value < schema["minimum"]:
-            raise ToolError("bad_argument", f"{name}={value!r} is below its minimum, {schema['minimum']}.")
-        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
-            raise ToolError("bad_argument", f"{name}={value!r} must be more than {schema['exclusiveMinimum']}.")
-        if "maximum" in schema and value > schema["maximum"]:
-            raise ToolError("bad_argument", f"{name}={value!r} is above its maximum, {schema['maximum']}.")
-    if isinstance(value, str) and "maxLength" in schema and len(value) > schema["maxLength"]:
-        raise ToolError("bad_argument", f"{name} is {len(value)} characters; at most {schema['maxLength']}.")
+        for keyword, fails, words in _CHECKS:
+            if keyword in schema and fails(value, schema[keyword]):
+                raise ToolError("bad_argument", f"{name}={_shown(value)} is not valid; it must be {words} "
+                                f"{schema[keyword]}.")
+    if isinstance(value, str) and not schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value)):
+        raise ToolError("bad_argument", f"{name} is {len(value)} characters; it must be "
+                            f"{schema.get('minLength', 0)} to {schema.get('maxLength', 'any number of')}.")
 
 
 def _shown(value: Any) -> str:

@@ -123,22 +123,15 @@ _LEVELS = (
 )
 
 
+# JSON types as the preview names them; bool before int (a bool is an int in Python).
+_TYPE_NAMES: tuple[tuple[type, str], ...] = (
+    (type(None), "null"), (bool, "bool"), (int, "int"), (float, "float"), (str, "str"), (list, "array"),
+    (dict, "object"),
+)
+
+
 def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str):
-        return "str"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+    return next((name for kind, name in _TYPE_NAMES if isinstance(value, kind)), type(value).__name__)
 
 
 def _shape(value: Any, depth: int, keys: int) -> str:
