@@ -279,17 +279,21 @@ def test_item_14_thousand_folders_deep(tmp_path: Path) -> None:
         deep += "/d"
         os.mkdir(deep)
     Path(deep, "bottom.txt").write_text("needle at the bottom\n")
+    # After the 1,000 levels, the walk comes back up to d/ (whose descriptor it closed on the way
+    # down, keeping at most WALK_OPEN_DIRS open) and must re-open it to reach z.txt.
+    (root / "d" / "z.txt").write_text("needle near the top\n")
     try:
         ws = Workspace([root])
-        found = within(60, find, ws, "bottom.txt")
-        assert found.text == "/".join(["d"] * 1000) + "/bottom.txt", found.text[:200]
+        found = within(60, find, ws, "*.txt")
+        assert found.text == "/".join(["d"] * 1000) + "/bottom.txt\nd/z.txt", found.text[:200]
         for engine in ENGINES:
             out = within(60, grep, ws, "needle", engine=engine)
-            assert out.text.endswith("bottom.txt:1:needle at the bottom"), (engine, out.text[:200])
+            assert out.text.endswith("bottom.txt:1:needle at the bottom\nd/z.txt:1:needle near the top"), engine
         everything = within(60, find, ws, "*", limit=2000)  # all 1,001 paths walked (the text is cut at 50 KB)
         assert everything.details["limit_reached"] is False and everything.text.endswith("[50.0KB limit reached]")
     finally:
         os.unlink(os.path.join(deep, "bottom.txt"))
+        os.unlink(root / "d" / "z.txt")
         while deep != str(root):  # shutil.rmtree (pytest's clean-up) recurses too
             os.rmdir(deep)
             deep = os.path.dirname(deep)

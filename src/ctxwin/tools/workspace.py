@@ -359,6 +359,7 @@ class Workspace:
             raise _os_refusal(root, "open the root", error) from None
         todo = list(reversed(rest))
         links = 0
+        restarted = False
         try:
             while todo:
                 part = todo.pop()
@@ -371,7 +372,19 @@ class Workspace:
                     )
                 if part == "..":
                     if not walk.names:
-                        raise self._outside(requested, joined)
+                        # Above the root: only a path that comes back inside (`root/../root/x`) is
+                        # accepted, placed by where it resolves and walked again from that root.
+                        if restarted:
+                            raise self._outside(requested, joined)
+                        restarted = True
+                        real = os.path.realpath(joined)
+                        root = self.root_of(real)
+                        if root is None:
+                            raise self._outside(requested, joined)
+                        walk.close()
+                        walk = _Walk(root, [os.open(root, DIR_FLAGS)])
+                        todo = list(reversed(_parts(os.path.relpath(real, root)) if real != root else []))
+                        continue
                     os.close(walk.fds.pop())
                     walk.names.pop()
                     continue
