@@ -72,6 +72,7 @@ from ctxwin.tools.workspace import Opened, Resolved, Workspace
 GREP_TIMEOUT_S = 60.0  # a ripgrep run is stopped after this long
 GREP_MAX_CONTEXT = 20  # context lines grep shows at most around a match
 READ_CHUNK = 256 * 1024  # bytes read per step from ripgrep's output and from files
+RG_PRUNE_AT = 50_000  # match line numbers kept from ripgrep before the files that cannot be shown are dropped
 _NO_LINE_LIMIT = 1 << 30  # grep/find/ls cap by items and bytes, not by lines
 
 Engine = Literal["auto", "rg", "python"]
@@ -158,8 +159,8 @@ def read_lines(stream: BinaryIO, numbers: Sequence[int], keep_bytes: int) -> dic
                     line_no += chunk.count(b"\n", pos)
                     pos = len(chunk)
                     break
-                for _ in range(need):
-                    pos = chunk.index(b"\n", pos) + 1
+                if need:  # past `need` newlines, in C: split stops after them and keeps the rest whole
+                    pos = len(chunk) - len(chunk[pos:].split(b"\n", need)[-1])
                 line_no += need
                 current = bytearray()
                 continue
@@ -373,13 +374,15 @@ class _Matches:
         self.files: dict[bytes, list[int]] = {}
         self.total = 0
 
-    def add(self, raw_path: bytes, number: int) -> None:
-        lines = self.files.get(raw_path)
-        if lines is None:
-            lines = self.files[raw_path] = []
-        lines.append(number)
-        self.total += 1
-        if self.total > 2 * self.keep:
+    def add(self, records: list[tuple[bytes, bytes]]) -> None:
+        files = self.files
+        for raw_path, number in records:
+            lines = files.get(raw_path)
+            if lines is None:
+                lines = files[raw_path] = []
+            lines.append(int(number))
+        self.total += len(records)
+        if self.total > max(RG_PRUNE_AT, 4 * self.keep):  # a few ints per match: prune rarely, sorting costs
             self.prune()
 
     def prune(self) -> None:
@@ -408,11 +411,13 @@ _RECORD = re.compile(rb"([^\x00]+)\x00(\d+)[:-][^\n]*\n")
 def _parse_records(buffer: bytearray, into: _Matches) -> int:
     """Parses the whole records at the start of `buffer`; returns how many bytes were used."""
     used = 0
+    records: list[tuple[bytes, bytes]] = []
     for match in _RECORD.finditer(buffer):
         if match.start() != used:
             break  # not a record where one should start: wait for more bytes
-        into.add(match.group(1), int(match.group(2)))
+        records.append(match.groups())
         used = match.end()
+    into.add(records)
     return used
 
 
