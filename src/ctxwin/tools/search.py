@@ -554,11 +554,17 @@ def _python_search(
             if hits:
                 found.append(FileHits(target.rel, hits))
         return found
+    # The walk goes in path order, the order grep shows: once more than `limit` matches are known,
+    # no later file can be shown.
+    count = 0
     for rel, stream in _files_under(ws, target, glob_regex):
         with stream:
             hits = _search_stream(stream, regex, context, limit + 1, keep)
         if hits:
             found.append(FileHits(rel, hits))
+            count += sum(hit.match for hit in hits)
+            if count > limit:
+                break
     return found
 
 

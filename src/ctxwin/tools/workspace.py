@@ -77,20 +77,31 @@ class Resolved:
         return stat.S_ISREG(self.st.st_mode)
 
 
+@dataclass(frozen=True, slots=True)
+class _DenyRegexes:
+    """The deny patterns compiled (RE2) for the fast "any match?" test."""
+
+    single: PathRegex | None  # the patterns that match one segment
+    multi: tuple[tuple[int, PathRegex], ...]  # (segment count, regex) of the patterns with `/`
+    last: PathRegex | None  # a segment that could end a match of any pattern: the one test most names need
+
+
 @functools.lru_cache(maxsize=32)
-def _deny_regexes(patterns: tuple[str, ...]) -> tuple[PathRegex | None, tuple[tuple[int, PathRegex], ...]]:
-    """The deny patterns compiled (RE2) for the fast "any match?" test: one regex for the patterns
-    that match a single segment, and (segment count, regex) for the patterns with `/`."""
+def _deny_regexes(patterns: tuple[str, ...]) -> _DenyRegexes:
     single = [glob_to_regex(p.lower()) for p in patterns if "/" not in p]
     multi = tuple(
         (p.count("/") + 1, compile_glob_alternatives([glob_to_regex(p.lower())])) for p in patterns if "/" in p
     )
-    return (compile_glob_alternatives(single) if single else None), multi
+    last = single + [glob_to_regex(p.lower().rsplit("/", 1)[1]) for p in patterns if "/" in p]
+    return _DenyRegexes(
+        compile_glob_alternatives(single) if single else None, multi, compile_glob_alternatives(last) if last else None
+    )
 
 
 def _denied_by(rel: str, patterns: tuple[str, ...]) -> bool:
     parts = rel.lower().split("/")
-    single, multi = _deny_regexes(patterns)
+    compiled = _deny_regexes(patterns)
+    single, multi = compiled.single, compiled.multi
     if single is not None and any(single.fullmatch(part) for part in parts):
         return True
     return any(
@@ -103,11 +114,14 @@ def _denied_by(rel: str, patterns: tuple[str, ...]) -> bool:
 def denied_tail(rel: str, patterns: Sequence[str]) -> bool:
     """Whether a deny pattern matches `rel` at its last segment (the windows that end there): enough
     for a walk, which has checked every folder above already; O(1) in the depth, not O(depth)."""
-    single, multi = _deny_regexes(tuple(patterns))
-    parts = rel.lower().rsplit("/", max((count for count, _ in multi), default=1))
-    if single is not None and single.fullmatch(parts[-1]):
+    compiled = _deny_regexes(tuple(patterns))
+    name = rel.lower().rsplit("/", 1)[-1]
+    if compiled.last is None or not compiled.last.fullmatch(name):
+        return False  # no pattern can end at this name (one test, for almost every entry)
+    if compiled.single is not None and compiled.single.fullmatch(name):
         return True
-    return any(count <= len(parts) and regex.fullmatch("/".join(parts[-count:])) for count, regex in multi)
+    parts = rel.lower().rsplit("/", max((count for count, _ in compiled.multi), default=1))
+    return any(count <= len(parts) and regex.fullmatch("/".join(parts[-count:])) for count, regex in compiled.multi)
 
 
 def deny_match(rel: str, patterns: Sequence[str]) -> str | None:
