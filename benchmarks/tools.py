@@ -93,15 +93,24 @@ def interleaved(
 
 MEMORY_FILES = 12  # one-line files for the grep memory measurement
 MEMORY_FILE_MB = 40
+# The Python side's peak is VmHWM (per address space, so reset at exec; ru_maxrss is not: it would carry
+# the benchmark's own peak into the child). ripgrep's is its ru_maxrss, an upper bound for the same reason.
 MEMORY_CHILD = """
 import json, resource, sys, time
 from ctxwin.tools import Workspace, grep
+
+def hwm_mb():
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmHWM:"))
+    return round(int(line.split()[1]) / 1024, 1)
+
 ws = Workspace([sys.argv[1]])
+baseline = hwm_mb()
 started = time.perf_counter()
 out = grep(ws, "needle", engine=sys.argv[2])
 elapsed = time.perf_counter() - started
 print(json.dumps({
-    "python_peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    "python_baseline_mb": baseline, "python_peak_mb": hwm_mb(),
     "rg_peak_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
     "seconds": round(elapsed, 2), "output_bytes": len(out.text.encode()), "matches": out.details.get("matches"),
 }))

@@ -468,3 +468,18 @@ def test_fuzz_shell_arguments(fuzz_ws: Workspace, timeout: Any, extra: dict[str,
     ws = Workspace(fuzz_ws.roots, allow_shell=True, limits=Limits(shell_timeout_s=5, shell_max_timeout_s=5))
     out = within(30, run_tool, "shell", {"command": "true", "timeout": timeout, **extra}, ws)
     check_output(out)
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=st.sampled_from([*TOOLS, "nope"]), tokens=st.lists(st.one_of(
+    st.text(max_size=12), st.sampled_from(["--offset", "--limit=3", "--glob", "--ignore-case", "--", "--x", "-"]),
+), max_size=6))
+def test_fuzz_the_command_line_argument_parser(name: str, tokens: list[str]) -> None:
+    from ctxwin.cli.tool import parse_tool_args
+    from ctxwin.errors import InputError
+
+    try:
+        args = parse_tool_args(name, tokens)
+    except InputError:
+        return
+    assert isinstance(args, dict) and set(args) <= set(TOOLS[name].parameters["properties"])

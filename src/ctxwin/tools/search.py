@@ -599,7 +599,8 @@ def _search_stream(stream: BinaryIO, regex: Regex, context: int, max_matches: in
         head = stream.read(SNIFF_BYTES)
         if b"\x00" in head:
             return ()  # binary: ripgrep stops at the first NUL too, so no need to read on
-        data = head + stream.read()
+        stream.seek(0)
+        data = stream.read()  # read again from the start: no copy of a large file to join head and rest
     except OSError:
         return ()
     if b"\x00" in data:
