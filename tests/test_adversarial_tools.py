@@ -487,3 +487,16 @@ def test_fuzz_the_command_line_argument_parser(name: str, tokens: list[str]) -> 
     except InputError:
         return
     assert isinstance(args, dict) and set(args) <= set(TOOLS[name].parameters["properties"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from(list("*?[]!/\\#ab. \n\r-^")), max_size=60),
+       path=st.text(alphabet=st.sampled_from(list("ab/.*[]\n")), min_size=1, max_size=30), is_dir=st.booleans())
+def test_fuzz_gitignore_lines_never_raise_or_hang(text: str, path: str, is_dir: bool) -> None:
+    """Item 10: any .gitignore text is read (bad lines skipped, as git does) and matched in linear time."""
+    from ctxwin.tools.ignore import ignored, parse_rules
+
+    started = time.monotonic()
+    rules = parse_rules(text, "")
+    assert ignored(rules, path, is_dir) in (True, False)
+    assert time.monotonic() - started < 2

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,8 +57,10 @@ def _line_patterns(lines: list[str]) -> list[Any]:
     out = []
     for line in lines:
         try:
-            pattern = GitIgnoreSpecPattern(line)
-        except ValueError:
+            with warnings.catch_warnings():  # pathspec also compiles each line with `re`, which warns on "[["
+                warnings.simplefilter("ignore", FutureWarning)
+                pattern = GitIgnoreSpecPattern(line)
+        except (ValueError, re.error):
             continue
         if pattern.include is not None and pattern.regex is not None:
             out.append(pattern)
