@@ -135,6 +135,16 @@ def deny_match(rel: str, patterns: Sequence[str]) -> str | None:
     return next((p for p in patterns if _denied_by(rel, (p,))), None)  # which one, for the message
 
 
+def _realpath(path: str) -> str:
+    """`os.path.realpath`, which can raise when a symlink it is reading changes (EINVAL); then the
+    path as written, normalized. Used to name where a path leads and to place it in a root, never to
+    open anything: every open is done by the walk."""
+    try:
+        return os.path.realpath(path)
+    except OSError:
+        return os.path.normpath(path)
+
+
 def _parts(path: str) -> list[str]:
     return [part for part in path.split("/") if part not in ("", ".")]
 
@@ -342,7 +352,7 @@ class Workspace:
             )
 
     def _outside(self, requested: str, joined: str) -> ToolError:
-        real = os.path.realpath(joined)
+        real = _realpath(joined)
         return ToolError(
             "outside_roots",
             f"Access denied: {printable(requested)} resolves to {printable(real)}, which is outside the workspace "
@@ -359,7 +369,7 @@ class Workspace:
             root_parts = _parts(str(root))
             if parts[: len(root_parts)] == root_parts:
                 return str(root), parts[len(root_parts) :]
-        real = os.path.realpath(absolute)
+        real = _realpath(absolute)
         root = self.root_of(real)
         if root is None:
             raise self._outside(requested, joined)
@@ -391,7 +401,7 @@ class Workspace:
                         if restarted:
                             raise self._outside(requested, joined)
                         restarted = True
-                        real = os.path.realpath(joined)
+                        real = _realpath(joined)
                         root = self.root_of(real)
                         if root is None:
                             raise self._outside(requested, joined)
