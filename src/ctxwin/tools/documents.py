@@ -3,12 +3,13 @@ and PDFs (text per page, a page range at a time)."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from ctxwin.errors import JSONTooDeepError, MalformedJSONError
+from ctxwin.files import loads_json
 from ctxwin.tools.base import ToolError
 from ctxwin.tools.truncate import cut_middle, format_size
 
@@ -44,10 +45,10 @@ def _load_notebook(raw: bytes) -> dict[str, Any]:
             data = None
     if data is None:
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
+            data = loads_json(text)
+        except MalformedJSONError as error:
             raise _bad(f"JSON error: {error.msg} at line {error.lineno}") from None
-        except RecursionError:
+        except JSONTooDeepError:
             raise _bad("nested too deeply") from None
     if not isinstance(data, Mapping) or not isinstance(data.get("cells", []), list):
         raise _bad("no list of cells")
