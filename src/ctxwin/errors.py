@@ -10,7 +10,8 @@
     │   └── MalformedJSONError     text that does not parse as JSON (with the position)
     ├── ContextBudgetError         no request can be made to fit (the system prompt alone is too large)
     ├── ContextOverflowError       the provider keeps rejecting the request as too long after recovery
-    └── CompactionFailed           a compaction that did not happen; history is untouched
+    ├── CompactionFailed           a compaction that did not happen; history is untouched
+    └── ToolDefinitionError        a function that cannot be registered as a tool (tools.spec)
 
 Catch `CtxwinError` for everything, or the one leaf you care about. Errors of the other packages
 (store, tools, providers) derive from these too and live here as well, so that one import finds any.
@@ -116,3 +117,11 @@ class ImageError(InputError):
 class SubagentError(InputError):
     """A sub-agent request that cannot run as asked (a fork of a fork, another model for a fork, too
     deep, too many at once); the model gets it as a tool error."""
+
+
+# ---- tools
+
+
+class ToolDefinitionError(CtxwinError):
+    """A function registered as a tool cannot become one (no docstring line or type for a parameter,
+    a type JSON Schema cannot state, a name providers refuse, a name already taken)."""
