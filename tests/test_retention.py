@@ -280,8 +280,11 @@ def test_queued_prompts_count_as_user_instructions(tmp_path: Path) -> None:
     ]
     session_file.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     transcript = load_transcript(session_file)
+    # The prompt taken off the queue reaches the model with the next request, as Claude Code sends it;
+    # the one still queued at the end never did.
     assert [m.text for m in transcript.messages] == ["Please add a retry to the fetcher", "Working on it.",
-                                                     "and log it", "Done."]  # what is replayed is unchanged
+                                                     "and log it", "also make the timeout configurable", "Done."]
+    assert transcript.messages[3].meta.get("queued")
     assert transcript.metadata["queued_prompts"][0]["text"] == "also make the timeout configurable"
     assert queued_prompts(transcript, 2) == [q["text"] for q in transcript.metadata["queued_prompts"]]
     assert queued_prompts(transcript, 1) == []  # queued after the span: not a fact of it

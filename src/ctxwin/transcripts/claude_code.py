@@ -29,6 +29,8 @@ from ctxwin.transcripts.model import CompactionRecord, Transcript, UsageRecord
 from ctxwin.transcripts.source import ImportLog, Record, Source, parse_json_lines
 
 FORMAT = "claude-code"
+TASK_NOTIFICATION = "<task-notification>"
+"""How a background task's notification starts: queued like a prompt, but not something the user typed."""
 SKIPPED_RECORD_TYPES = ("progress", "file-history-snapshot", "queue-operation", "summary")  # never sent
 SENT_SYSTEM_SUBTYPES = ("local_command",)  # system records Claude Code turns into user messages
 SYNTHETIC_MODEL = "<synthetic>"  # Claude Code's model name for messages it made up (API errors)
@@ -108,6 +110,7 @@ def _sort_records(records: list[Record], log: ImportLog) -> tuple[dict[str, list
             log.skip(kind)
             if kind == "queue-operation":
                 _queued_prompt(data, record.line, facts)
+                groups[MAIN].append(record)  # in order: a queued prompt reaches the model when it leaves the queue
         elif isinstance(kind, str):
             log.skip(f"other:{kind}")  # a record type this reader does not know; not sent to the model
         else:
@@ -175,6 +178,8 @@ class _State:
     open_index: int = -1
     boundary: Record | None = None  # a compact_boundary waiting for its summary
     models: Counter[str] = field(default_factory=Counter)
+    queued: list[Record] = field(default_factory=list)  # prompts typed while the agent worked, still queued
+    delivered: list[Record] = field(default_factory=list)  # taken off the queue, for the next model call
 
 
 def _convert(records: list[Record], log: ImportLog) -> tuple[Conversation, Counter[str]]:
@@ -182,7 +187,12 @@ def _convert(records: list[Record], log: ImportLog) -> tuple[Conversation, Count
     for record in records:
         data = record.data
         kind = data.get("type")
-        if kind == "assistant":
+        if kind == "queue-operation":
+            _queue(record, state)
+        elif kind == "assistant":
+            message = data.get("message")
+            if not (isinstance(message, dict) and message.get("id") and message.get("id") == state.open_api_id):
+                _deliver(state, record)  # a new model call (not the next part of a streamed answer)
             _assistant(record, state, log)
         elif kind == "user":
             _user(record, state, log)
@@ -192,6 +202,31 @@ def _convert(records: list[Record], log: ImportLog) -> tuple[Conversation, Count
         log.warn("a compact_boundary with no compact summary after it", state.boundary.line)
         _add_compaction(state, state.boundary, "", None)
     return state.conversation, state.models
+
+
+def _queue(record: Record, state: _State) -> None:
+    """Claude Code queues what the user types while the agent works (`enqueue`) and takes it off the
+    queue (`remove`) when it hands it to the model with the next request; a prompt still queued when
+    the session ends never reached the model. A `remove` names no prompt: it is taken to be the
+    latest one the user typed (it follows that prompt's `enqueue` within seconds in every recorded
+    session; background-task notifications are queued too but never removed, and stay out)."""
+    data = record.data
+    content = data.get("content")
+    if data.get("operation") == "enqueue" and isinstance(content, str) and content.strip():
+        if not content.lstrip().startswith(TASK_NOTIFICATION):
+            state.queued.append(record)
+    elif data.get("operation") == "remove" and state.queued:
+        state.delivered.append(state.queued.pop())
+
+
+def _deliver(state: _State, answer: Record) -> None:
+    """The prompts taken off the queue since the last model call, as the user message they became
+    (after the tool results that came back meanwhile, so no call is separated from its result); named
+    after the answer they preceded (queue records have no uuid of their own)."""
+    for n, record in enumerate(state.delivered):
+        state.conversation.add("user", [Text(str(record.data["content"]))], f"{_record_id(answer)}#queued{n}",
+                               _meta(record, queued=True))
+    state.delivered = []
 
 
 def _meta(record: Record, **flags: Any) -> dict[str, Any]:
