@@ -15,7 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-POLICIES = "ctxwin,claude-code,pi,openclaw,letta,masking,truncate,raw,recorded"
+POLICIES = ("ctxwin,ctxwin:aggressive,ctxwin:conservative,claude-code,pi,pi:aggressive,pi:conservative,openclaw,letta,"
+            "masking,truncate,raw,recorded")
 SESSIONS = {
     "Claude Code 258c7280": "claude-code/258c7280-ae70-4798-800f-63464d01a85d.jsonl",
     "Claude Code 4d5611e5": "claude-code/4d5611e5-241a-462a-8d15-5122611a9569.jsonl",
@@ -48,7 +49,8 @@ def main() -> None:
                   f"| {row['peak_tokens'] / 1e3:.0f}K | {row['compactions']} | {row['prefix_kept_fraction']:.0%} "
                   f"| {cost} | ${row['cost_uncached_usd']:.2f} |")
     retention = ctxwin("eval", "retention", *(str(root / n) for n in SESSIONS.values()),
-                       "--policy", "ctxwin,claude-code,pi,openclaw,letta,masking,recorded")
+                       "--policy", "ctxwin,ctxwin:aggressive,ctxwin:conservative,claude-code,pi,openclaw,letta,masking,"
+                       "recorded")
     print()
     print("Recall in the text of the view (the headline); after the slash, recoverable through the refs the "
           "view shows, where that is more. In brackets: the number of probes.")
@@ -58,7 +60,7 @@ def main() -> None:
     for session in retention["sessions"]:
         next_call = session.get("recorded_next_call_tokens") or 0
         point = f"{Path(session['file']).name[:8]} @{session['index']} (recorded next call {next_call:,})"
-        for policy in ("ctxwin", "recorded"):
+        for policy in ("ctxwin", "ctxwin:aggressive", "ctxwin:conservative", "recorded"):
             view = session["policies"].get(policy)
             if view is None:
                 continue

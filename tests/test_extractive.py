@@ -26,8 +26,6 @@ from ctxwin.compaction.extractive import (
     command_entries,
     command_line,
     error_entries,
-    error_line,
-    error_lines,
     group_paths,
     omission_note,
 )
@@ -42,6 +40,7 @@ from ctxwin.compaction.summary import (
 )
 from ctxwin.engine import ContextEngine
 from ctxwin.messages import Message, ToolCall, assign_ids, assistant, tool_result, user
+from ctxwin.pipeline.failures import error_line, error_lines
 from ctxwin.store.memory import MemorySessionLog
 from ctxwin.tokens.encodings import get_encoding
 

@@ -119,7 +119,7 @@ def test_raw_keeps_everything_and_masking_recovers_through_verified_refs(tmp_pat
     masked = result.sessions[0].views[str(mask_all)]
     # Every tool output became a placeholder: the notes are only reachable through their ref.
     assert masked.scores["read_files"].recall == 1.0  # the path is in the call, which stays
-    assert masked.scores["errors"].recall == 0.0  # the headline: the placeholder keeps another (the last) error line
+    assert masked.scores["errors"].recall == 1.0  # the headline: the placeholder keeps the failure's telling line
     assert masked.with_refs["errors"].recall == 1.0  # ... and the ref returns the output byte for byte
     assert masked.refs_resolved >= 4 and masked.refs_rejected == 0
     assert masked.tokens < raw.tokens

@@ -45,6 +45,7 @@ from ctxwin.compaction.summary import (
     render_sections,
 )
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
+from ctxwin.pipeline.failures import error_lines
 from ctxwin.tokens.base import TokenCounter
 
 DEFAULT_BUDGET_TOKENS = 4_000  # when the caller gives none (Claude Code's summaries run 3-4k tokens)
@@ -56,11 +57,7 @@ COMMAND_CHARS = 600  # a command's first line is shown verbatim up to this many 
 COMMAND_STATE_CHARS = 4_000  # ... and kept in the merge state up to this many (two commands differing later are two)
 COMMAND_MEDIUM_CHARS = 240  # the middle form: long arguments shortened
 COMMAND_ARGUMENT_CHARS = 40  # in the middle form, an argument longer than this is cut to it
-ERROR_LINES_PER_FAILURE = 4  # distinct error lines kept from one failing output
-DIAGNOSTIC_CHARS = 500  # a longer line is output that mentions an error, not an error message
-ERROR_SCAN_CHARS = 16_000  # of a longer failing output, this much at each end is looked at for error lines
 SHORT_CHARS = 160  # the short form of a long item
-ERROR_LINE_CHARS = 300  # an error line is cut here
 DECISION_CHARS = 300
 CURRENT_TEXT_CHARS = 800  # the last assistant message, shown at most this long
 RECENT_CALLS = 5  # the last tool calls listed under current work
@@ -121,18 +118,6 @@ _ALIASES: Mapping[str, str] = {
 }
 _FILE_HEADINGS = frozenset({"files modified", "files read", "project root", "modified files", "read files"})
 
-# Words that mark an error line: strong ones first (an exception name, "error:", "fatal"), then weak
-# ones that also occur in ordinary output (a test named "handles invalid input").
-# Diagnostics marked with a cross (biome, vitest, cargo's `✗`) are errors too.
-_STRONG_ERROR = re.compile(r"\w*(?:Error|Exception)\b|\b(?:errors?|fatal|failed|failures?|panic|traceback)\b|"
-                           r"^[×✗✘]\s", re.I)
-_WEAK_ERROR = re.compile(
-    r"\b(?:cannot|can't|could not|couldn't|not found|no such|denied|invalid|undefined|refused|timed out|unable|"
-    r"missing)\b",
-    re.I,
-)
-_GENERIC_ERROR = re.compile(r"^(?:exit code \d+|command exited with code \d+|errors?:?|error output:?)$", re.I)
-_EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b")
 _DECISION = re.compile(
     r"\b(?:decided|decide to|decision|will use|we'll use|i'll use|let's use|instead of|because|chose|"
     r"choose|chosen|going with|opted|prefer)\b",
@@ -399,54 +384,6 @@ def _calls_and_results(span: Sequence[Message]) -> tuple[list[ToolCall], dict[st
             elif isinstance(block, ToolResult):
                 results[block.call_id] = block
     return calls, results
-
-
-def error_line(text: str) -> str:
-    """The distinctive line of a failure: a Python traceback's exception line, else the first line
-    naming an error strongly (an exception name, error, fatal, failed), else weakly (not found,
-    invalid, denied ...), else the first line that is not a bare exit code."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines:
-        return ""
-    start = text.rfind("Traceback (most recent call last)")
-    if start >= 0:
-        tail = [line.strip() for line in text[start:].splitlines() if line.strip()]
-        exceptions = [line for line in tail if _EXCEPTION_LINE.match(line)]
-        return clip(exceptions[-1] if exceptions else tail[-1], ERROR_LINE_CHARS)
-    for pattern in (_STRONG_ERROR, _WEAK_ERROR):
-        for line in lines:
-            if pattern.search(line) and not _GENERIC_ERROR.match(line):
-                return clip(line, ERROR_LINE_CHARS)
-    for line in lines:
-        if not _GENERIC_ERROR.match(line):
-            return clip(line, ERROR_LINE_CHARS)
-    return clip(lines[0], ERROR_LINE_CHARS)
-
-
-def error_lines(text: str, limit: int = ERROR_LINES_PER_FAILURE) -> list[str]:
-    """The distinctive lines of a failing output, verbatim, in the order they appear, at most
-    `limit`: a traceback's exception line, the first line naming an error (strongly or weakly), the
-    first and last strong ones (the cause, and the tally at the end), or else the first line that
-    is not a bare exit code. Escaped line breaks (`\\n` in serialized errors) split lines."""
-    if len(text) > 2 * ERROR_SCAN_CHARS:  # errors are printed first or last; a long middle is output
-        text = text[:ERROR_SCAN_CHARS] + "\n" + text[-ERROR_SCAN_CHARS:]
-    lines = [line.strip() for line in text.replace("\\n", "\n").splitlines() if line.strip()]
-    lines = [line for line in lines if not _GENERIC_ERROR.match(line)]
-    if not lines:
-        return []
-    chosen: list[int] = []
-    start = next((i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line), None)
-    if start is not None:
-        exception = [i for i in range(start, len(lines)) if _EXCEPTION_LINE.match(lines[i])]
-        chosen.extend(exception[-1:])
-    # A line longer than a diagnostic is a dump (HTML, JSON, minified code) that happens to hold a word.
-    strong = [i for i, line in enumerate(lines) if len(line) <= DIAGNOSTIC_CHARS and _STRONG_ERROR.search(line)]
-    weak = [i for i, line in enumerate(lines) if len(line) <= DIAGNOSTIC_CHARS and _WEAK_ERROR.search(line)]
-    chosen.extend(strong[:1] + weak[:1] + strong[-1:])
-    if not chosen:
-        chosen.append(0)
-    picked = sorted(dict.fromkeys(chosen))[:limit]
-    return [clip(lines[i], ERROR_LINE_CHARS) for i in picked]
 
 
 def _target(call: ToolCall) -> tuple[str, str]:

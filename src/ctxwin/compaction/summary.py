@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ctxwin.messages import Image, Message, Text, Thinking, ToolCall
+from ctxwin.pipeline.cut import CLIP_MARK, clip
 from ctxwin.tokens.base import TokenCounter
 
 TOOL_RESULT_CHARS = 2_000  # a tool result is cut to this in the serialized conversation (Pi)
-CLIP_MARK = " […]"  # appended to an item that was shortened
 MAX_FIT_ATTEMPTS = 6  # re-fits with a smaller budget when joined text counts more than its parts
 
 _WS = re.compile(r"\s+")
@@ -88,18 +88,6 @@ def serialize_span(messages: Iterable[Message], *, tool_result_chars: int = TOOL
 
 # --------------------------------------------------------------------------------------------------
 # Items and sections
-
-
-def clip(text: str, limit: int) -> str:
-    """`text` cut to at most `limit` characters plus CLIP_MARK, at a word boundary when one is near."""
-    text = text.strip()
-    if len(text) <= limit:
-        return text
-    cut = text[:limit]
-    space = cut.rfind(" ")
-    if space > limit * 0.8:
-        cut = cut[:space]
-    return cut.rstrip() + CLIP_MARK
 
 
 def item_key(item: str) -> str:

@@ -57,3 +57,18 @@ def head_tail(text: str, head_chars: int, tail_chars: int) -> Cut:
         if 0 <= newline <= SNAP_TAIL_SHARE * tail_chars:
             tail = tail[newline + 1 :]
     return Cut(head, tail, len(text))
+
+
+CLIP_MARK = " […]"  # appended to a text that was shortened
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters plus CLIP_MARK, at a word boundary when one is near."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    space = cut.rfind(" ")
+    if space > limit * 0.8:
+        cut = cut[:space]
+    return cut.rstrip() + CLIP_MARK

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ctxwin.messages import Message, ToolCall, ToolResult
+from ctxwin.pipeline.failures import error_line
 from ctxwin.pipeline.view import (
     Event,
     Item,
@@ -28,21 +29,6 @@ from ctxwin.policy.model import MaskPolicy
 
 MASKED_BY = ("mask", "prune", "dedup", "fit")
 """Renderings that are already placeholders or stubs: never masked again."""
-ERROR_LINE_CHARS = 240
-"""An error result's placeholder keeps its most telling line, up to this many characters."""
-
-
-def error_line(text: str) -> str:
-    """The line of a failing output most worth keeping: the last line that names an error, else the
-    last non-empty line."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        lowered = line.lower()
-        if any(word in lowered for word in ("error", "exception", "failed", "fatal", "traceback", "panic")):
-            return line[:ERROR_LINE_CHARS]
-    return lines[-1][:ERROR_LINE_CHARS] if lines else ""
-
-
 def placeholder(result: ToolResult, ctx: StageContext, entry_id: str, tokens: int) -> str:
     text = result.text
     lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
