@@ -380,7 +380,7 @@ def test_the_demo_model_answers_service_turns_without_losing_its_place(fake: Fak
 
 def test_the_demo_model_writes_the_checkpoint_the_engine_asks_for_and_carries_on(fake: FakeProvider,
                                                                                 http: httpx.Client) -> None:
-    from ctxwin.compaction.compact import CHECKPOINT_REQUEST
+    from ctxwin.compaction.checkpoint import REQUEST as CHECKPOINT_REQUEST
 
     fake.model = demo_model(10)
     tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}

@@ -1,5 +1,16 @@
-"""The errors ctxwin raises on purpose. Each says what went wrong and what to do about it; the CLI
-prints them without a traceback and exits non-zero."""
+"""Every error ctxwin raises on purpose, in one tree. Each says what went wrong and what to do about it
+(`hint`); the CLI prints them without a traceback and exits with the class's `exit_code`.
+
+    CtxwinError
+    ├── InputError                 a file, argument or message ctxwin cannot use as given (exit 2)
+    │   └── EntryFormatError       a stored log entry without the shape its kind promises
+    ├── ContextBudgetError         no request can be made to fit (the system prompt alone is too large)
+    ├── ContextOverflowError       the provider keeps rejecting the request as too long after recovery
+    └── CompactionFailed           a compaction that did not happen; history is untouched
+
+Catch `CtxwinError` for everything, or the one leaf you care about. Errors of the other packages
+(store, tools, providers) derive from these too and live here as well, so that one import finds any.
+"""
 
 from __future__ import annotations
 
@@ -24,13 +35,40 @@ class InputError(CtxwinError):
     exit_code = 2
 
 
-# -- providers: model clients, streaming, images ------------------------------------------------------
+# --- the engine and its stages
+
+
+class ContextBudgetError(CtxwinError):
+    """The request cannot be made to fit: the message says which part is too large."""
+
+    def __init__(self, message: str, *, tokens: int, budget: int, hint: str | None = None) -> None:
+        super().__init__(message, hint or "use a model with a larger window, or shorten the system prompt and tools")
+        self.tokens = tokens
+        self.budget = budget
+
+
+class ContextOverflowError(CtxwinError):
+    """The provider keeps rejecting the request as too long after every recovery step."""
+
+
+class CompactionFailed(CtxwinError):
+    """A compaction that did not happen (nothing to summarize, the summarizer failed, too little gain).
+    History is kept as it was; `tokens_before` is the view's size when it was tried."""
+
+    def __init__(self, message: str, tokens_before: int) -> None:
+        super().__init__(message, "history is kept as it was; the fit stage still guarantees the request fits")
+        self.tokens_before = tokens_before
+
+
+# --- the store
+
+
+class EntryFormatError(InputError):
+    """A stored log entry whose payload does not have the shape its kind promises."""
+
+
+# --- providers: model clients and their streams
 
 
 class ModelCallCancelled(CtxwinError):
     """A model call (or its stream, or the wait before a retry) stopped because its cancel event was set."""
-
-
-class ImageError(InputError):
-    """An image no provider would accept: data that is not base64, a media type that is not png, jpeg,
-    gif or webp (or does not match the bytes), or more bytes than the per-image limit."""

@@ -1,5 +1,6 @@
 """Policies: what each pipeline stage does, as data. `get("ctxwin")` gives a preset; `load(path)`
-reads a TOML file (any subset of fields; `base = "pi"` starts from a preset)."""
+reads a TOML file (any subset of fields; `base = "pi"` starts from a preset). The compaction section
+is one model per strategy, chosen by its `strategy` field. Imports: errors only."""
 
 from __future__ import annotations
 
@@ -12,15 +13,24 @@ from pydantic import ValidationError
 
 from ctxwin.errors import InputError
 from ctxwin.policy.model import (
+    COMPACTION_MODELS,
+    STRATEGIES,
     BootstrapPolicy,
+    CheckpointCompaction,
+    ClaudeCodeCompaction,
     CompactionPolicy,
+    CtxwinCompaction,
     DedupPolicy,
     FitPolicy,
+    LettaCompaction,
     MaskPolicy,
+    OpenClawCompaction,
+    PiCompaction,
     Policy,
     PrunePolicy,
     ResultBudgetPolicy,
     SpillPolicy,
+    compaction_for,
 )
 
 DEFAULT = "ctxwin"
@@ -134,16 +144,25 @@ def _toml_value(value: Any) -> str:
 
 
 __all__ = [
+    "COMPACTION_MODELS",
     "DEFAULT",
+    "STRATEGIES",
     "BootstrapPolicy",
+    "CheckpointCompaction",
+    "ClaudeCodeCompaction",
     "CompactionPolicy",
+    "CtxwinCompaction",
     "DedupPolicy",
     "FitPolicy",
+    "LettaCompaction",
     "MaskPolicy",
+    "OpenClawCompaction",
+    "PiCompaction",
     "Policy",
     "PrunePolicy",
     "ResultBudgetPolicy",
     "SpillPolicy",
+    "compaction_for",
     "from_dict",
     "get",
     "load",

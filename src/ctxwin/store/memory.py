@@ -42,8 +42,9 @@ class MemorySessionLog:
         self._leaf = entry.id
         return entry
 
-    def branch(self, entry_id: str) -> None:
-        if entry_id not in self._by_id:
+    def branch(self, entry_id: str | None) -> None:
+        """Moves the leaf to `entry_id`, so the next append forks there; `None`: a new root."""
+        if entry_id is not None and entry_id not in self._by_id:
             raise KeyError(f"no entry {entry_id!r} in session {self.session_id}")
         self._leaf = entry_id
 
