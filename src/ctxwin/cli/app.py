@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ctxwin.errors import CtxwinError
 
@@ -39,9 +40,10 @@ def print_json(data: Any) -> None:
 
 
 def fail(message: str, hint: str | None = None, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    # soft_wrap: one line per message whatever the terminal's width, so it can be grepped
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     if hint:
-        err_console.print(f"  {hint}", highlight=False)
+        err_console.print(f"  {escape(hint)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from ctxwin.cli import app as _app
+from ctxwin.cli import chat as _chat  # noqa: F401  (registers `chat`)
 from ctxwin.cli import compact as _compact  # noqa: F401  (registers `compact`)
 from ctxwin.cli import demo as _demo  # noqa: F401  (registers `demo`)
 from ctxwin.cli import evaluate as _evaluate  # noqa: F401  (registers `eval retention` and `eval needles`)
@@ -14,6 +15,8 @@ from ctxwin.cli import inspect as _inspect  # noqa: F401  (registers `inspect`)
 from ctxwin.cli import policies as _policies  # noqa: F401
 from ctxwin.cli import replay as _replay  # noqa: F401  (registers `replay`)
 from ctxwin.cli import report as _report  # noqa: F401  (registers `report`)
+from ctxwin.cli import run as _run  # noqa: F401  (registers `run`)
+from ctxwin.cli import session as _session  # noqa: F401  (registers `session mark|marks|rewind`)
 from ctxwin.cli import store as _store  # noqa: F401  (registers `import` and `sessions`)
 from ctxwin.cli import tool as _tool  # noqa: F401  (registers `tool`)
 

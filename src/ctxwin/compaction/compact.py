@@ -104,9 +104,10 @@ def threshold(window: int, policy: Any) -> int:
     return strategy_for(policy).threshold(window, policy)
 
 
-def compaction_due(tokens: int, ctx: StageContext, policy: Any, factor: float = 1.0) -> bool:
-    """Whether a view of `tokens` (counter units, system included) is past the trigger."""
-    return strategy_for(policy).due(tokens, ctx.window, policy, factor)
+def compaction_due(tokens: int, ctx: StageContext, policy: Any, factor: float = 1.0, turns: int = 0) -> bool:
+    """Whether a view of `tokens` (counter units, system included) holding `turns` turns is past a
+    trigger."""
+    return strategy_for(policy).due(tokens, ctx.window, policy, factor, turns) is not None
 
 
 def plan_cut(items: Sequence[Item], policy: Any, ctx: StageContext, pins: set[str], factor: float = 1.0,
@@ -147,8 +148,10 @@ def compact_view(
     summarizer = summarizer or ExtractiveSummarizer()
     budget = summary_budget(policy, ctx.window, factor)
     summarizer_budget = max(int(budget * (1 - GUARD_SHARE - INDEX_SHARE)), 1)
-    span_messages = [i.message for i in plan.span]
-    prefix_messages = [i.message for i in plan.prefix]
+    # The summarizer reads the messages as logged, not their masked or spilled renderings in the view.
+    logged = originals or {}
+    span_messages = [logged.get(i.entry_id, i.message) for i in plan.span]
+    prefix_messages = [logged.get(i.entry_id, i.message) for i in plan.prefix]
     try:
         if agent_summary is not None and plan.first_kept_id != agent_summary.entry_id \
                 and any(i.entry_id == agent_summary.entry_id for i in plan.span):
@@ -171,7 +174,8 @@ def compact_view(
                                            budget_tokens=summarizer_budget, counter=ctx.counter)
     except Exception as error:  # a failed summary never deletes history
         raise CompactionFailed(f"summarizer {getattr(summarizer, 'name', '?')} failed: {error}", before) from error
-    summary = guard(summary, span_messages + prefix_messages, ctx.counter, int(budget * (1 - INDEX_SHARE)))
+    if policy.identifier_policy == "strict":
+        summary = guard(summary, span_messages + prefix_messages, ctx.counter, int(budget * (1 - INDEX_SHARE)))
     summary = with_recall_index(summary, plan.summarized, ctx, budget, originals)
     covered = tuple(dict.fromkeys([*(previous.covered_ids if previous else ()),
                                    *(i.entry_id for i in plan.summarized)]))

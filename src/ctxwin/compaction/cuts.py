@@ -11,9 +11,6 @@ from dataclasses import dataclass, field
 
 from ctxwin.pipeline.view import Item, total_tokens
 
-KEEP_SHRINK_STEPS = 4
-"""If the kept tail leaves the view above the trigger, halve the kept budget up to this many times."""
-
 
 @dataclass(frozen=True)
 class CutPlan:
@@ -51,8 +48,10 @@ def first_content(items: Sequence[Item]) -> int:
 
 def find_cut(items: Sequence[Item], start: int, keep_tokens: int) -> int:
     """Pi's rule: walk back from the newest message until `keep_tokens` are kept, then move forward
-    to the nearest cut point. Returns `start` when everything fits (nothing to summarize) and
-    `len(items)` when no cut point is left (summarize everything)."""
+    to the nearest cut point. When there is none ahead (the budget ran out inside the last round),
+    move back to the round's start instead: the newest round, the results the model just asked
+    for, is always kept, or an agent in a tool loop would lose its place. Returns `start` when
+    everything fits (nothing to summarize)."""
     kept = 0
     for index in range(len(items) - 1, start - 1, -1):
         kept += items[index].tokens
@@ -60,20 +59,38 @@ def find_cut(items: Sequence[Item], start: int, keep_tokens: int) -> int:
             for cut in range(index, len(items)):
                 if is_cut_point(items, cut):
                     return max(cut, start)
-            return len(items)
+            for cut in range(index - 1, start, -1):
+                if is_cut_point(items, cut):
+                    return cut
+            return start
     return start
 
 
 def shrinking_cut(items: Sequence[Item], start: int, keep: int, fixed_tokens: int, limit: float) -> int:
     """`find_cut` for `keep` tokens, halving `keep` while the kept tail plus `fixed_tokens` (system
-    prompt and summary) would still be over `limit`."""
+    prompt and summary) would still be over `limit`: a tail that leaves the view above the trigger
+    would compact again on the next request."""
     cut = find_cut(items, start, keep)
-    for _ in range(KEEP_SHRINK_STEPS):
-        if fixed_tokens + total_tokens(items[cut:]) <= limit or keep <= 0:
-            break
+    while fixed_tokens + total_tokens(items[cut:]) > limit and keep > 0:
         keep //= 2
         cut = find_cut(items, start, keep)
+    if fixed_tokens + total_tokens(items[cut:]) > limit:
+        return len(items)  # the newest round alone is past the trigger: it cannot stay verbatim
     return cut
+
+
+def turn_starts(items: Sequence[Item]) -> list[int]:
+    """Where each turn of the view begins: the index of every user message the user wrote (the
+    summary and markers are synthetic and do not count)."""
+    return [i for i, item in enumerate(items) if item.message.role == "user" and not item.synthetic]
+
+
+def recent_turns_cut(items: Sequence[Item], turns: int) -> int:
+    """The cut that keeps the last `turns` turns (0: none, everything before the end)."""
+    starts = turn_starts(items)
+    if turns <= 0:
+        return len(items)
+    return starts[-turns] if len(starts) >= turns else first_content(items)
 
 
 def turn_start(items: Sequence[Item], start: int, cut: int) -> int | None:

@@ -16,6 +16,9 @@ from ctxwin.compaction.cuts import CutPlan
 from ctxwin.messages import Message
 from ctxwin.pipeline.view import Item, StageContext
 
+BY_TURNS = ("turns", "max_turns")
+"""Triggers that bound turns, not tokens: their compactions count as a gain whatever they save."""
+
 MIN_THRESHOLD_SHARE = 0.5
 """The trigger never sits below this share of the window, whatever the reserve (a reserve larger than
 a small window would otherwise compact on every call)."""
@@ -54,9 +57,22 @@ class Strategy:
     def threshold(self, window: int, policy: Any) -> int:
         return threshold(window, policy)
 
-    def due(self, tokens: int, window: int, policy: Any, factor: float = 1.0) -> bool:
-        """Whether a view of `tokens` (counter units, system included) is past the trigger."""
-        return tokens * factor > self.threshold(window, policy)
+    def due(self, tokens: int, window: int, policy: Any, factor: float = 1.0, turns: int = 0) -> str | None:
+        """Which trigger a view of `tokens` (counter units, system included) holding `turns` turns has
+        passed, if any (the first reached wins): `threshold` (the window's), `tokens` (the absolute
+        token trigger), `turns` (the turn trigger), or `max_turns` (the cap plus a `summary_after`
+        batch)."""
+        model_tokens = tokens * factor
+        if model_tokens > self.threshold(window, policy):
+            return "threshold"
+        if policy.trigger_tokens is not None and model_tokens > policy.trigger_tokens:
+            return "tokens"
+        if policy.trigger_turns is not None and turns > policy.trigger_turns:
+            return "turns"
+        if policy.max_turns is not None and policy.summary_after is not None \
+                and turns > policy.max_turns + policy.summary_after:
+            return "max_turns"
+        return None
 
     def plan(self, items: Sequence[Item], policy: Any, ctx: StageContext, pins: set[str],
              factor: float = 1.0, agent_summary: AgentSummary | None = None) -> CutPlan:

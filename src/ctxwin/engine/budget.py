@@ -49,9 +49,11 @@ class Budget:
             budget = replace(budget, window=limit_tokens)  # the provider knows its window better than we do
             if budget.reserve >= budget.window // 2:
                 # Our output reserve was sized for the window we believed in: keep the answer's share
-                # of the real window what it would be on a normal one (a quarter at most).
+                # of the real window what it would be on a normal one (a quarter at most), and never let
+                # the safety margin alone eat a tiny window (the budget would go below zero).
                 max_output = min(budget.max_output, budget.window // 4)
-                budget = replace(budget, max_output=max_output, reserve=policy.reserve(max_output))
+                reserve = min(policy.reserve(max_output), budget.window // 2)
+                budget = replace(budget, max_output=max_output, reserve=reserve)
         return replace(budget, scale=budget.scale * RECOVERY_SHRINK)
 
     def restored(self, policy: Policy, window: int, max_output: int, scale: float) -> Budget:
@@ -59,4 +61,6 @@ class Budget:
         window = min(self.window, window or self.window)
         max_output = min(self.max_output, max_output or self.max_output)
         reserve = 0 if policy.unlimited_window else policy.reserve(max_output)
+        if window < self.window and reserve >= window // 2:  # as `after_overflow` sized it
+            reserve = min(reserve, window // 2)
         return Budget(window, max_output, reserve, scale)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ctxwin.compaction.compact import summary_message
+from ctxwin.errors import ContextBudgetError
 from ctxwin.messages.pairing import repair
 from ctxwin.pipeline import fit
 from ctxwin.pipeline.validate import IncrementalValidator
@@ -28,6 +29,8 @@ REPAIR_FIT_ROUNDS = 3
 
 Refit = Callable[[list[Item], StageContext], list[Item]]
 """Runs the fit stage (recording its decisions) on a view with a tighter context."""
+Collapse = Callable[[list[Item], StageContext], list[Item]]
+"""Runs fit's collapse of unanswered calls (recording its decisions)."""
 
 
 @dataclass
@@ -81,7 +84,8 @@ class ViewCache:
         return list(out)
 
     def validate_and_repair(self, items: list[Item], ctx: StageContext, events: list[Event],
-                            refit: Refit, *, fit_enabled: bool) -> tuple[list[Item], list[str], list]:
+                            refit: Refit, collapse: Collapse, *,
+                            fit_enabled: bool) -> tuple[list[Item], list[str], list]:
         """The view made valid, its keys, and what is still wrong (nothing, unless repair failed).
 
         A request usually extends the previous one. Then the previous repair (say, error results for
@@ -111,13 +115,25 @@ class ViewCache:
             # residue remains (the dropped-rounds marker grew a digit), squeeze that much more.
             slack += over if attempt else 0
             added = total_tokens(repaired) - total_tokens(items)
-            items = refit(items, replace(ctx, budget=ctx.budget - max(added, 0) - slack))
+            items = self._refit(items, replace(ctx, budget=ctx.budget - max(added, 0) - slack), refit, collapse)
             repaired, repair_events = self._repair(items)
         events.extend(repair_events)
         repaired_keys = keys_of(repaired)
         problems = self.validator.check(MessagesView(repaired), shapes_of(repaired))
         self.repaired = None if problems else (keys_of(items), repaired, repaired_keys)
         return repaired, repaired_keys, problems
+
+    @staticmethod
+    def _refit(items: list[Item], tighter: StageContext, refit: Refit, collapse: Collapse) -> list[Item]:
+        """Fit with the room repair's additions leave; when there is none (thousands of unanswered
+        calls, whose error results alone would not fit), collapse those turns instead of driving the
+        budget below zero."""
+        if tighter.budget > tighter.system_tokens:
+            try:
+                return refit(items, tighter)
+            except ContextBudgetError:
+                pass  # no fit with this much room: what repair would add must go instead
+        return collapse(items, tighter)
 
     def _repair(self, items: list[Item]) -> tuple[list[Item], list[Event]]:
         result = repair([i.message for i in items], PROVIDER_FOR_VALIDATION)

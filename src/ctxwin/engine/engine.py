@@ -11,7 +11,6 @@ reducer that live appends go through, so a resumed engine sends byte for byte wh
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -20,30 +19,36 @@ from typing import Any
 from ctxwin import policy as policies
 from ctxwin.compaction.base import Summarizer
 from ctxwin.compaction.compact import strategy_for
+from ctxwin.compaction.strategy import BY_TURNS
 from ctxwin.errors import ContextOverflowError, CtxwinError, InputError
 from ctxwin.messages import Message
-from ctxwin.messages.providers import from_provider_dict
 from ctxwin.pipeline import bootstrap
 from ctxwin.pipeline.view import Event, StageContext
 from ctxwin.policy.model import Policy
 from ctxwin.providers.overflow import is_overflow_error, reported_context_tokens
 from ctxwin.store.base import SessionLog
-from ctxwin.store.entries import CalibrationEntry, MessageEntry, PinEntry, RecoveryEntry, epoch, parse
+from ctxwin.store.entries import (
+    CalibrationEntry,
+    MessageEntry,
+    PinEntry,
+    epoch,
+    parse,
+)
 from ctxwin.store.memory import MemorySessionLog
 from ctxwin.tokens import CachedCounter, counter_for, model_info
 from ctxwin.tokens.base import TokenCounter
 
+from . import restore
 from .budget import UNLIMITED_WINDOW, Budget
 from .cache import ViewCache
+from .inputs import as_messages, check_limit, short_tokens, tool_schema
+from .policy_file import PolicyFile
 from .prepared import Prepared
 from .recall import page, resolve
+from .recovery import MAX_RECOVERY_ATTEMPTS, plan_recovery
 from .run import Pipeline, tools_json
 from .state import SessionState, apply
 from .sync import common_history
-
-MAX_RECOVERY_ATTEMPTS = 3
-"""Overflow recoveries allowed in a row before `recover` gives up (OpenClaw's 3 attempts); a
-successful call (`record_usage`) resets the count."""
 
 
 class ContextEngine:
@@ -79,12 +84,12 @@ class ContextEngine:
         self.session: SessionLog = session if session is not None else MemorySessionLog()
         self.model = model
         info = model_info(model)
-        _check_limit("window", window)
-        _check_limit("max_output", max_output)
+        check_limit("window", window)
+        check_limit("max_output", max_output)
         self._limits = (window or info.context_window, max_output or info.max_output)
         self.counter = counter if isinstance(counter, CachedCounter) else CachedCounter(counter or counter_for(model))
         self.summarizer = summarizer
-        self.tools = [_tool_schema(t) for t in tools or ()]
+        self.tools = [tool_schema(t) for t in tools or ()]
         self._tools_json = tools_json(self.tools)
         self.workspace = Path(workspace) if workspace is not None else None
         self.clock = clock or time.time
@@ -93,7 +98,8 @@ class ContextEngine:
         self.overhead_tokens = overhead_tokens
         self._recovery_attempts = 0
         self._last: Prepared | None = None
-        self._open(policies.get(policy))
+        self._policy_file = PolicyFile.watch(policy)
+        self._open(self._policy_file.policy if self._policy_file else policies.get(policy))
 
     def _open(self, policy: Policy) -> None:
         """Derive everything from the log: the state through the reducer, then the caches."""
@@ -120,6 +126,15 @@ class ContextEngine:
 
     @policy.setter
     def policy(self, policy: Policy) -> None:
+        self._set_policy(policy)
+
+    def _set_policy(self, policy: Policy) -> None:
+        """A new policy for new decisions; recorded ones stay as they were, so the cached prefix holds."""
+        budget = Budget.for_policy(policy, *self._limits)
+        current = self._state.budget
+        if current.window < budget.window or current.scale != 1.0:  # what recoveries learned still holds
+            budget = budget.restored(policy, current.window, current.max_output, current.scale)
+        self._state.budget = budget
         self._pipeline.policy = policy
 
     @property
@@ -165,14 +180,14 @@ class ContextEngine:
     def append(self, message: Message | Mapping[str, Any] | Iterable[Message | Mapping[str, Any]]) -> list[str]:
         """Log one message (canonical, or a provider-format dict, which is converted) or several.
         Returns the entry ids, each durable when the call returns."""
-        return [self._pipeline.record(MessageEntry(m)) for m in _as_messages(message)]
+        return [self._pipeline.record(MessageEntry(m)) for m in as_messages(message)]
 
     def sync(self, messages: Iterable[Message | Mapping[str, Any]]) -> list[str]:
         """For callers that resend their whole history on every call (a proxy, a framework adapter):
         append only what the log does not have yet, matched by content. A history that stops
         extending the stored one (the caller compacted, rewound or edited it) continues on a new
         branch from the last message both share; nothing stored is lost. Returns the new entry ids."""
-        incoming = _as_messages(list(messages))
+        incoming = as_messages(list(messages))
         stored = [(e.id, Message.from_dict(e.payload)) for e in self.session.path() if e.kind == "message"]
         shared = common_history([m for _, m in stored], incoming)
         if shared < len(stored):
@@ -194,14 +209,37 @@ class ContextEngine:
         `ContextBudgetError` when none does (the system prompt and tools alone are over the budget),
         or when the policy turned the fit stage off and the request is over its budget."""
         started = time.perf_counter()
+        events = self._policy_file.follow(self._set_policy) if self._policy_file else []
         now = self.clock()
         system = self.system_prompt  # read once: with bootstrap it reads the workspace files
         prepared = self._pipeline.prepare(self._context(now, system), system, self._tools_json, self.tools,
-                                          compaction=self._compaction("threshold"))
+                                          compaction=self._triggered)
+        prepared.events[:0] = events
         self._pipeline.last_call_at = now
         self._last = prepared
         prepared.elapsed_ms = (time.perf_counter() - started) * 1000
         return prepared
+
+    # ------------------------------------------------------------------------------------------
+    # Restore points
+
+    def mark(self, name: str) -> str:
+        """Label the current leaf as restore point `name`. Returns the entry it names."""
+        entry = restore.new_mark(self.session, name)
+        self._pipeline.record(entry)
+        return entry.target or ""
+
+    def marks(self) -> dict[str, str | None]:
+        """Every restore point of the session, on any branch: name -> the entry it names."""
+        return restore.marks_of(self.session)
+
+    def rewind(self, name: str) -> Prepared:
+        """Go back to restore point `name`: the session continues on a new branch from there, and what
+        came after stays on its own. Returns the request to send from there."""
+        restore.rewind(self.session, name)
+        self._open(self.policy)
+        self._last = None
+        return self.prepare()
 
     def compact(self, focus: str | None = None) -> Prepared:
         """Compact now (a manual `/compact`), optionally focused, and return the new request."""
@@ -211,6 +249,11 @@ class ContextEngine:
         prepared = self.prepare()
         prepared.events[:0] = events
         return prepared
+
+    def _triggered(self, items: list[Any], ctx: StageContext, events: list[Event], trigger: str) -> list[Any]:
+        # A compaction that bounds turns is worth it whatever it saves in tokens.
+        return self._compaction("threshold" if trigger in ("threshold", "budget") else trigger,
+                                force=trigger in BY_TURNS)(items, ctx, events)
 
     def _compaction(self, trigger: str, *, focus: str | None = None,
                     force: bool = False) -> Callable[[list[Any], StageContext, list[Event]], list[Any]]:
@@ -225,7 +268,11 @@ class ContextEngine:
     def record_usage(self, usage: Any) -> float:
         """Calibrate counts from the usage the provider reported for the last prepared request
         (input plus cache reads and writes). Returns the new calibration factor."""
-        reported = reported_context_tokens(usage)
+        try:
+            reported = reported_context_tokens(usage)
+        except (ValueError, OverflowError) as error:  # NaN or infinite numbers in the usage record
+            raise InputError(f"usage record with numbers that are not finite: {error}",
+                             "pass the provider's usage as it came (token counts are whole numbers)") from None
         calibrator = self._state.calibrator
         if self._last is None or reported is None or reported <= 0:
             return calibrator.factor
@@ -243,25 +290,13 @@ class ContextEngine:
         """After an overflow error: learn from it (the provider's count, its real window), compact,
         shrink the budget, and return a smaller request to retry with. Bounded: after
         MAX_RECOVERY_ATTEMPTS in a row without a successful call it raises `ContextOverflowError`."""
-        match = is_overflow_error(error, context_window=self.window)
-        if match is None:
-            raise CtxwinError(f"not a context overflow error: {_describe(error)}",
-                              "recover() handles overflow errors only; retry or surface other errors")
         self._recovery_attempts += 1
-        if self._recovery_attempts > MAX_RECOVERY_ATTEMPTS:
-            raise ContextOverflowError(
-                f"the provider still rejects the request as too long after {MAX_RECOVERY_ATTEMPTS} recoveries "
-                f"({match.provider}: {match.pattern})",
-                "start a new session with a summary (engine.compact), use a model with a larger window, "
-                "or shorten the system prompt and tool schemas")
-        budget = self._state.budget.after_overflow(self.policy, match.limit_tokens)
-        if match.observed_tokens and self._last is not None and self._last.raw_tokens:
-            self._state.calibrator.observe(self._last.raw_tokens, match.observed_tokens)
-        self._pipeline.record(RecoveryEntry(budget.window, budget.max_output, budget.scale, match.provider,
-                                            match.observed_tokens, match.limit_tokens))
-        events = [Event("recovery", "overflow", (), match.observed_tokens or 0, 0,
-                        f"{match.provider} overflow ({'silent' if match.silent else match.pattern}); "
-                        f"attempt {self._recovery_attempts} of {MAX_RECOVERY_ATTEMPTS}")]
+        recovery = plan_recovery(error, is_overflow_error(error, context_window=self.window), self._state.budget,
+                                 self.policy, self._recovery_attempts)
+        if recovery.match.observed_tokens and self._last is not None and self._last.raw_tokens:
+            self._state.calibrator.observe(self._last.raw_tokens, recovery.match.observed_tokens)
+        self._pipeline.record(recovery.entry)
+        events = [recovery.event]
         if self.policy.compaction.enabled:
             self._compaction("overflow", force=True)(self._pipeline.cache.items(self._state),
                                                      self._context(self.clock()), events)
@@ -284,72 +319,12 @@ class ContextEngine:
         fresh = self._last is not None and self._pipeline.processed == len(self._state.records)
         prepared = self._last if fresh and self._last is not None else self.prepare()
         share = prepared.tokens / self.window if self.window else 0.0
-        compaction = self.policy.compaction
-        if self.policy.unlimited_window:
-            state = "unlimited window"
-        elif prepared.tokens > self.budget:
-            state = "over budget"
-        elif compaction.enabled and strategy_for(compaction).due(prepared.raw_tokens, self.window, compaction,
-                                                                 self._state.calibrator.factor):
-            state = "compaction due"
-        elif share >= 0.75:
-            state = "warn"
-        else:
-            state = "ok"
-        return f"Token usage: {_k(prepared.tokens)} / {_k(self.window)} ({share:.0%}) — {state}"
+        return (f"Token usage: {short_tokens(prepared.tokens)} / {short_tokens(self.window)} ({share:.0%}) — "
+                f"{self._pipeline.health(prepared)}")
 
     def _context(self, now: float | None = None, system: str | None = None) -> StageContext:
         system = self.system_prompt if system is None else system
-        factor = self._state.calibrator.factor if self._state.calibrator.factor > 0 else 1.0
-        # Stages count in counter units; the overhead is given in the model's own tokens.
-        system_tokens = round(self.overhead_tokens / factor) + (self.counter.count_text(system) if system else 0) + (
-            self.counter.count_text(self._tools_json) if self.tools else 0)
-        return StageContext(counter=self.counter, window=self.window, budget=int(self.budget / factor),
-                            system_tokens=system_tokens, now=now, last_call_at=self._pipeline.last_call_at,
-                            blobs=self.session.blobs, calls=self._state.calls, pins=frozenset(self._state.pins))
-
-
-def _as_messages(value: Any) -> list[Message]:
-    if isinstance(value, Message):
-        return [value]
-    if isinstance(value, str | bytes):
-        raise InputError("append() takes messages, not text",
-                         'wrap it: Message("user", (Text(...),)) or {"role": "user", "content": ...}')
-    if isinstance(value, Mapping):
-        return from_provider_dict(value)
-    if not isinstance(value, Iterable):
-        raise InputError(f"append() takes a message, a provider dict or a list of them, not {type(value).__name__}",
-                         'pass Message("user", (Text(...),)) or {"role": "user", "content": ...}')
-    out: list[Message] = []
-    for item in value:
-        out.extend(_as_messages(item))
-    return out
-
-
-def _tool_schema(tool: Any) -> dict[str, Any]:
-    if not isinstance(tool, Mapping) or not isinstance(tool.get("name", tool.get("function")), str | Mapping):
-        raise InputError(f"a tool schema is a dict with a name, not {tool!r:.80}",
-                         'pass provider tool schemas, e.g. {"name": "read", "description": ..., "input_schema": {...}}')
-    return dict(tool)
-
-
-def _check_limit(name: str, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise InputError(f"{name} must be a positive number of tokens (got {value!r})",
-                         f"leave {name} unset to take the model registry's value")
-
-
-def _describe(error: object) -> str:
-    try:
-        return str(error)[:200]
-    except Exception:  # an exception whose __str__ raises must not escape recover()
-        return f"<{type(error).__name__}>"
-
-
-def _k(tokens: int) -> str:
-    return f"{tokens / 1000:.0f}K" if tokens >= 1000 else str(tokens)
+        return self._pipeline.context(system, self._tools_json, self.overhead_tokens, now)
 
 
 __all__ = ["MAX_RECOVERY_ATTEMPTS", "UNLIMITED_WINDOW", "ContextEngine", "ContextOverflowError", "epoch"]

@@ -16,9 +16,10 @@ from typing import Any
 
 from ctxwin.compaction.base import Summarizer
 from ctxwin.compaction.compact import compact_view, strategy_for
+from ctxwin.compaction.cuts import turn_starts
 from ctxwin.errors import CompactionFailed, ContextBudgetError
 from ctxwin.messages import Message
-from ctxwin.pipeline import budget, dedup, fit, mask, prune, spill
+from ctxwin.pipeline import budget, dedup, fit, mask, prune, spill, turns
 from ctxwin.pipeline.validate import common_prefix
 from ctxwin.pipeline.view import Event, Item, StageContext, StageResult, total_tokens
 from ctxwin.policy.model import Policy
@@ -67,8 +68,32 @@ class Pipeline:
     # --------------------------------------------------------------------------------------------
     # The request
 
+    def context(self, system: str, tools_json: str, overhead_tokens: int, now: float | None) -> StageContext:
+        """What the stages read besides the view. They count in counter units; the overhead (a harness's
+        own prompt and schemas, which the engine does not see) is given in the model's own tokens."""
+        factor = self.factor()
+        system_tokens = round(overhead_tokens / factor) + (self.counter.count_text(system) if system else 0) + (
+            self.counter.count_text(tools_json) if tools_json else 0)
+        return StageContext(counter=self.counter, window=self.state.budget.window,
+                            budget=int(self.state.budget.tokens / factor), system_tokens=system_tokens, now=now,
+                            last_call_at=self.last_call_at, blobs=self.log.blobs, calls=self.state.calls,
+                            pins=frozenset(self.state.pins))
+
+    def health(self, prepared: Prepared) -> str:
+        """The state a request is in: ok, warn, compaction due, over budget or unlimited window."""
+        compaction, budget = self.policy.compaction, self.state.budget
+        if self.policy.unlimited_window:
+            return "unlimited window"
+        if prepared.tokens > budget.tokens:
+            return "over budget"
+        if compaction.enabled and strategy_for(compaction).due(prepared.raw_tokens, budget.window, compaction,
+                                                               self.state.calibrator.factor,
+                                                               len(turn_starts(prepared.items))) is not None:
+            return "compaction due"
+        return "warn" if prepared.tokens >= 0.75 * budget.window else "ok"
+
     def prepare(self, ctx: StageContext, system: str, tools_json: str, tools: list[dict[str, Any]], *,
-                compaction: Callable[[list[Item], StageContext, list[Event]], list[Item]]) -> Prepared:
+                compaction: Callable[[list[Item], StageContext, list[Event], str], list[Item]]) -> Prepared:
         state, policy = self.state, self.policy
         events: list[Event] = []
 
@@ -89,8 +114,12 @@ class Pipeline:
             items = self.view_stage("mask", mask.stage(items, policy.mask, ctx), events)
         if policy.prune.enabled:
             items = self.view_stage("prune", prune.stage(items, policy.prune, ctx), events)
-        if policy.compaction.enabled and self.compaction_due(items, ctx):
-            items = compaction(items, ctx, events)
+        if policy.compaction.enabled and policy.compaction.max_turns is not None \
+                and policy.compaction.summary_after is None:
+            items = self.view_stage("turns", turns.stage(items, policy.compaction.max_turns, ctx), events)
+        trigger = self.compaction_due(items, ctx) if policy.compaction.enabled else None
+        if trigger is not None:
+            items = compaction(items, ctx, events, trigger)
         if policy.fit.enabled:
             items = self.view_stage("fit", fit.stage(items, policy.fit, ctx), events)
 
@@ -98,7 +127,10 @@ class Pipeline:
         def refit(view: list[Item], tighter: StageContext) -> list[Item]:
             return self.view_stage("fit", fit.stage(view, policy.fit, tighter), events)
 
-        items, keys, problems = self.cache.validate_and_repair(items, ctx, events, refit,
+        def collapse(view: list[Item], context: StageContext) -> list[Item]:
+            return self.view_stage("fit", fit.collapse_unanswered(view, context), events)
+
+        items, keys, problems = self.cache.validate_and_repair(items, ctx, events, refit, collapse,
                                                                fit_enabled=policy.fit.enabled)
         tokens = ctx.system_tokens + total_tokens(items)
         if tokens > ctx.budget and not policy.unlimited_window:
@@ -173,17 +205,20 @@ class Pipeline:
     def factor(self) -> float:
         return self.state.calibrator.factor or 1.0
 
-    def compaction_due(self, items: Sequence[Item], ctx: StageContext) -> bool:
+    def compaction_due(self, items: Sequence[Item], ctx: StageContext) -> str | None:
+        """The trigger a compaction is due for now (`budget`: the view is past the request budget), or None."""
         tokens = ctx.system_tokens + total_tokens(items)
         # Circuit breaker (Claude Code stops after 3 consecutive failures): it stays open until the
         # view has grown by a tenth of the window, so a stuck session does not retry on every call
         # (`compact` closes it again on the next attempt).
         if (self.compaction_failures >= self.policy.compaction.max_failures
                 and tokens - self.failed_at_tokens < ctx.window * 0.1):
-            return False
+            return None
         # Past the request budget, compacting beats letting fit drop history, whatever the trigger.
-        strategy = strategy_for(self.policy.compaction)
-        return tokens > ctx.budget or strategy.due(tokens, ctx.window, self.policy.compaction, self.factor())
+        if tokens > ctx.budget:
+            return "budget"
+        return strategy_for(self.policy.compaction).due(tokens, ctx.window, self.policy.compaction, self.factor(),
+                                                        len(turn_starts(items)))
 
     def request_agent_summary(self, items: list[Item], ctx: StageContext, events: list[Event]) -> list[Item]:
         """Ask the agent for its own state summary when its strategy wants one now (Alyx's checkpoint):

@@ -57,8 +57,43 @@ def rounds(items: Sequence[Item], start: int) -> list[tuple[int, int]]:
     return spans
 
 
+def collapse_unanswered(items: Sequence[Item], ctx: StageContext) -> StageResult:
+    """Assistant turns whose tool calls the view never answers, rendered as one line saying how many
+    calls were made and where they are. Fit's answer when such a turn, or the error results repair
+    would add for its calls, cannot fit (thousands of calls in one turn): the calls stay in the log,
+    the view stays valid."""
+    edit = Rewrite("fit", ctx, list(items))
+    _collapse(edit)
+    return edit.result()
+
+
+def _collapse(edit: Rewrite, min_tokens: int = 0) -> int:
+    """Collapse the unanswered turns of `edit.items` of at least `min_tokens`; returns the tokens saved."""
+    items = edit.items
+    answered = {r.call_id for item in items for r in item.message.tool_results}
+    saved = 0
+    for index, item in enumerate(items):
+        calls = item.message.tool_calls
+        unanswered = [c for c in calls if c.id not in answered]
+        if (item.message.role != "assistant" or not unanswered or len(unanswered) < len(calls)
+                or item.tokens < min_tokens):
+            continue
+        names = ", ".join(sorted({c.name for c in unanswered})[:5])
+        note = (f"[{len(unanswered):,} tool call(s) ({names}) made here were never answered; they are kept in the "
+                f"session log: recall(\"{recall_ref(item.entry_id)}\")]")
+        text = item.message.text.strip()
+        new = edit.render(index, text_message("assistant", f"{text}\n\n{note}" if text else note))
+        saved += item.tokens - new.tokens
+        edit.events.append(Event("fit", "collapse_unanswered", (item.entry_id,), item.tokens, new.tokens,
+                                 "a turn of unanswered tool calls too large to send", breaks_prefix=True))
+    return saved
+
+
 def stage(items: Sequence[Item], policy: FitPolicy, ctx: StageContext) -> StageResult:
     limit = ctx.budget - ctx.system_tokens
+    if ctx.budget <= 0:
+        raise ContextBudgetError(f"the request budget is {ctx.budget:,} tokens: nothing can be sent",
+                                 tokens=ctx.system_tokens, budget=ctx.budget)
     if limit <= 0:
         raise ContextBudgetError(
             f"the system prompt and tool schemas alone are {ctx.system_tokens:,} tokens, over the request budget "
@@ -72,7 +107,12 @@ def stage(items: Sequence[Item], policy: FitPolicy, ctx: StageContext) -> StageR
     while head < len(out) and out[head].synthetic:
         head += 1
 
-    if policy.drop_rounds:
+    # A turn of unanswered calls as large as half the room first: nothing real is lost (the calls never
+    # got results; repair would only add error results for them), and it fits no other way. Smaller
+    # ones go last, when nothing else was enough.
+    total -= _collapse(edit, min_tokens=limit // 2)
+
+    if total > limit and policy.drop_rounds:
         spans = rounds(out, head)
         droppable = spans[: max(len(spans) - policy.keep_last_rounds, 0)]
         marker_tokens = ctx.count(dropped_marker(0))
@@ -153,6 +193,9 @@ def stage(items: Sequence[Item], policy: FitPolicy, ctx: StageContext) -> StageR
         if truncated:
             edit.events.append(Event("fit", "middle_truncate", tuple(truncated), before, total,
                                 "largest messages cut to their head and tail", breaks_prefix=True))
+
+    if total > limit:
+        total -= _collapse(edit)
 
     if total > limit:
         raise ContextBudgetError(

@@ -4,14 +4,18 @@ is one model per strategy, chosen by its `strategy` field. Imports: errors only.
 
 from __future__ import annotations
 
+import json
 import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
+from ctxwin import files
 from ctxwin.errors import InputError
+from ctxwin.policy.levels import LEVELS, at_level
 from ctxwin.policy.model import (
     COMPACTION_MODELS,
     STRATEGIES,
@@ -32,6 +36,7 @@ from ctxwin.policy.model import (
     SpillPolicy,
     compaction_for,
 )
+from ctxwin.policy.openclaw import Imported, from_openclaw
 
 DEFAULT = "ctxwin"
 
@@ -44,10 +49,14 @@ def names() -> list[str]:
 
 
 def get(name: str | Path | Policy = DEFAULT) -> Policy:
-    """A preset by name, a policy TOML file by path, or the policy itself."""
+    """A preset by name (`pi`, or `pi:aggressive` for a strategy level on top of it), a policy TOML
+    file by path, or the policy itself."""
     if isinstance(name, Policy):
         return name
     text = str(name)
+    base, _, level = text.rpartition(":")
+    if base and level in LEVELS:
+        return at_level(get(base), level)
     if text.endswith(".toml") or "/" in text:
         return load(Path(text))
     resource = resources.files(__package__).joinpath("presets", f"{text}.toml")
@@ -64,7 +73,7 @@ def _base(name: str, seen: tuple[str, ...]) -> Policy:
     if name.endswith(".toml") or "/" in name:
         path = Path(name)
         try:
-            data = tomllib.loads(path.read_text("utf-8"))
+            data = tomllib.loads(files.read_text(path))  # a regular file only: a FIFO would hang the read
         except (OSError, tomllib.TOMLDecodeError) as error:
             raise InputError(f"cannot read base policy {name}: {error}", "check the `base` path") from None
         return from_dict(data, source=name, _seen=seen)
@@ -73,7 +82,7 @@ def _base(name: str, seen: tuple[str, ...]) -> Policy:
 
 def load(path: Path) -> Policy:
     try:
-        data = tomllib.loads(path.read_text("utf-8"))
+        data = tomllib.loads(files.read_text(path))  # a regular file only: a FIFO would hang the read
     except tomllib.TOMLDecodeError as error:
         raise InputError(f"{path}: not valid TOML: {error}",
                          "fix the file; `ctxwin policies --show pi` prints an example") from None
@@ -101,6 +110,18 @@ def from_dict(data: dict[str, Any], *, source: str = "policy", _seen: tuple[str,
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
         raise InputError(f"{source}: invalid policy: {problems}",
                          "see `ctxwin policies --show ctxwin` for every field") from None
+
+
+def openclaw_file(path: str | Path) -> Imported:
+    """An OpenClaw config file (JSON, or YAML by its `.yaml`/`.yml` name) as a policy on top of the
+    `openclaw` preset, with every key it could not map."""
+    text = Path(path).read_text("utf-8")
+    try:
+        data = yaml.safe_load(text) if str(path).endswith((".yaml", ".yml")) else json.loads(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as error:
+        raise InputError(f"{path}: not valid {'YAML' if str(path).endswith(('.yaml', '.yml')) else 'JSON'}: "
+                         f"{error}", "fix the file; the keys read are listed in ctxwin.policy.openclaw") from None
+    return from_openclaw(data, get("openclaw"))
 
 
 def to_toml(policy: Policy, *, comments: bool = True) -> str:
@@ -146,6 +167,7 @@ def _toml_value(value: Any) -> str:
 __all__ = [
     "COMPACTION_MODELS",
     "DEFAULT",
+    "LEVELS",
     "STRATEGIES",
     "BootstrapPolicy",
     "CheckpointCompaction",
@@ -162,10 +184,12 @@ __all__ = [
     "PrunePolicy",
     "ResultBudgetPolicy",
     "SpillPolicy",
+    "at_level",
     "compaction_for",
     "from_dict",
     "get",
     "load",
     "names",
+    "openclaw_file",
     "to_toml",
 ]

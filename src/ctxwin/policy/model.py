@@ -149,11 +149,38 @@ class _CompactionBase(_Stage):
     (no-op compactions must not burn the retry budget; OpenClaw #150447)."""
     max_failures: Count = 3
     """Circuit breaker: after this many consecutive failed compactions, stop trying (Claude Code)."""
+    trigger_tokens: Count | None = None
+    """Also trigger when the view exceeds this many tokens, whatever the window (OpenClaw's
+    `autoTrigger.tokenThreshold`); the first trigger reached wins."""
+    trigger_turns: Count | None = None
+    """Also trigger when the view holds more than this many turns (a turn: a user message and what
+    follows it; OpenClaw's `autoTrigger.turnThreshold`); the first trigger reached wins."""
+    max_turns: Count | None = None
+    """The view holds at most this many turns (OpenClaw's `max_turns`): older ones leave it, dropped
+    (kept in the log, a marker says where) or, with `summary_after`, summarized."""
+    summary_after: Count | None = None
+    """With `max_turns`: summarize the turns past `max_turns` once this many have piled up, instead of
+    dropping them (batched, so the summary and the cached prefix change every N turns, not every turn)."""
+    identifier_policy: Literal["strict", "off"] = "strict"
+    """`strict`: after any summary, every identifier of the summarized span (paths, hashes, ids, URLs,
+    numbers, error codes) that the summary lost is appended verbatim (OpenClaw's identifierPolicy).
+    `off`: the summary stands as the summarizer wrote it."""
 
 
 class _KeepsRecent(_CompactionBase):
     keep_recent_tokens: Count = 20_000
     """Tokens of recent history kept verbatim after the summary."""
+    keep_recent_turns: Count = 0
+    """Also keep at least this many recent turns verbatim (OpenClaw's `preserveRecent`); the kept
+    tail is whichever of the two holds more history (0: by tokens only)."""
+
+    @model_validator(mode="after")
+    def _turns(self) -> _KeepsRecent:
+        if self.trigger_turns is not None and self.keep_recent_turns >= self.trigger_turns:
+            raise ValueError("keep_recent_turns must be below trigger_turns, or every request would compact again")
+        if self.max_turns is not None and self.keep_recent_turns > self.max_turns:
+            raise ValueError("keep_recent_turns must not exceed max_turns")
+        return self
 
 
 class PiCompaction(_KeepsRecent):

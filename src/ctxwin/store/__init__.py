@@ -11,9 +11,9 @@ from ctxwin.store.base import (
     SessionFormatError,
     SessionLockedError,
     SessionLog,
+    StoreProblem,
 )
 from ctxwin.store.blobs import FileBlobStore
-from ctxwin.store.importer import import_transcript
 from ctxwin.store.jsonl import JsonlSessionLog, OpenReport
 from ctxwin.store.session import DEFAULT_ROOT, Session, SessionInfo, delete_session, list_sessions
 from ctxwin.store.tree import EntryPath
@@ -35,7 +35,7 @@ __all__ = [
     "SessionInfo",
     "SessionLockedError",
     "SessionLog",
+    "StoreProblem",
     "delete_session",
-    "import_transcript",
     "list_sessions",
 ]

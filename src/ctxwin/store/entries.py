@@ -158,6 +158,24 @@ class LabelEntry:
 
 
 @dataclass(frozen=True)
+class RewindEntry:
+    """The session went back to restore point `mark` (entry `target`): this entry is the first of the
+    branch that continues from there, so a reopened session resumes on it."""
+
+    kind: ClassVar[str] = "custom"
+    type: ClassVar[str] = "rewind"
+    mark: str
+    target: str | None
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"type": self.type, "mark": self.mark, "target": self.target}
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> RewindEntry:
+        return cls(str(payload["mark"]), payload.get("target"))
+
+
+@dataclass(frozen=True)
 class CalibrationEntry:
     """The token calibration learned from the provider's usage numbers (the calibrator's state)."""
 
@@ -211,9 +229,9 @@ class CustomEntry:
         return self.payload
 
 
-LogEntry = (MessageEntry | DecisionEntry | CompactionEntry | PinEntry | LabelEntry | CalibrationEntry
+LogEntry = (MessageEntry | DecisionEntry | CompactionEntry | PinEntry | LabelEntry | RewindEntry | CalibrationEntry
             | RecoveryEntry | CustomEntry)
-ENTRY_TYPES: tuple[type, ...] = (MessageEntry, DecisionEntry, CompactionEntry, PinEntry, LabelEntry,
+ENTRY_TYPES: tuple[type, ...] = (MessageEntry, DecisionEntry, CompactionEntry, PinEntry, LabelEntry, RewindEntry,
                                  CalibrationEntry, RecoveryEntry)
 KINDS: tuple[str, ...] = (*dict.fromkeys(t.kind for t in ENTRY_TYPES), "checkpoint", "model_change")
 """Every entry kind a log may hold (the typed ones, then kinds reserved for later releases)."""

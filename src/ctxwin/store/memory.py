@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from ctxwin.store.base import BlobStore, Entry, EntryKind
+from ctxwin.store.base import BlobStore, Entry, EntryKind, StoreProblem
 
 
 class MemorySessionLog:
@@ -26,6 +26,10 @@ class MemorySessionLog:
     @property
     def leaf_id(self) -> str | None:
         return self._leaf
+
+    @property
+    def problems(self) -> list[StoreProblem]:
+        return []  # built in this process from valid appends: nothing can be damaged
 
     def _now(self) -> str:
         if self._clock is not None:
