@@ -445,6 +445,8 @@ def replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
 def mutated_bodies(draw: st.DrawFn) -> tuple[str, bytes]:
     path = draw(st.sampled_from(sorted(VALID)))
     body = VALID[path]
+    if path != COUNT_TOKENS and draw(st.booleans()):  # the streamed variant of the same request
+        body = {**body, "stream": True, **({"stream_options": {"include_usage": True}} if path == CHAT else {})}
     kind = draw(st.sampled_from(["replace", "replace", "delete", "bytes", "truncate"]))
     if kind == "bytes":
         return path, draw(st.binary(max_size=200))

@@ -380,7 +380,7 @@ def test_the_demo_model_answers_service_turns_without_losing_its_place(fake: Fak
 
 def test_the_demo_model_writes_the_checkpoint_the_engine_asks_for_and_carries_on(fake: FakeProvider,
                                                                                 http: httpx.Client) -> None:
-    from ctxwin.compaction.compact import CHECKPOINT_REQUEST
+    from ctxwin.compaction.checkpoint import REQUEST as CHECKPOINT_REQUEST
 
     fake.model = demo_model(10)
     tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
@@ -395,3 +395,18 @@ def test_the_demo_model_writes_the_checkpoint_the_engine_asks_for_and_carries_on
     content = answer["message"]["content"]
     assert content.startswith("<checkpoint>") and "</checkpoint>" in content and "src/app.py" in content
     assert answer["message"]["tool_calls"][0]["id"] == "call_demo_t0_s4_0"
+
+
+def test_the_demo_model_continues_from_a_summary_when_compaction_took_every_call(fake: FakeProvider,
+                                                                               http: httpx.Client) -> None:
+    """A compaction that kept no call of the loop still leaves what the demo said in the summary."""
+    fake.model = demo_model(40)
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+             for n in ("read", "grep", "shell")]
+    summary = ("The conversation history before this point was compacted into the following summary:\n<summary>\n"
+               "## Goal\n- Survey the code.\n## Files read\n- src/app.py\n## Current work\n"
+               "- Last assistant message: Task 0, step 12 of 40.\n</summary>")
+    answer = http.post(fake.base_url + CHAT, headers=OPENAI_HEADERS, json={
+        "model": "gpt-test", "messages": [{"role": "user", "content": summary}], "tools": tools}).json()
+    call = answer["choices"][0]["message"]["tool_calls"][0]
+    assert call["id"] == "call_demo_t0_s13_0" and "src/app.py" in call["function"]["arguments"]

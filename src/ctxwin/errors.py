@@ -99,16 +99,11 @@ class MalformedJSONError(InputError):
         self.colno = colno
 
 
-# -- providers: model clients, streaming, images ------------------------------------------------------
+# --- providers: model clients and their streams
 
 
 class ModelCallCancelled(CtxwinError):
     """A model call (or its stream, or the wait before a retry) stopped because its cancel event was set."""
-
-
-class ImageError(InputError):
-    """An image no provider would accept: data that is not base64, a media type that is not png, jpeg,
-    gif or webp (or does not match the bytes), or more bytes than the per-image limit."""
 
 
 # --- agent (the loop and sub-agents)

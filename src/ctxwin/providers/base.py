@@ -239,6 +239,18 @@ class ModelClient(Protocol):
 class StreamingClient(ModelClient, Protocol):
     """What an agent lives on: calls with tools, streamed or not, cancellable."""
 
+    def complete(
+        self,
+        messages: list[Message],
+        *,
+        system: str | None = None,
+        max_tokens: int = 4096,
+        timeout: float | None = None,
+        tools: Sequence[ToolDef | Mapping[str, Any]] | None = None,
+        tool_choice: ToolChoice | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Completion: ...
+
     def stream(
         self,
         messages: Sequence[Message],

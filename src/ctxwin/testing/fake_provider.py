@@ -845,6 +845,16 @@ def check_shape(api: str, body: Mapping[str, Any], *, for_count: bool = False) -
         _check_responses_shape(body)
 
 
+ANTHROPIC_BLOCK_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "text": (("text", "a string"),),
+    "tool_use": (("id", "a string"), ("name", "a string"), ("input", "an object")),
+    "tool_result": (("tool_use_id", "a string"),),
+    "image": (("source", "an object"),),
+    "thinking": (("thinking", "a string"),),
+    "redacted_thinking": (("data", "a string"),),
+}  # the fields each block type requires, with their JSON types
+
+
 def _check_anthropic_shape(body: Mapping[str, Any]) -> None:
     system = body.get("system")
     if system is not None and not isinstance(system, str | list):
@@ -864,6 +874,11 @@ def _check_anthropic_shape(body: Mapping[str, Any]) -> None:
         for j, block in enumerate(content if isinstance(content, list) else ()):
             if not isinstance(block, dict) or not isinstance(block.get("type"), str):
                 raise _shape_error("anthropic", f"messages.{i}.content.{j}", "an object", block)
+            for key, expected in ANTHROPIC_BLOCK_FIELDS.get(block["type"], ()):
+                value = block.get(key)
+                if not isinstance(value, dict if expected == "an object" else str):
+                    raise _shape_error("anthropic", f"messages.{i}.content.{j}.{block['type']}.{key}", expected,
+                                       value)
             inner = block.get("content")
             if block.get("type") == "tool_result" and not isinstance(inner, str | list | None):
                 raise _shape_error("anthropic", f"messages.{i}.content.{j}.content", "a string", inner)

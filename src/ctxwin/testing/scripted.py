@@ -157,7 +157,8 @@ DEMO_CALL_ID = re.compile(r"call_demo_t(\d+)_s(\d+)_\d+")
 DEMO_TURNS = 60  # model calls per task in `python -m ctxwin.testing --script demo`
 DEMO_GREPS = ("def ", "class ", "TODO", "import ", "return ", "raise ", "test_", "self.")
 SOURCE_SUFFIXES = (".py", ".md", ".toml", ".txt", ".json", ".js", ".ts", ".rs", ".go", ".sh", ".cfg", ".yaml")
-LISTED_PATH = re.compile(r"^\s*(?:\d+\s+)?((?:[\w.-]+/)*[\w.-]+\.\w+)\s*$", re.MULTILINE)
+LISTED_PATH = re.compile(r"^\s*(?:\d+\s+|- )?((?:[\w.-]+/)*[\w.-]+\.\w+)\s*$", re.MULTILINE)
+DEMO_MARK = re.compile(r"Task (\d+), step (\d+) of \d+\.")  # what the demo says with every call
 NOTES_FILE = "NOTES.md"  # the file the demo model edits (created through the shell when absent)
 
 
@@ -195,7 +196,7 @@ def demo_model(turns: int = DEMO_TURNS) -> ModelFn:
         if call is None:
             return Reply(f"Step {step}: none of the tools I use is offered; thinking instead.")
         name, arguments = call
-        return Reply(f"{checkpoint}Step {step} of {turns}.",
+        return Reply(f"{checkpoint}Task {task}, step {step} of {turns}.",
                      (Call(name, arguments, id=f"call_demo_t{task}_s{step}_0"),))
 
     return model
@@ -208,29 +209,33 @@ CHECKPOINT_TAG = "<checkpoint>"  # the engine's checkpoint request asks for the 
 def _demo_position(messages: Sequence[Message], turns: int) -> tuple[int, int, bool]:
     """(task, step, service) of the next answer: the step after the newest demo call; a new task when
     a user spoke since (unless that is a service turn in an unfinished task: then `service` is true
-    when it is the last message, and the task goes on after it)."""
+    when it is the last message, and the task goes on after it). When a compaction took every call
+    away, the newest "Task T, step S" the demo wrote, which a summary keeps, says where it was."""
     for index in range(len(messages) - 1, -1, -1):
-        for block in messages[index].blocks:
-            found = DEMO_CALL_ID.fullmatch(block.id) if isinstance(block, ToolCall) else None
-            if not found:
-                continue
-            task, step = int(found.group(1)), int(found.group(2))
-            later = [m for m in messages[index + 1:] if m.role == "user" and m.text.strip()]
-            unfinished = step + 1 < turns
-            if any(not (unfinished and SERVICE_TURN.search(m.text)) for m in later):
-                return task + 1, 0, False
-            service = bool(later) and messages[-1].role == "user" and messages[-1] is later[-1]
-            return task, step + 1, service
+        found = [DEMO_CALL_ID.fullmatch(b.id) for b in messages[index].blocks if isinstance(b, ToolCall)]
+        marks = [m for m in found if m] or (list(DEMO_MARK.finditer(messages[index].text))[-1:]
+                                            if messages[index].role in ("assistant", "user") else [])
+        if not marks:
+            continue
+        task, step = int(marks[-1].group(1)), int(marks[-1].group(2))
+        later = [m for m in messages[index + 1:] if m.role == "user" and m.text.strip()]
+        unfinished = step + 1 < turns
+        if any(not (unfinished and SERVICE_TURN.search(m.text)) for m in later):
+            return task + 1, 0, False
+        service = bool(later) and messages[-1].role == "user" and messages[-1] is later[-1]
+        return task, step + 1, service
     return 0, 0, False
 
 
 def _seen_files(messages: Sequence[Message]) -> list[str]:
-    """Source files named in tool results (find/ls/grep output), in order of first appearance."""
+    """Source files named in tool results (find/ls/grep output) and in summaries' file lists, in order
+    of first appearance (the notes file left out)."""
     seen: dict[str, None] = {}
     for message in messages:
-        for result in message.tool_results:
-            for path in LISTED_PATH.findall(result.text):
-                if path.endswith(SOURCE_SUFFIXES) and not path.startswith("blob"):
+        texts = [r.text for r in message.tool_results] + ([message.text] if message.role == "user" else [])
+        for text in texts:
+            for path in LISTED_PATH.findall(text):
+                if path.endswith(SOURCE_SUFFIXES) and not path.startswith("blob") and path != NOTES_FILE:
                     seen.setdefault(path, None)
     return list(seen)
 
@@ -260,8 +265,8 @@ def _demo_step(step: int, files: list[str], tools: Sequence[str]) -> tuple[str, 
         return pick(("shell", {"command": f"wc -l {target} && head -c 400 {target}"}))
     if phase == 6:  # an edit: append a line, then rewrite the previous one in place
         line, earlier = f"- step {step}: looked at {target}", f"- step {step - 8}:"
-        return pick(("shell", {"command": f"printf '%s\\n' {line!r} >> {NOTES_FILE} && sed -i "
-                                          f"'s/^{earlier} looked/{earlier} checked/' {NOTES_FILE} && "
+        rewrite = f"sed -i 's/^{earlier} looked/{earlier} checked/' {NOTES_FILE} && " if step >= 8 else ""
+        return pick(("shell", {"command": f"printf '%s\\n' {line!r} >> {NOTES_FILE} && {rewrite}"
                                           f"tail -n 3 {NOTES_FILE}"}))
     return pick(("shell", {"command": f"grep -c step {NOTES_FILE} || true"}), ("read", {"path": NOTES_FILE}))
 
