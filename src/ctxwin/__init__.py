@@ -9,11 +9,11 @@ from ctxwin import policy as policies
 from ctxwin.compaction.base import Summarizer, Summary
 from ctxwin.compaction.extractive import ExtractiveSummarizer
 from ctxwin.compaction.llm import LLMSummarizer
-from ctxwin.compaction.memory import daily_notes
 from ctxwin.compaction.overflow import is_overflow_error
 from ctxwin.engine import ContextEngine, Prepared, ReplayResult, replay
 from ctxwin.engine.engine import ContextOverflowError
 from ctxwin.errors import CtxwinError, InputError
+from ctxwin.memory.flush import daily_notes
 from ctxwin.messages import Image, Message, Text, Thinking, ToolCall, ToolResult
 from ctxwin.pipeline.fit import ContextBudgetError
 from ctxwin.policy import Policy

@@ -22,3 +22,23 @@ class InputError(CtxwinError):
     """A file or argument ctxwin cannot use as given (malformed, binary, empty, wrong format)."""
 
     exit_code = 2
+
+
+# memory (memory files, the hybrid index, memory tools)
+
+
+class MemoryPathError(InputError):
+    """A memory-tool path outside the memory folder (`..`, absolute, a symlink out) or of the wrong kind."""
+
+
+class MemoryEditError(InputError):
+    """A memory edit that cannot apply as asked: a `str_replace` matching zero or several times, an
+    insert line out of range, a create over an existing file."""
+
+
+class MemoryIndexError(CtxwinError):
+    """The memory index cannot be opened, built or searched (after a rebuild was tried)."""
+
+
+class EmbedderError(CtxwinError):
+    """An embedder that cannot load or answer (missing package, endpoint down, wrong dimensions)."""
