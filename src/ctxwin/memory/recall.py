@@ -91,3 +91,19 @@ def conversation_search(index: MemoryIndex, query: str, *, sessions: Sequence[st
 
 def _hit(result: SearchResult) -> ConversationHit:
     return ConversationHit(result.ref or "", result.role, result.timestamp, result.score, result.snippet, result.path)
+
+
+def search_log(log: SessionLog, query: str, *, index: MemoryIndex | None = None, limit: int = DEFAULT_LIMIT,
+               roles: Sequence[str] | None = None, start_date: str | None = None,
+               end_date: str | None = None) -> list[ConversationHit]:
+    """`conversation_search` over one session log, indexing it first (into `index`, or a throwaway
+    in-memory SQLite index)."""
+    own = index is None
+    target = index if index is not None else MemoryIndex.open(":memory:")
+    try:
+        target.add_entries(log, log.session_id)
+        return conversation_search(target, query, sessions=[log.session_id], roles=roles, limit=limit,
+                                   start_date=start_date, end_date=end_date)
+    finally:
+        if own:
+            target.close()
