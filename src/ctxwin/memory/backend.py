@@ -26,9 +26,14 @@ from ctxwin.memory.chunks import Chunk
 from ctxwin.memory.vectors import VectorScan
 
 SCHEMA_VERSION = "1"
+MAX_QUERY_TERMS = 8
+"""Full-text queries keep at most this many words, the rarest: ranking every row that holds a common
+word is what makes an OR query slow on a large index, and common words weigh little in BM25."""
+COMMON_TERM_SHARE = 0.05
+"""Words in more than this share of the chunks are dropped from a query that has rarer ones."""
 BUSY_TIMEOUT_MS = 10_000
 """How long a connection waits for another process's write lock before failing."""
-_TOKEN = re.compile(r"\w+")
+_TOKEN = re.compile(r"[^\W_]+")  # unicode61 splits on "_" too
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
 
 
@@ -54,12 +59,22 @@ class Filters:
         return self.end + "\uffff" if len(self.end) == 10 else self.end
 
 
-def fts_query(query: str) -> str | None:
+def query_terms(query: str) -> list[str]:
+    """The query's words as unicode61 sees them (lowercase, diacritics kept apart), deduplicated."""
+    import unicodedata
+
+    out = []
+    for token in _TOKEN.findall(query.lower()):
+        plain = "".join(c for c in unicodedata.normalize("NFKD", token) if not unicodedata.combining(c))
+        out.append(plain)
+    return list(dict.fromkeys(t for t in out if t))
+
+
+def fts_query(terms: Sequence[str]) -> str | None:
     """Each word quoted, joined with OR (an AND of words misses multi-word questions, OpenClaw PR #15339)."""
-    tokens = _TOKEN.findall(query)
-    if not tokens:
+    if not terms:
         return None
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in dict.fromkeys(tokens))
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
 def cjk_runs(text: str) -> list[str]:
@@ -127,6 +142,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(text, content='chunks',
     tokenize='unicode61 remove_diacritics 2');
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_tri USING fts5(text, content='chunks', content_rowid='key',
     tokenize='trigram');
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vocab USING fts5vocab(chunks_fts, 'row');
 """
 _COLUMNS = "key, id, source, path, start_line, end_line, hash, ref, role, timestamp, text"
 
@@ -296,7 +312,8 @@ class SqliteBackend:
     def text_search(self, query: str, k: int, filters: Filters) -> dict[int, float]:
         where, params = _where(filters)
         found: dict[int, float] = {}
-        for table, expression in (("chunks_fts", fts_query(query)), ("chunks_tri", trigram_query(query))):
+        for table, expression in (("chunks_fts", fts_query(self._rare_terms(query))),
+                                  ("chunks_tri", trigram_query(query))):
             if expression is None:
                 continue
             # bm25() is negative, more negative is better: its negation is the relevance.
@@ -305,6 +322,22 @@ class SqliteBackend:
             for key, relevance in self.conn.execute(sql, [expression, *params, k]):
                 found[key] = max(found.get(key, 0.0), float(relevance))
         return found
+
+    def _rare_terms(self, query: str) -> list[str]:
+        """The query's words that occur in the index, rarest first, common ones dropped (see
+        `MAX_QUERY_TERMS`, `COMMON_TERM_SHARE`)."""
+        terms = query_terms(query)
+        if not terms:
+            return []
+        counts: dict[str, int] = {}
+        for start in range(0, len(terms), 200):
+            part = terms[start:start + 200]
+            counts.update(self.conn.execute(
+                f"SELECT term, doc FROM chunks_vocab WHERE term IN ({','.join('?' * len(part))})", part).fetchall())
+        present = sorted((t for t in terms if counts.get(t)), key=lambda t: (counts[t], t))
+        total = self.conn.execute("SELECT coalesce(max(key), 0) FROM chunks").fetchone()[0] or 1
+        rare = [t for t in present if counts[t] <= max(COMMON_TERM_SHARE * total, 50)]
+        return (rare or present[:2])[:MAX_QUERY_TERMS]
 
     def _refresh_scan(self) -> None:
         """Brings the in-memory vectors up to date with the file: new rows are appended; after any

@@ -23,9 +23,11 @@ from typing import Literal
 Fusion = Literal["weighted", "rrf"]
 Mode = Literal["hybrid", "bm25", "vector"]
 
-VECTOR_WEIGHT = 0.7
-"""Share of the vector score in weighted fusion (OpenClaw's default)."""
-TEXT_WEIGHT = 0.3
+VECTOR_WEIGHT = 0.5
+"""Share of the vector score in weighted fusion (OpenClaw uses 0.7 with raw cosines; with both sides
+min-max normalised over the candidates, 0.7 let near-duplicates of the query's wording outrank the one
+chunk holding its rare identifier, so the weights are even)."""
+TEXT_WEIGHT = 0.5
 """Share of the full-text score in weighted fusion."""
 RRF_K = 60
 """Reciprocal rank fusion's constant (Letta's)."""
@@ -60,6 +62,18 @@ def normalize_text(relevance: Mapping[int, float]) -> dict[int, float]:
     return {key: max(r, 0.0) / top for key, r in relevance.items()}
 
 
+def normalize_vector(scores: Mapping[int, float]) -> dict[int, float]:
+    """Cosines min-max normalised over the candidates (an embedder's cosines crowd into a narrow band:
+    spread over [0, 1] they weigh as much as the full-text side), scaled by the best cosine so a set of
+    uniformly poor matches stays low."""
+    if not scores:
+        return {}
+    low, high = min(scores.values()), max(scores.values())
+    if high - low <= 1e-9:
+        return {k: v for k, v in scores.items()}
+    return {k: (v - low) / (high - low) * high for k, v in scores.items()}
+
+
 def clamp_cosine(value: float) -> float:
     return min(max(value, 0.0), 1.0)
 
@@ -85,7 +99,8 @@ def fuse(text: Mapping[int, float], vector: Mapping[int, float], *, mode: Mode =
     else:
         total = vector_weight + text_weight
         vw, tw = (vector_weight / total, text_weight / total) if total > 0 else (0.5, 0.5)
-        ranked = [Scored(k, vw * vector.get(k, 0.0) + tw * text.get(k, 0.0), text.get(k, 0.0), vector.get(k, 0.0))
+        spread = normalize_vector(vector)
+        ranked = [Scored(k, vw * spread.get(k, 0.0) + tw * text.get(k, 0.0), text.get(k, 0.0), vector.get(k, 0.0))
                   for k in keys]
     return sorted(ranked, key=lambda s: (-s.score, s.key))
 
