@@ -163,7 +163,7 @@ def speed(index_dir: Path, total: int) -> dict[str, Any]:
         build = time.perf_counter() - started
         queries = [question(json.loads(line)["input"]) for line in
                    (LETTA / "questions.jsonl").read_text().splitlines() if line.strip()]
-        queries += [c.text[:80] for c in chunks[:: max(1, total // 200)]]
+        queries += [c.text[:80] for c in chunks[:: max(1, total // 200)] if c.text[:80].strip()]
         index.search("warm up the vector matrix", k=6)  # loads the matrix once, as an open index has
         times: list[float] = []
         for query in queries[:SEARCHES]:

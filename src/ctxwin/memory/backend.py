@@ -34,6 +34,7 @@ COMMON_TERM_SHARE = 0.05
 BUSY_TIMEOUT_MS = 10_000
 """How long a connection waits for another process's write lock before failing."""
 _TOKEN = re.compile(r"[^\W_]+")  # unicode61 splits on "_" too
+IDENTIFIER = re.compile(r"[^\W_]+(?:[-_./:#@][^\W_]+)+")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
 
 
@@ -70,11 +71,20 @@ def query_terms(query: str) -> list[str]:
     return list(dict.fromkeys(t for t in out if t))
 
 
-def fts_query(terms: Sequence[str]) -> str | None:
-    """Each word quoted, joined with OR (an AND of words misses multi-word questions, OpenClaw PR #15339)."""
-    if not terms:
+def identifiers(query: str) -> list[str]:
+    """Identifier-like runs of the query (`needle-1-age50`, `src/app.py`, `frobnicate_widget`), as the
+    phrase of words unicode61 splits them into."""
+    return list(dict.fromkeys(" ".join(query_terms(m)) for m in IDENTIFIER.findall(query)))
+
+
+def fts_query(terms: Sequence[str], phrases: Sequence[str] = ()) -> str | None:
+    """Each word quoted, joined with OR (an AND of words misses multi-word questions, OpenClaw PR #15339),
+    plus each identifier of the query as a phrase: a phrase is rarer than any of its words, so the
+    chunk holding the identifier itself outranks chunks that merely share its parts."""
+    parts = [*phrases, *terms]
+    if not parts:
         return None
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in parts)
 
 
 def cjk_runs(text: str) -> list[str]:
@@ -312,7 +322,7 @@ class SqliteBackend:
     def text_search(self, query: str, k: int, filters: Filters) -> dict[int, float]:
         where, params = _where(filters)
         found: dict[int, float] = {}
-        for table, expression in (("chunks_fts", fts_query(self._rare_terms(query))),
+        for table, expression in (("chunks_fts", fts_query(self._rare_terms(query), identifiers(query))),
                                   ("chunks_tri", trigram_query(query))):
             if expression is None:
                 continue

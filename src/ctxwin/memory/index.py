@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ctxwin.errors import InputError, MemoryIndexError
-from ctxwin.memory.backend import Backend, Filters, SqliteBackend
+from ctxwin.memory.backend import IDENTIFIER, Backend, Filters, SqliteBackend
 from ctxwin.memory.chunks import Chunk, entry_chunks, file_chunks, snippet, text_hash
 from ctxwin.memory.embed import Embedder, default_embedder
 from ctxwin.memory.scoring import (
@@ -267,8 +267,9 @@ class MemoryIndex:
             # by its vector too, and a vector hit without the words scores 0 on text (it had none).
             missing = [key for key in text if key not in vector]
             vector.update({key: clamp_cosine(s) for key, s in self.backend.vector_scores(qvec, missing).items()})
+        chunks = self.backend.fetch(sorted(set(text) | set(vector)))
+        text = exact_first(text, chunks, query)
         ranked = fuse(text, vector, mode=mode, fusion=fusion)
-        chunks = self.backend.fetch([s.key for s in ranked])
         ranked = [s for s in ranked if s.key in chunks]  # deleted since the candidates were fetched
         if half_life:
             when = today or date.today()
@@ -296,6 +297,20 @@ class MemoryIndex:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def exact_first(text: dict[int, float], chunks: dict[int, Chunk], query: str) -> dict[int, float]:
+    """Full-text scores with the chunks that hold every identifier of the query verbatim (case aside)
+    in the upper half and the rest in the lower half: BM25 alone ranks a short chunk sharing most
+    parts of `needle-1-age20-end` above the long one holding `needle-1-age1-end` itself."""
+    wanted = [m.lower() for m in IDENTIFIER.findall(query)]
+    if not wanted or not text:
+        return text
+    out = {}
+    for key, score in text.items():
+        body = chunks[key].text.lower() if key in chunks else ""
+        out[key] = 0.5 + 0.5 * score if all(w in body for w in wanted) else 0.5 * score
+    return out
 
 
 DEFAULT_INDEX = Path(".ctxwin") / "memory.sqlite"

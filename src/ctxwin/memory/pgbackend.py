@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ctxwin.errors import InputError, MemoryIndexError
-from ctxwin.memory.backend import Filters, cjk_runs
+from ctxwin.memory.backend import IDENTIFIER, Filters, cjk_runs
 from ctxwin.memory.chunks import Chunk
 from ctxwin.memory.vectors import VectorScan
 
@@ -209,7 +209,8 @@ class PostgresBackend:
     def text_search(self, query: str, k: int, filters: Filters) -> dict[int, float]:
         where, params = _where(filters)
         found: dict[int, float] = {}
-        tokens = _tokens(query)
+        # The parser keeps a hyphenated word or a path whole, beside its parts: the query does too.
+        tokens = [*dict.fromkeys(m.lower() for m in IDENTIFIER.findall(query)), *_tokens(query)]
         if tokens:
             expression = " | ".join("'" + t.replace("'", "''").replace("\\", "") + "'" for t in tokens)
             rows = self.conn.execute(
