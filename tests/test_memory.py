@@ -444,3 +444,125 @@ def test_sqlite_index_is_plain_sqlite(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "m.sqlite")
     assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 4
     conn.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# Embedders, decay and MMR, the flush on the overflow path
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab c_\n\t  é中-./(){}\"'0▁")), max_size=80))
+def test_wordllama_piecewise_ids_equal_whole_text_ids(text: str) -> None:
+    embedder = _wordllama()
+    whole = embedder.tokenizer.encode(text, add_special_tokens=False).ids
+    assert embedder.token_ids(text).tolist() == list(whole)
+
+
+_CACHE: dict[str, object] = {}
+
+
+def _wordllama():
+    from ctxwin.memory import WordLlamaEmbedder
+
+    if importlib.util.find_spec("wordllama") is None:
+        pytest.skip("wordllama is not installed (pip install 'ctxwin[memory]')")
+    if "w" not in _CACHE:
+        _CACHE["w"] = WordLlamaEmbedder()
+    return _CACHE["w"]
+
+
+def test_embedders_give_unit_rows_and_the_default_loads_offline() -> None:
+    import numpy as np
+
+    for embedder in (_wordllama(), HashEmbedder(64)):
+        vectors = embedder.embed(["reset my password", "", "how do I change a forgotten login password"])
+        assert vectors.shape == (3, embedder.dims) and vectors.dtype == np.float32
+        assert abs(float(np.linalg.norm(vectors[0])) - 1) < 1e-5 and not vectors[1].any()
+        assert float(vectors[0] @ vectors[2]) > float(vectors[0] @ embedder.embed(["the weather in Oslo"])[0])
+
+
+def test_http_embedder_against_a_local_endpoint() -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from ctxwin.errors import EmbedderError
+    from ctxwin.memory import HttpEmbedder
+
+    seen: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            seen.append({"body": body, "auth": self.headers.get("authorization")})
+            if body["model"] == "broken":
+                self.send_response(500)
+                self.end_headers()
+                return
+            data = [{"index": i, "embedding": [float(len(t)), 1.0, 0.0]} for i, t in enumerate(body["input"])]
+            payload = json.dumps({"data": data[::-1], "model": body["model"]}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        embedder = HttpEmbedder(url, "nomic", api_key="k")
+        vectors = embedder.embed(["a", "abc"])
+        assert embedder.dims == 3 and embedder.name.endswith(":3")
+        assert vectors[1][0] > vectors[0][0]  # order restored from "index"
+        assert seen[0]["auth"] == "Bearer k" and seen[0]["body"]["input"] == ["a", "abc"]
+        with pytest.raises(EmbedderError):
+            HttpEmbedder(url, "broken").embed(["x"])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_temporal_decay_and_mmr(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "memory").mkdir(parents=True)
+    (root / "memory" / "2025-01-01.md").write_text("The deploy key rotates every month.\n")
+    (root / "memory" / "2026-01-01.md").write_text("The deploy key rotates every month.\n")
+    (root / "MEMORY.md").write_text("The deploy key rotates every month!\n")
+    with MemoryIndex.open(tmp_path / "i.sqlite") as index:
+        index.index_workspace(root)
+        plain = index.search("deploy key rotates", k=3)
+        decayed = index.search("deploy key rotates", k=3, decay_half_life_days=30, today=date(2026, 1, 2))
+        assert decayed[-1].path == "memory/2025-01-01.md" and decayed[-1].score < 0.01
+        assert {h.path for h in decayed[:2]} == {"MEMORY.md", "memory/2026-01-01.md"}
+        assert len(plain) == 3
+        assert len(index.search("deploy key rotates", k=2, use_mmr=True)) == 2
+
+
+def test_flush_runs_on_the_overflow_recovery_path_once(tmp_path: Path) -> None:
+    from ctxwin.engine import ContextEngine
+    from ctxwin.messages import Message, Text, ToolResult
+    from ctxwin.providers.anthropic import AnthropicClient
+    from ctxwin.providers.base import ProviderError
+    from ctxwin.testing.fake_provider import FakeProvider
+
+    root = workspace(tmp_path)
+    flush = daily_notes(root, clock=lambda: 1_767_268_800.0)
+    with FakeProvider(context_window=30_000, max_output=1_000) as server:
+        client = AnthropicClient(server.anthropic_base_url, api_key="test", model="claude-sonnet-4-5")
+        engine = ContextEngine(model="claude-sonnet-4-5", policy="pi", window=200_000, max_output=1_000,
+                               memory_flush=flush)
+        engine.append(Message("user", (Text("Refactor the parser; ticket PAR-4471."),)))
+        for n in range(40):
+            engine.append(Message("assistant", (Text(f"step {n}"), ToolCall(f"c{n}", "bash", {"command": f"cat f{n}"}))))
+            engine.append(Message("tool", (ToolResult(f"c{n}", (Text(f"line {n}\n" * 600),), name="bash"),)))
+        engine.append(Message("user", (Text("Now summarize what you found."),)))
+        prepared = engine.prepare()
+        with pytest.raises(ProviderError) as caught:
+            client.complete(prepared.messages, system=prepared.system or None, max_tokens=1_000)
+        engine.recover(caught.value)
+    assert flush.written == [root / "memory" / "2026-01-01.md"]
+    notes = flush.written[0].read_text()
+    assert notes.startswith("Deployed version 1.2.3") and "PAR-4471" in notes

@@ -29,8 +29,11 @@ SCHEMA_VERSION = "1"
 MAX_QUERY_TERMS = 8
 """Full-text queries keep at most this many words, the rarest: ranking every row that holds a common
 word is what makes an OR query slow on a large index, and common words weigh little in BM25."""
-COMMON_TERM_SHARE = 0.05
-"""Words in more than this share of the chunks are dropped from a query that has rarer ones."""
+POSTINGS_BUDGET = 3_000
+"""Rows a full-text query may rank: words are taken rarest first while the chunks holding them add up
+to at most this (the rarest word always; ranking costs ~5 µs a row, so this bounds it near 15 ms)."""
+DOC_COUNT_CACHE = 100_000
+"""Words whose chunk counts are kept between searches."""
 BUSY_TIMEOUT_MS = 10_000
 """How long a connection waits for another process's write lock before failing."""
 _TOKEN = re.compile(r"[^\W_]+")  # unicode61 splits on "_" too
@@ -197,6 +200,8 @@ class SqliteBackend:
             self.recreated = True
         self._scan = VectorScan(dims)
         self._scan_version: tuple[int, str] | None = None
+        self._counts: dict[str, int] = {}
+        self._counts_version: tuple[int, str] | None = None
 
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -322,42 +327,72 @@ class SqliteBackend:
     def text_search(self, query: str, k: int, filters: Filters) -> dict[int, float]:
         where, params = _where(filters)
         found: dict[int, float] = {}
-        for table, expression in (("chunks_fts", fts_query(self._rare_terms(query), identifiers(query))),
+        for table, expression in (("chunks_fts", self._query(query)),
                                   ("chunks_tri", trigram_query(query))):
             if expression is None:
                 continue
-            # bm25() is negative, more negative is better: its negation is the relevance.
-            sql = (f"SELECT c.key, -bm25({table}) FROM {table} JOIN chunks c ON c.key = {table}.rowid "
-                   f"WHERE {table} MATCH ?{where} ORDER BY bm25({table}) LIMIT ?")
+            # bm25() is negative, more negative is better: its negation is the relevance. The join
+            # (reading each matching chunk's row) is only paid when a filter needs it.
+            if where:
+                sql = (f"SELECT c.key, -bm25({table}) FROM {table} JOIN chunks c ON c.key = {table}.rowid "
+                       f"WHERE {table} MATCH ?{where} ORDER BY bm25({table}) LIMIT ?")
+            else:
+                sql = f"SELECT rowid, -bm25({table}) FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}) LIMIT ?"
             for key, relevance in self.conn.execute(sql, [expression, *params, k]):
                 found[key] = max(found.get(key, 0.0), float(relevance))
         return found
 
-    def _rare_terms(self, query: str) -> list[str]:
-        """The query's words that occur in the index, rarest first, common ones dropped (see
-        `MAX_QUERY_TERMS`, `COMMON_TERM_SHARE`)."""
-        terms = query_terms(query)
-        if not terms:
-            return []
-        counts: dict[str, int] = {}
-        for start in range(0, len(terms), 200):
-            part = terms[start:start + 200]
-            counts.update(self.conn.execute(
-                f"SELECT term, doc FROM chunks_vocab WHERE term IN ({','.join('?' * len(part))})", part).fetchall())
+    def _doc_counts(self, terms: Sequence[str]) -> dict[str, int]:
+        """Chunks holding each word. fts5vocab counts a word by walking its postings, so counts are
+        cached until the index changes (`_data_version`), and looked up one `term = ?` at a time
+        (it scans the whole vocabulary for `IN (...)`)."""
+        version = self._data_version()
+        if version != self._counts_version:
+            self._counts.clear()
+            self._counts_version = version
+        if len(self._counts) > DOC_COUNT_CACHE:
+            self._counts.clear()
+        for term in terms:
+            if term not in self._counts:
+                row = self.conn.execute("SELECT doc FROM chunks_vocab WHERE term = ?", (term,)).fetchone()
+                self._counts[term] = int(row[0]) if row else 0
+        return {t: self._counts[t] for t in terms}
+
+    def _data_version(self) -> tuple[int, str]:
+        top = self.conn.execute("SELECT coalesce(max(key), 0) FROM chunks").fetchone()[0]
+        return int(top), self.get_meta("deletions") or "0"
+
+    def _query(self, query: str) -> str | None:
+        """The FTS5 expression for `query`: its words that occur in the index, rarest first, while the
+        rows they would rank stay within `POSTINGS_BUDGET` (and at most `MAX_QUERY_TERMS` of them),
+        plus each identifier as a phrase when its words fit the budget too."""
+        # Longer words first: they are the rarer ones, and each costs a look-up.
+        terms = sorted(query_terms(query), key=lambda t: (-len(t), t))[:2 * MAX_QUERY_TERMS]
+        phrases = identifiers(query)
+        words = {w for p in phrases for w in p.split()}
+        counts = self._doc_counts(list(dict.fromkeys([*terms, *words])))
         present = sorted((t for t in terms if counts.get(t)), key=lambda t: (counts[t], t))
-        total = self.conn.execute("SELECT coalesce(max(key), 0) FROM chunks").fetchone()[0] or 1
-        rare = [t for t in present if counts[t] <= max(COMMON_TERM_SHARE * total, 50)]
-        return (rare or present[:2])[:MAX_QUERY_TERMS]
+        kept: list[str] = []
+        rows = 0
+        for term in present[:MAX_QUERY_TERMS]:
+            if kept and rows + counts[term] > POSTINGS_BUDGET:
+                break
+            kept.append(term)
+            rows += counts[term]
+        fitting = []
+        for phrase in phrases:
+            cost = sum(counts.get(w, 0) for w in phrase.split())
+            if all(counts.get(w) for w in phrase.split()) and cost <= 2 * POSTINGS_BUDGET:
+                fitting.append(phrase)
+        return fts_query(kept, fitting)
 
     def _refresh_scan(self) -> None:
         """Brings the in-memory vectors up to date with the file: new rows are appended; after any
         deletion or re-embedding (counted in meta) the matrix is rebuilt."""
-        deletions = self.get_meta("deletions") or "0"
-        top = self.conn.execute("SELECT coalesce(max(key), 0) FROM chunks").fetchone()[0]
-        version = (int(top), deletions)
+        version = self._data_version()
         if self._scan_version == version:
             return
-        if self._scan_version is None or self._scan_version[1] != deletions:
+        if self._scan_version is None or self._scan_version[1] != version[1]:
             self._scan = VectorScan(self.dims)
         rows = self.conn.execute("SELECT key, embedding FROM chunks WHERE key > ? ORDER BY key",
                                  (self._scan.last_key,))

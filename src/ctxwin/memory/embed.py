@@ -19,6 +19,7 @@ import itertools
 import json
 import math
 import os
+import re
 import zlib
 from collections.abc import Mapping, Sequence
 from importlib import util as importlib_util
@@ -33,6 +34,9 @@ from ctxwin.errors import EmbedderError
 EMBED_MAX_CHARS = 2_000
 """Characters of a text that are embedded (a chunk is ~400 tokens, so this is all of a normal chunk;
 a static embedding's mean over more text changes little and costs tokenizer time)."""
+PIECE_CACHE_MAX = 300_000
+"""Token-id lists of text pieces the wordllama embedder keeps (cleared when full)."""
+_PIECE = re.compile("\u2581*[^\u2581]+|\u2581+")
 HASH_DIMS = 384
 """Dimensions of the hashing embedder."""
 HTTP_BATCH = 128
@@ -68,7 +72,13 @@ def _package_dir(package: str) -> Path | None:
 class WordLlamaEmbedder:
     """wordllama's `l2_supercat` static embeddings (256-d; `dims` may truncate to 64 or 128, its
     Matryoshka sizes). Loads from the wheel with no network (0.4.0.post1 looks for its tokenizer in
-    `tokenizer/` while the wheel ships `tokenizers/`: loading from the package folder finds both)."""
+    `tokenizer/` while the wheel ships `tokenizers/`: loading from the package folder finds both).
+
+    Tokenizing is most of the cost, so it is done a piece at a time with a cache: the tokenizer's
+    normalizer turns spaces into `▁` and it has no pre-tokenizer, but no token of its vocabulary
+    spans a letter followed by `▁`, so cutting the normalized text before each `▁` that follows
+    another character gives the same ids as tokenizing it whole (a test checks this), and a piece
+    seen before costs a dictionary look-up."""
 
     def __init__(self, dims: int = 256) -> None:
         folder = _package_dir("wordllama")
@@ -85,33 +95,43 @@ class WordLlamaEmbedder:
         self.tokenizer = model.tokenizer
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
+        self._bpe = self.tokenizer.model
+        self._pieces: dict[str, np.ndarray] = {}
         self.dims = int(self.table.shape[1])
         self.name = f"wordllama:l2_supercat:{self.dims}"
 
+    def token_ids(self, text: str) -> np.ndarray:
+        """The token ids of `text`, as `tokenizer.encode(text, add_special_tokens=False)` gives them."""
+        if not text:
+            return np.zeros(0, dtype=np.int64)
+        cache = self._pieces
+        if len(cache) > PIECE_CACHE_MAX:
+            cache.clear()  # bounded memory; the common pieces come back at once
+        parts = []
+        for piece in _PIECE.findall("\u2581" + text.replace(" ", "\u2581")):
+            ids = cache.get(piece)
+            if ids is None:
+                ids = np.fromiter((t.id for t in self._bpe.tokenize(piece)), dtype=np.int64)
+                cache[piece] = ids
+            parts.append(ids)
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
-        if not texts:
-            return out
-        encoded = self.tokenizer.encode_batch([t[:EMBED_MAX_CHARS] for t in texts], add_special_tokens=False)
         top = self.table.shape[0] - 1
-        for row, tokens in enumerate(encoded):
-            if tokens.ids:
+        for row, text in enumerate(texts):
+            ids = self.token_ids(text[:EMBED_MAX_CHARS])
+            if len(ids):
                 # One text at a time: a gather over a whole batch builds a (tokens x dims) array that
                 # falls out of the cache and is several times slower.
-                ids = np.minimum(np.asarray(tokens.ids, dtype=np.int64), top)
-                out[row] = self.table[ids].sum(axis=0)
+                out[row] = self.table[np.minimum(ids, top)].sum(axis=0)
         return normalize_rows(out)
 
 
-_WORD = None
+_WORD = re.compile(r"\w+")
 
 
 def _words(text: str) -> list[str]:
-    global _WORD  # a compiled pattern, not state: built once on first use
-    if _WORD is None:
-        import re
-
-        _WORD = re.compile(r"\w+")
     return _WORD.findall(text.lower())
 
 
