@@ -556,7 +556,8 @@ def test_flush_runs_on_the_overflow_recovery_path_once(tmp_path: Path) -> None:
                                memory_flush=flush)
         engine.append(Message("user", (Text("Refactor the parser; ticket PAR-4471."),)))
         for n in range(40):
-            engine.append(Message("assistant", (Text(f"step {n}"), ToolCall(f"c{n}", "bash", {"command": f"cat f{n}"}))))
+            call = ToolCall(f"c{n}", "bash", {"command": f"cat f{n}"})
+            engine.append(Message("assistant", (Text(f"step {n}"), call)))
             engine.append(Message("tool", (ToolResult(f"c{n}", (Text(f"line {n}\n" * 600),), name="bash"),)))
         engine.append(Message("user", (Text("Now summarize what you found."),)))
         prepared = engine.prepare()
@@ -566,3 +567,22 @@ def test_flush_runs_on_the_overflow_recovery_path_once(tmp_path: Path) -> None:
     assert flush.written == [root / "memory" / "2026-01-01.md"]
     notes = flush.written[0].read_text()
     assert notes.startswith("Deployed version 1.2.3") and "PAR-4471" in notes
+
+
+def test_memory_imports_no_higher_layer() -> None:
+    """memory sits above store/pipeline/compaction/providers and below engine, tools, agent and the
+    edges: no import of those, function-level imports included."""
+    import ast
+
+    import ctxwin.memory
+
+    higher = ("engine", "tools", "agent", "proxy", "mcp", "adapters", "telemetry", "transcripts", "evaluation",
+              "reports", "testing", "cli")
+    folder = Path(ctxwin.memory.__file__).parent
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                parts = name.split(".")
+                assert not (parts[0] == "ctxwin" and len(parts) > 1 and parts[1] in higher), (path.name, name)
