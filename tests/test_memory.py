@@ -586,3 +586,41 @@ def test_memory_imports_no_higher_layer() -> None:
             for name in names:
                 parts = name.split(".")
                 assert not (parts[0] == "ctxwin" and len(parts) > 1 and parts[1] in higher), (path.name, name)
+
+
+def test_conversation_search_across_the_workspace_sessions(tmp_path: Path) -> None:
+    from ctxwin.memory.recall import index_sessions
+    from ctxwin.store import Session
+
+    root = tmp_path / "sessions"
+    for name, text in (("a", "the zebra config lives in etc/zebra.toml"), ("b", "the llama config: etc/llama")):
+        with Session.open(root / name) as log:
+            log.append("message", user(text).to_dict())
+    with MemoryIndex.open(tmp_path / "i.sqlite", HashEmbedder(64)) as index:
+        tools = MemoryTools(workspace(tmp_path), index, session="a", sessions_root=root)
+        out = tools.run("conversation_search", {"query": "llama config", "all_sessions": True})
+        assert "etc/llama" in out.details["results"][0]["snippet"]
+        assert set(index_sessions(index, root).values()) == {0}  # incremental: nothing new to index
+        only_a = tools.run("conversation_search", {"query": "llama config"})
+        assert all("llama" not in r["snippet"] for r in only_a.details["results"])
+
+
+def test_flush_never_writes_a_read_only_workspace(tmp_path: Path) -> None:
+    root = workspace(tmp_path)
+    before = sorted(p.name for p in (root / "memory").iterdir())
+    flush = daily_notes(root, read_only=True)
+    assert flush([user("a durable fact")]) is None and flush.skipped == ["read_only"]
+    assert sorted(p.name for p in (root / "memory").iterdir()) == before
+
+
+@pytest.mark.postgres
+def test_pgvector_required_on_a_server_without_it_is_a_clear_error(postgres_dsn: str) -> None:
+    from ctxwin.errors import MemoryIndexError
+
+    with pytest.raises(MemoryIndexError, match="no pgvector"):
+        MemoryIndex.postgres(postgres_dsn, uuid.uuid4().hex, HashEmbedder(16), use_pgvector=True)
+    index = MemoryIndex.postgres(postgres_dsn, uuid.uuid4().hex, HashEmbedder(16))
+    try:
+        assert index.stats()["vectors"] == "numpy"  # the fallback
+    finally:
+        index.close()

@@ -17,6 +17,7 @@ asking the agent itself to store durable memories.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -66,6 +67,7 @@ class DailyNotes:
     summarizer: Summarizer | None = None
     clock: Callable[[], float] = time.time
     budget_tokens: int = NOTES_BUDGET_TOKENS
+    read_only: bool | None = None  # True: never write (a sandbox's read-only workspace); None: detect
     flushed: set[str] = field(default_factory=set)
     written: list[Path] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -85,7 +87,7 @@ class DailyNotes:
         if not span:
             self.skipped.append("empty")
             return None
-        if not is_writable(self.workspace):
+        if self.read_only or (self.read_only is None and not is_writable(self.workspace)):
             self.skipped.append("read_only")
             return None
         when = datetime.fromtimestamp(self.clock())
@@ -99,18 +101,25 @@ class DailyNotes:
             fresh, budget_tokens=self.budget_tokens, counter=counter_for())
         keys = [m.content_key for m in fresh]
         entry = f"\n## Notes before compaction, {when:%H:%M}\n\n{summary.text.strip()}\n"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Append-only and durable: the notes exist exactly to survive what comes next.
-        _append(path, entry)
-        _append(path.parent / FLUSHED_FILE, "".join(f"{k}\n" for k in keys))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Append-only and durable: the notes exist exactly to survive what comes next.
+            _append(path, entry)
+            _append(path.parent / FLUSHED_FILE, "".join(f"{k}\n" for k in keys))
+        except OSError as error:
+            if error.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            self.skipped.append("read_only")  # a read-only mount even root cannot write to
+            return None
         self.flushed.update(keys)
         self.written.append(path)
         return path
 
 
 def daily_notes(workspace: str | Path, *, summarizer: Summarizer | None = None,
-                clock: Callable[[], float] = time.time,
-                budget_tokens: int = NOTES_BUDGET_TOKENS) -> DailyNotes:
+                clock: Callable[[], float] = time.time, budget_tokens: int = NOTES_BUDGET_TOKENS,
+                read_only: bool | None = None) -> DailyNotes:
     """A memory-flush callback for `ContextEngine(memory_flush=...)` that appends notes on the span to
-    the day's memory file and returns its path (None when it wrote nothing)."""
-    return DailyNotes(Path(workspace), summarizer, clock, budget_tokens)
+    the day's memory file and returns its path (None when it wrote nothing). `read_only=True` for a
+    workspace the agent may only read (never written); None detects it."""
+    return DailyNotes(Path(workspace), summarizer, clock, budget_tokens, read_only)

@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from pathlib import Path
 from typing import Any
 
 from ctxwin.errors import CtxwinError, InputError
@@ -107,3 +108,20 @@ def search_log(log: SessionLog, query: str, *, index: MemoryIndex | None = None,
     finally:
         if own:
             target.close()
+
+
+def index_sessions(index: MemoryIndex, root: str | Path) -> dict[str, int]:
+    """Indexes every JSONL session under `root` (a sessions folder, as `ctxwin sessions` lists it),
+    so `conversation_search` can search across the workspace's sessions; returns chunks added per
+    session id. Read without a lock (they may be in use); entries already indexed are skipped."""
+    from ctxwin.store.session import Session, list_sessions
+
+    added: dict[str, int] = {}
+    for info in list_sessions(root):
+        with Session.open(info.path, readonly=True) as log:
+            key = f"session-entries:{log.session_id}"
+            done = int(index.backend.get_meta(key) or 0)
+            entries = list(log)
+            added[log.session_id] = index.add_entries(entries[done:], log.session_id) if len(entries) > done else 0
+            index.backend.set_meta({key: str(len(entries))})
+    return added

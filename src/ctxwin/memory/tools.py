@@ -23,7 +23,7 @@ from typing import Any, Literal
 from ctxwin.errors import InputError, MemoryEditError, MemoryPathError
 from ctxwin.memory.files import MEMORY_DIR, MEMORY_FILE
 from ctxwin.memory.index import MemoryIndex
-from ctxwin.memory.recall import DEFAULT_LIMIT, ROLES, conversation_search
+from ctxwin.memory.recall import DEFAULT_LIMIT, ROLES, conversation_search, index_sessions
 from ctxwin.memory.sandbox import ROOT_ALIAS, Confined, parts_of
 from ctxwin.memory.working_set import WorkingSet
 
@@ -216,13 +216,15 @@ def _check_args(spec: MemoryToolSpec, args: Mapping[str, Any] | None) -> dict[st
 class MemoryTools:
     """The memory tools over one workspace. `index` serves the searches (kept up to date with the
     memory files before each search); `session` is the current session's id in the index (its
-    entries are added by the engine's sink); `window` sizes the working set."""
+    entries are added by the engine's sink); `window` sizes the working set; `sessions_root` is the
+    folder of the workspace's other sessions, indexed for `conversation_search(all_sessions=true)`."""
 
     def __init__(self, workspace: str | Path, index: MemoryIndex, *, session: str | None = None,
-                 window: int | None = None) -> None:
+                 window: int | None = None, sessions_root: str | Path | None = None) -> None:
         self.workspace = Path(workspace)
         self.index = index
         self.session = session
+        self.sessions_root = Path(sessions_root) if sessions_root is not None else None
         self.folder = Confined(self.workspace / MEMORY_DIR, ROOT_ALIAS)
         self.files = Confined(self.workspace, alias=None)
         self.working_set = WorkingSet(self.files, window)
@@ -293,6 +295,8 @@ class MemoryTools:
         if self.session is None and not args.get("all_sessions"):
             raise InputError("there is no current session to search", "pass all_sessions=true")
         sessions = None if args.get("all_sessions") else [self.session or ""]
+        if args.get("all_sessions") and self.sessions_root is not None and self.sessions_root.is_dir():
+            index_sessions(self.index, self.sessions_root)  # incremental: what is new since the last call
         hits = conversation_search(self.index, args["query"], sessions=sessions, roles=args.get("roles"),
                                    limit=args.get("limit", DEFAULT_LIMIT), start_date=args.get("start_date"),
                                    end_date=args.get("end_date"))
