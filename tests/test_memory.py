@@ -190,31 +190,60 @@ def test_deleted_or_corrupted_index_is_rebuilt(tmp_path: Path) -> None:
         assert index.index_workspace(root).files_indexed == 3
 
 
-def _append_chunks(path: str, rounds: int) -> None:
+def _open_spec(spec: tuple[str, ...]) -> MemoryIndex:
+    if spec[0] == "sqlite":
+        return MemoryIndex.open(spec[1], HashEmbedder(64))
+    return MemoryIndex.postgres(spec[1], spec[2], HashEmbedder(64), use_pgvector=spec[0] == "pgvector")
+
+
+def _append_chunks(spec: tuple[str, ...], rounds: int) -> None:
     log = MemorySessionLog(session_id="w")
-    with MemoryIndex.open(path, HashEmbedder(64)) as index:
+    with _open_spec(spec) as index:
         for n in range(rounds):
             log.append("message", user(f"writer message {n} about the zebra migration").to_dict())
             index.add_entries(log, "w")
 
 
-def test_search_while_another_process_appends_is_consistent(tmp_path: Path) -> None:
-    path = str(tmp_path / "shared.sqlite")
-    with MemoryIndex.open(path, HashEmbedder(64)) as index:
+@pytest.mark.parametrize("backend", INDEX_BACKENDS)
+def test_search_while_another_process_appends_is_consistent(backend: str, tmp_path: Path,
+                                                            request: pytest.FixtureRequest) -> None:
+    if backend == "sqlite":
+        spec: tuple[str, ...] = ("sqlite", str(tmp_path / "shared.sqlite"))
+    else:
+        dsn = request.getfixturevalue("postgres_dsn" if backend == "postgres" else "pgvector_dsn")
+        spec = (backend, dsn, uuid.uuid4().hex)
+    with _open_spec(spec) as index:
         index.add_entries(session_log(), "s1")
-        writer = multiprocessing.get_context("spawn").Process(target=_append_chunks, args=(path, 60))
+        writer = multiprocessing.get_context("spawn").Process(target=_append_chunks, args=(spec, 40))
         writer.start()
         seen = 0
-        while writer.is_alive() or seen == 0:
+        while True:
+            alive = writer.is_alive()
             hits = index.search("zebra migration writer", k=100, sources=["session"], paths=["w"])
             numbers = sorted(int(h.snippet.split()[2]) for h in hits)
             assert numbers == list(range(len(numbers)))  # a prefix of the appends: a consistent snapshot
             seen = max(seen, len(numbers))
-            if not writer.is_alive():
+            if not alive:
                 break
         writer.join()
         assert writer.exitcode == 0
-        assert len(index.search("zebra migration writer", k=100, paths=["w"])) == 60
+        assert len(index.search("zebra migration writer", k=100, paths=["w"])) == 40
+
+
+@pytest.mark.postgres
+def test_dropped_postgres_index_is_recreated_and_rebuilt(postgres_dsn: str, tmp_path: Path) -> None:
+    import psycopg
+
+    root = workspace(tmp_path)
+    name = uuid.uuid4().hex
+    with MemoryIndex.postgres(postgres_dsn, name, HashEmbedder(32)) as index:
+        index.index_workspace(root)
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM ctxwin_memory_chunks WHERE name = %s", (name,))  # rows lost behind its back
+        conn.execute("DELETE FROM ctxwin_memory_files WHERE name = %s", (name,))
+    with MemoryIndex.postgres(postgres_dsn, name, HashEmbedder(32)) as index:
+        assert index.index_workspace(root).files_indexed == 3  # the files are the truth: all back
+        assert index.search("staging proxy port", k=1)[0].path == "MEMORY.md"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ in a `bytea` column and are scanned in process with numpy, like SQLite's.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -141,8 +142,6 @@ class PostgresBackend:
             rows.append((self.name, c.id, c.source, c.path, c.start_line, c.end_line, c.hash, c.ref, c.role,
                          c.timestamp, c.text.replace("\x00", "\ufffd"), None if vector is None else vector.tobytes(),
                          None if vector is None or not self.pgvector else self._vec_literal(vector)))
-        before = self.conn.execute("SELECT count(*) FROM ctxwin_memory_chunks WHERE name = %s",
-                                   (self.name,)).fetchone()[0]
         vec_col, vec_val = (", vec", ", %s::vector") if self.pgvector else ("", "")
         with self.conn.cursor() as cursor:
             cursor.executemany(
@@ -150,9 +149,7 @@ class PostgresBackend:
                 f"text, embedding{vec_col}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s{vec_val}) "
                 "ON CONFLICT (name, id) DO NOTHING",
                 rows if self.pgvector else [r[:-1] for r in rows])
-        after = self.conn.execute("SELECT count(*) FROM ctxwin_memory_chunks WHERE name = %s",
-                                  (self.name,)).fetchone()[0]
-        return int(after - before)
+            return max(int(cursor.rowcount), 0)  # psycopg sums the rows each statement inserted
 
     def replace_file(self, source: str, path: str, digest: str, chunks: Sequence[Chunk],
                      vectors: np.ndarray | None) -> None:
@@ -202,9 +199,16 @@ class PostgresBackend:
 
     # -- reads
 
-    def snapshot(self) -> Any:
-        """One REPEATABLE READ transaction: the candidates and their rows come from one snapshot."""
-        return self.conn.transaction() if self.conn.info.transaction_status == 0 else _Nothing()
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One REPEATABLE READ transaction: the candidates and their rows come from one snapshot, so a
+        search while another process writes sees its writes whole or not at all."""
+        if self.conn.info.transaction_status != 0:  # already inside one
+            yield
+            return
+        with self.conn.transaction():
+            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
 
     def text_search(self, query: str, k: int, filters: Filters) -> dict[int, float]:
         where, params = _where(filters)
@@ -296,11 +300,3 @@ class PostgresBackend:
 
     def close(self) -> None:
         self.conn.close()
-
-
-class _Nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
