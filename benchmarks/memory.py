@@ -3,7 +3,10 @@ side in one run, with the default embedder (wordllama) on SQLite.
 
 1. Letta file-system questions (`../shared/transcripts/letta-filesystem`): the 10 record files are
    indexed (~400-token chunks, 80 overlap); for each of the 100 questions (the "Question:" line is
-   the query), is a chunk holding the ground-truth answer among the top 5 / top 10?
+   the query), is a chunk holding the ground-truth answer among the top 5 / top 10? Every question is
+   a multi-hop chain (the answer is a person found through two to four look-ups), so one search rarely
+   holds it; `letta_first_hop_at_5` says how often the top 5 hold the entity the question quotes
+   ('Eduardo', '7D U3378'), the record an agent's chain starts from.
 2. Needles: unique values injected into old tool outputs of the shared Claude Code and Pi sessions
    (`ctxwin.evaluation.needles.inject`), the session replayed under the `ctxwin` policy, its log
    indexed; each needle no longer in the view (masked or compacted away) is searched for by its key.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import sys
 import tempfile
@@ -66,16 +70,25 @@ def letta(index_dir: Path) -> dict[str, Any]:
         lines = {name: (LETTA / "files" / name).read_text().split("\n") for name in files}
         at5 = {m: 0 for m in MODES}
         at10 = {m: 0 for m in MODES}
+        hop5 = {m: 0 for m in MODES}
+        with_entity = 0
         for item in questions:
             truth = str(item["ground_truth"]).strip().lower()
+            # The entities the question names in quotes ('Eduardo', '7D U3378'): the first hop of its chain.
+            entities = [e.lower() for e in re.findall(r"'([^']+)'", question(item["input"]))]
+            with_entity += bool(entities)
             for name, (mode, fusion) in MODES.items():
                 hits = index.search(question(item["input"]), k=10, mode=mode, fusion=fusion)  # type: ignore[arg-type]
-                found = ["\n".join(lines[h.path][h.start_line - 1:h.end_line]).lower().find(truth) >= 0 for h in hits]
+                texts = ["\n".join(lines[h.path][h.start_line - 1:h.end_line]).lower() for h in hits]
+                found = [truth in t for t in texts]
                 at5[name] += any(found[:5])
                 at10[name] += any(found[:10])
+                hop5[name] += bool(entities) and any(e in t for t in texts[:5] for e in entities)
     n = len(questions)
     return {"questions": n, "chunks": report.chunks_added, "index_s": round(seconds, 3),
-            "at5": {m: round(v / n, 4) for m, v in at5.items()}, "at10": {m: round(v / n, 4) for m, v in at10.items()}}
+            "at5": {m: round(v / n, 4) for m, v in at5.items()}, "at10": {m: round(v / n, 4) for m, v in at10.items()},
+            "first_hop_at5": {m: round(v / max(with_entity, 1), 4) for m, v in hop5.items()},
+            "questions_with_entity": with_entity}
 
 
 def needles(index_dir: Path) -> dict[str, Any]:
@@ -231,6 +244,8 @@ def main() -> None:
     out = {
         "letta_recall_at_5": pick(letta_result["at5"]),
         "letta_recall_at_10": pick(letta_result["at10"]),
+        "letta_first_hop_at_5": pick(letta_result["first_hop_at5"]),
+        "letta_questions_with_quoted_entity": letta_result["questions_with_entity"],
         "needles_found_at_5": needle_result["found_at_5"][f"hybrid_{better}"],
         "needles_found_at_5_by_mode": pick(needle_result["found_at_5"]),
         "needles_searched": needle_result["needles_searched"],
