@@ -262,21 +262,24 @@ class SqliteBackend:
         return len(rows)
 
     def _insert(self, chunks: Sequence[Chunk], vectors: np.ndarray | None) -> int:
-        added = 0
-        for number, chunk in enumerate(chunks):
-            blob = None if vectors is None else vectors[number].astype(np.float32).tobytes()
-            cursor = self.conn.execute(
-                "INSERT OR IGNORE INTO chunks(id, source, path, start_line, end_line, hash, ref, role, timestamp, "
-                "text, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (chunk.id, chunk.source, chunk.path, chunk.start_line, chunk.end_line, chunk.hash, chunk.ref,
-                 chunk.role, chunk.timestamp, chunk.text, blob))
-            if cursor.rowcount:
-                key = cursor.lastrowid
-                self.conn.execute("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", (key, chunk.text))
-                if cjk_runs(chunk.text):
-                    self.conn.execute("INSERT INTO chunks_tri(rowid, text) VALUES (?, ?)", (key, chunk.text))
-                added += 1
-        return added
+        """Inserts the chunks not held yet (by id) and indexes their text; one statement per table for
+        the whole batch (new rows are those above the highest key before: keys only grow)."""
+        if not chunks:
+            return 0
+        before = self.conn.execute("SELECT coalesce(max(key), 0) FROM chunks").fetchone()[0]
+        rows = [(c.id, c.source, c.path, c.start_line, c.end_line, c.hash, c.ref, c.role, c.timestamp, c.text,
+                 None if vectors is None else vectors[n].astype(np.float32).tobytes())
+                for n, c in enumerate(chunks)]
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO chunks(id, source, path, start_line, end_line, hash, ref, role, timestamp, "
+            "text, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        self.conn.execute("INSERT INTO chunks_fts(rowid, text) SELECT key, text FROM chunks WHERE key > ?", (before,))
+        cjk = [c.id for c in chunks if cjk_runs(c.text)]
+        for start in range(0, len(cjk), 500):
+            part = cjk[start:start + 500]
+            self.conn.execute(f"INSERT INTO chunks_tri(rowid, text) SELECT key, text FROM chunks WHERE key > ? AND "
+                              f"id IN ({','.join('?' * len(part))})", (before, *part))
+        return int(self.conn.execute("SELECT count(*) FROM chunks WHERE key > ?", (before,)).fetchone()[0])
 
     def replace_file(self, source: str, path: str, digest: str, chunks: Sequence[Chunk],
                      vectors: np.ndarray | None) -> None:

@@ -96,7 +96,7 @@ class WordLlamaEmbedder:
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
         self._bpe = self.tokenizer.model
-        self._pieces: dict[str, np.ndarray] = {}
+        self._pieces: dict[str, tuple[int, ...]] = {}
         self.dims = int(self.table.shape[1])
         self.name = f"wordllama:l2_supercat:{self.dims}"
 
@@ -107,14 +107,14 @@ class WordLlamaEmbedder:
         cache = self._pieces
         if len(cache) > PIECE_CACHE_MAX:
             cache.clear()  # bounded memory; the common pieces come back at once
-        parts = []
-        for piece in _PIECE.findall("\u2581" + text.replace(" ", "\u2581")):
-            ids = cache.get(piece)
+        pieces = _PIECE.findall("\u2581" + text.replace(" ", "\u2581"))
+        get = cache.get
+        parts = [get(piece) for piece in pieces]
+        for number, ids in enumerate(parts):
             if ids is None:
-                ids = np.fromiter((t.id for t in self._bpe.tokenize(piece)), dtype=np.int64)
-                cache[piece] = ids
-            parts.append(ids)
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+                ids = cache[pieces[number]] = tuple(t.id for t in self._bpe.tokenize(pieces[number]))
+                parts[number] = ids
+        return np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64)  # type: ignore[arg-type]
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
