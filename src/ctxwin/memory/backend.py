@@ -202,6 +202,7 @@ class SqliteBackend:
         self._scan_version: tuple[int, str] | None = None
         self._counts: dict[str, int] = {}
         self._counts_version: tuple[int, str] | None = None
+        self._over_budget = False  # set by `_query`: even the query's rarest word is over the budget
 
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -339,9 +340,18 @@ class SqliteBackend:
             if where:
                 sql = (f"SELECT c.key, -bm25({table}) FROM {table} JOIN chunks c ON c.key = {table}.rowid "
                        f"WHERE {table} MATCH ?{where} ORDER BY bm25({table}) LIMIT ?")
+                rows = self.conn.execute(sql, [expression, *params, k]).fetchall()
+            elif table == "chunks_fts" and self._over_budget:
+                # Every word of the query is in more chunks than the budget: rank only the newest
+                # POSTINGS_BUDGET chunks holding them (FTS5 walks rowids newest first and stops).
+                sql = (f"SELECT rowid, -bm25({table}) FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC "
+                       "LIMIT ?")
+                rows = sorted(self.conn.execute(sql, [expression, POSTINGS_BUDGET]).fetchall(),
+                              key=lambda r: -r[1])[:k]
             else:
                 sql = f"SELECT rowid, -bm25({table}) FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}) LIMIT ?"
-            for key, relevance in self.conn.execute(sql, [expression, *params, k]):
+                rows = self.conn.execute(sql, [expression, k]).fetchall()
+            for key, relevance in rows:
                 found[key] = max(found.get(key, 0.0), float(relevance))
         return found
 
@@ -384,6 +394,7 @@ class SqliteBackend:
                 break
             kept.append(term)
             rows += counts[term]
+        self._over_budget = rows > POSTINGS_BUDGET
         fitting = []
         for phrase in phrases:
             # A phrase walks the postings of every word in it: only one whose words are all rare enough.
