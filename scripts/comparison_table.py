@@ -4,6 +4,8 @@
 
 Runs `ctxwin replay FILE --compare ... --json` on each long shared session and `ctxwin eval retention
 ... --json` on all of them, and prints the Markdown tables (numbers only come from those commands).
+Retention cells give the recall in the view's text first (the headline), then, where more, the recall
+with what the view's refs return byte for byte.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ def main() -> None:
     retention = ctxwin("eval", "retention", *(str(root / n) for n in SESSIONS.values()),
                        "--policy", "ctxwin,claude-code,pi,openclaw,letta,masking,recorded")
     print()
+    print("Recall in the text of the view (the headline); after the slash, recoverable through the refs the "
+          "view shows, where that is more. In brackets: the number of probes.")
+    print()
     print("| point | policy | view tokens | " + " | ".join(PROBES) + " |")
     print("|---|---|---|" + "---|" * len(PROBES))
     for session in retention["sessions"]:
@@ -57,9 +62,21 @@ def main() -> None:
             view = session["policies"].get(policy)
             if view is None:
                 continue
-            cells = ["–" if view["recall"][p] is None else f"{view['recall'][p]:.2f} ({session['probes'][p]})"
-                     for p in PROBES]
+            by_ref = view.get("recall_recoverable_by_ref", view["recall"])
+            cells = [cell(view["recall"][p], by_ref[p], session["probes"][p]) for p in PROBES]
             print(f"| {point} | {policy} | {view['view_tokens']:,} | " + " | ".join(cells) + " |")
+            if policy == "recorded" and "recall_summary_only" in view:
+                only = view["recall_summary_only"]
+                cells = [cell(only[p], only[p], session["probes"][p]) for p in PROBES]
+                print(f"| {point} | recorded summary alone | – | " + " | ".join(cells) + " |")
+
+
+def cell(text: float | None, by_ref: float | None, probes: int) -> str:
+    """`0.95 (42)`, or `0.90 / 1.00 (42)` when the refs recover more than the text holds."""
+    if text is None:
+        return "–"
+    more = f" / {by_ref:.2f}" if by_ref is not None and by_ref > text else ""
+    return f"{text:.2f}{more} ({probes})"
 
 
 if __name__ == "__main__":

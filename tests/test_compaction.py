@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from conftest import shared_path
 from ctxwin import policy as policies
-from ctxwin.compaction.compact import find_cut, is_cut_point, plan_cut, threshold
+from ctxwin.compaction.compact import plan_cut, threshold
+from ctxwin.compaction.cuts import find_cut, is_cut_point
 from ctxwin.engine import ContextEngine
 from ctxwin.memory.flush import daily_notes
 from ctxwin.messages import Message, Text, ToolCall, ToolResult

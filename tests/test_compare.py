@@ -106,3 +106,29 @@ def test_latest_session_picks_the_newest_file(tmp_path) -> None:
         latest_session("codex", home=tmp_path)
     with pytest.raises(InputError, match="unknown harness"):
         latest_session("cursor", home=tmp_path)
+
+
+def test_a_replay_keeps_one_prompt_cache_per_model() -> None:
+    from ctxwin.engine.replay import replay
+    from ctxwin.messages import Message, Text, user
+    from ctxwin.transcripts.model import Transcript
+
+    def reply(text: str, model: str) -> Message:
+        return Message("assistant", (Text(text),), meta={"model": model})
+
+    opus, haiku = "claude-opus-4-6", "claude-haiku-4-5"
+    messages = [user("first question " * 50), reply("answer one", opus), user("a quick one " * 20),
+                reply("quick", haiku), user("another quick one " * 20), reply("quick again", haiku),
+                user("back to the big one " * 20), reply("answer two", opus)]
+    transcript = Transcript("test", messages, model=opus)
+    calls = replay(transcript, "raw").calls
+    assert [c.model for c in calls] == [opus, haiku, haiku, opus]
+    assert calls[1].cached_tokens == 0  # Haiku has no cache yet, though Opus just sent this prefix
+    assert 0 < calls[2].cached_tokens < calls[2].tokens  # Haiku's own previous request
+    # Back on Opus: the prefix its own last request (call 0) shares with this one, not Haiku's.
+    assert calls[3].cached_tokens == calls[0].tokens  # everything Opus sent before is a prefix of this
+    run = compare(transcript, ["raw"]).to_dict()["policies"]["raw"]
+    assert [c["model"] for c in run["timeline"]] == [opus, haiku, haiku, opus]
+    single = compare(transcript, ["raw"], model=opus).to_dict()["policies"]["raw"]
+    assert run["cost_cached_usd"] < single["cost_uncached_usd"]
+    assert run["cost_uncached_usd"] < single["cost_uncached_usd"]  # Haiku's calls at Haiku's price

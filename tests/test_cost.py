@@ -13,6 +13,7 @@ from ctxwin.evaluation.cost import (
     price_calls,
     pricing_for,
     recorded_cost,
+    summarize,
 )
 
 T0 = 1_700_000_000.0
@@ -98,3 +99,37 @@ def test_cached_cost_is_bounded_by_the_multipliers(rows: list[tuple[int, int, fl
     assert total.cached_units <= max(pricing.write_multiplier, 1.0) * uncached + 1e-6
     if calls:
         assert call_costs(calls, pricing)[0].read_tokens == 0
+
+
+def test_a_model_switch_is_priced_per_model_with_a_cache_per_model() -> None:
+    opus, haiku = "claude-opus-4-6", "claude-haiku-4-5"
+    pricing = pricing_for(opus)
+    calls = [
+        CallTokens(10_000, 0, T0, opus),
+        CallTokens(2_000, 0, T0 + 10, haiku),  # Haiku's first call: its cache is empty, whatever Opus left
+        CallTokens(3_000, 2_000, T0 + 20, haiku),
+        CallTokens(12_000, 10_000, T0 + 30, opus),  # back to Opus: its own prefix, still within 5 minutes
+        CallTokens(4_000, 3_000, T0 + 400, haiku),  # 380 s after Haiku's last call: expired
+    ]
+    costs = call_costs(calls, pricing)
+    assert [(c.read_tokens, c.write_tokens) for c in costs] == [
+        (0, 10_000), (0, 2_000), (2_000, 1_000), (10_000, 2_000), (0, 4_000)]
+    assert [c.expired for c in costs] == [False, False, False, False, True]
+    assert [c.model for c in costs] == [opus, haiku, haiku, opus, haiku]
+    opus_usd, haiku_usd = 5.0 / 1e6, 1.0 / 1e6
+    expected = [10_000 * 1.25 * opus_usd, 2_000 * 1.25 * haiku_usd, (2_000 * 0.1 + 1_000 * 1.25) * haiku_usd,
+                (10_000 * 0.1 + 2_000 * 1.25) * opus_usd, 4_000 * 1.25 * haiku_usd]
+    assert [c.usd for c in costs] == pytest.approx(expected)
+    total = summarize(costs, pricing)
+    assert total.cached_usd == pytest.approx(sum(expected))
+    assert total.uncached_usd == pytest.approx((10_000 + 12_000) * opus_usd + (2_000 + 3_000 + 4_000) * haiku_usd)
+    # One model throughout: exactly the single-model prices of before.
+    same = call_costs([CallTokens(c.tokens, c.cached_tokens, c.timestamp) for c in calls], pricing)
+    assert summarize(same, pricing).cached_usd == pytest.approx(summarize(same, pricing).cached_units * opus_usd)
+
+
+def test_recorded_calls_are_priced_at_the_model_that_made_them() -> None:
+    haiku = recorded_cost(read=1_000, write=100, fresh=10, pricing=pricing_for("claude-haiku-4-5"))
+    opus = recorded_cost(read=1_000, write=100, fresh=10, pricing=pricing_for("claude-opus-4-6"))
+    assert haiku.units == opus.units and opus.usd == pytest.approx(5 * haiku.usd)
+    assert summarize([haiku, opus], pricing_for("claude-opus-4-6")).cached_usd == pytest.approx(6 * haiku.usd)

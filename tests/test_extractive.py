@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,7 +23,13 @@ from ctxwin.compaction.extractive import (
     STATE_KEY,
     USER,
     ExtractiveSummarizer,
+    command_entries,
+    command_line,
+    error_entries,
     error_line,
+    error_lines,
+    group_paths,
+    omission_note,
 )
 from ctxwin.compaction.identifiers import extract_file_ops, normalize, survives, user_text
 from ctxwin.compaction.summary import (
@@ -33,7 +40,9 @@ from ctxwin.compaction.summary import (
     render_sections,
     sections_as_items,
 )
+from ctxwin.engine import ContextEngine
 from ctxwin.messages import Message, ToolCall, assign_ids, assistant, tool_result, user
+from ctxwin.store.memory import MemorySessionLog
 from ctxwin.tokens.encodings import get_encoding
 
 
@@ -97,9 +106,10 @@ def test_every_section_says_what_it_should() -> None:
     assert s[GOAL] == ["Add retry logic to the HTTP client in /repo/src/client.py; keep the public API unchanged."]
     assert s[USER] == ["Also log each retry at debug level, ticket OPS-4411.", "and what about timeouts?"]
     assert s[MODIFIED] == ["/repo/src/client.py"] and s[READ] == ["/repo/src/util.py"]
-    assert s[COMMANDS] == ["cd /repo && pytest tests/test_client.py -q"]  # deduplicated, verbatim
-    assert s[ERRORS] == ["`cd /repo && pytest tests/test_client.py -q`: E   AssertionError: expected 3 retries, "
-                         "got 2 — fixed: `cd /repo && pytest tests/test_client.py -q` succeeded after editing "
+    # Deduplicated with a count, by the first line, the directory said once.
+    assert s[COMMANDS] == ["(in /repo)", "`pytest tests/test_client.py -q` (×2)"]
+    assert s[ERRORS] == ["`pytest tests/test_client.py -q`: E   AssertionError: expected 3 retries, got 2\n"
+                         "1 failed, 4 passed — fixed: `pytest tests/test_client.py -q` succeeded after editing "
                          "src/client.py"]
     assert s[DECISIONS] == ["I decided to use exponential backoff instead of a fixed delay because the API "
                             "rate-limits."]
@@ -167,10 +177,13 @@ def test_lower_priority_items_go_first() -> None:
     span = [user("the goal")] + [m for i in range(40) for m in (
         assistant("", ToolCall(f"c{i}", "Bash", {"command": f"echo step-{i:02d}"})), tool_result(f"c{i}", "ok"))]
     summary = summarize(assign_ids(span), 200)
-    commands = summary.sections[COMMANDS]
+    *commands, note = summary.sections[COMMANDS]
     assert 0 < len(commands) < 40
-    assert commands[-1] == "echo step-39"  # the most recent survive, shown in order
+    assert commands[-1] == "`echo step-39`"  # the most recent survive, shown in order
     assert commands == sorted(commands)
+    # ... and the section says how many it left out, and where they all are.
+    assert note == omission_note(40 - len(commands), "commands")
+    assert len(summary.details[STATE_KEY][COMMANDS]) == 40
 
 
 def test_focus_keeps_matching_items_first() -> None:
@@ -328,3 +341,114 @@ def test_fitting_never_exceeds_the_budget_and_keeps_item_order(sections: dict[st
                 key=len))) + 1 for k, v in sections.items())
     if budget >= heads:
         assert set(fitted.sections) == set(sections)
+
+
+# --------------------------------------------------------------------------------------------------
+# Every command and every error line (issue 12), on fixtures written for them
+
+
+def bash(call_id: str, command: str) -> Message:
+    return assistant("", ToolCall(call_id, "Bash", {"command": command}))
+
+
+def test_every_distinct_command_is_kept_by_its_first_line() -> None:
+    span = assign_ids([
+        user("run the checks"),
+        bash("c1", "cd /repo && npm run check"), tool_result("c1", "ok"),
+        bash("c2", "cd /repo && npm run check"), tool_result("c2", "ok"),
+        bash("c3", "cd /repo/pkg && cat > /tmp/x.py << 'EOF'\nprint(1)\nprint(2)\nEOF"), tool_result("c3", ""),
+        bash("c4", "git status"), tool_result("c4", "clean"),
+    ])
+    assert command_line("cd /a && cd b && make\nmore") == ("make", "b", 1)
+    assert command_entries(span) == ["(in /repo, /repo/pkg)", "`npm run check` (×2)",
+                                     "`cat > /tmp/x.py << 'EOF'` (+3 lines)", "`git status`"]
+    summary = summarize(span, 400)
+    assert summary.sections[COMMANDS] == command_entries(span)
+
+
+def test_long_commands_are_compressed_before_any_is_dropped() -> None:
+    paths = " ".join(f"lib/spotter/services/module_number_{i}_with_a_long_name.ex" for i in range(12))
+    span = assign_ids([user("commit it")] + [m for i in range(30) for m in (
+        bash(f"c{i}", f"git add {paths} && git commit -m 'step {i:02d}: a commit message that goes on and on'"),
+        tool_result(f"c{i}", "ok"))])
+    whole = summarize(span, 20_000).sections[COMMANDS]
+    assert len(whole) == 30 and all(len(c) > 500 for c in whole)
+    tight = summarize(span, 1_400)
+    commands = tight.sections[COMMANDS]
+    assert len(commands) == 30 and not tight.details["omitted"].get(COMMANDS)  # all there ...
+    assert sum(len(c) < 300 for c in commands) > 20  # ... most compressed: the paths once, long arguments cut
+    assert commands[0] == ("`git add lib/spotter/services/{module_number_0_wi… && git commit -m 'step 00: a "
+                           "commit message that goes on …`")
+    assert "'step 29: a commit message that goes on and on'`" in commands[-1]  # the newest has room to grow
+    assert group_paths("git add a/b/x.ex a/b/y.ex c.md") == "git add a/b/{x.ex,y.ex} c.md"
+
+
+def test_every_distinct_error_line_is_kept_with_its_command_and_fix() -> None:
+    span = assign_ids([
+        user("make the tests pass"),
+        bash("c1", "cd /repo && mix test"),
+        tool_result("c1", "Exit code 1\n  1) test parses (ParserTest)\n  ** (RuntimeError) no config found\n"
+                          "Finished in 0.1s\n3 tests, 1 failure"),
+        bash("c2", "npm run build"),
+        tool_result("c2", '{"message": "Build failed\\nerror TS2304: Cannot find name \'join\'."}', is_error=True),
+        assistant("", ToolCall("c3", "Edit", {"file_path": "/repo/lib/parser.ex", "old_string": "a",
+                                               "new_string": "b"})),
+        tool_result("c3", "ok"),
+        bash("c4", "mix test"), tool_result("c4", "3 tests, 0 failures"),
+        bash("c5", "npm run build"),
+        tool_result("c5", '{"message": "Build failed\\nerror TS2304: Cannot find name \'join\'."}', is_error=True),
+    ])
+    assert error_lines("Exit code 1\n  1) test parses (ParserTest)\n  ** (RuntimeError) no config found\n"
+                       "3 tests, 1 failure") == ["** (RuntimeError) no config found", "3 tests, 1 failure"]
+    assert error_lines("  × expected a semicolon\n    204 │ code") == ["× expected a semicolon"]
+    assert error_lines("Assertion with =~ failed\n<html class=\"phx-error\">" + "x" * 600) == [
+        "Assertion with =~ failed"]  # a page dump that happens to say "error" is not an error line
+    entries = error_entries(span)
+    assert entries == [
+        "`mix test`: ** (RuntimeError) no config found\n3 tests, 1 failure — fixed: `mix test` succeeded after "
+        "editing lib/parser.ex",
+        # The same error twice: once, at its latest failure; escaped line breaks split the JSON text.
+        "`npm run build`: {\"message\": \"Build failed\nerror TS2304: Cannot find name 'join'.\"} — not fixed in "
+        "this span",
+    ]
+    text = normalize(summarize(span, 600).text)
+    assert all(normalize(line) in text for entry in entries for line in entry.split(" — ")[0].split("\n"))
+
+
+def test_under_pressure_the_recent_and_the_referenced_stay_and_the_rest_is_counted() -> None:
+    span = [user("the goal")]
+    for i in range(40):
+        span += [bash(f"c{i}", f"make target_{i:02d}"), tool_result(f"c{i}", "ok")]
+    span += [assistant("Next I will look at target_03 again."),
+             bash("z", "grep -n target_03 Makefile"), tool_result("z", "3: target_03:")]
+    summary = summarize(assign_ids(span), 220)
+    *commands, note = summary.sections[COMMANDS]
+    assert "`grep -n target_03 Makefile`" in commands and "`make target_39`" in commands  # the most recent
+    assert "`make target_03`" in commands  # old, but the end of the history refers to it
+    assert "`make target_10`" not in commands
+    left_out = 41 - len(commands)
+    assert note == omission_note(left_out, "commands") and summary.details["omitted"][COMMANDS] == left_out
+    assert len(summary.details[STATE_KEY][COMMANDS]) == 41  # the full list, kept with the compaction
+
+
+def test_the_summary_reads_the_logged_messages_not_their_masked_renderings(tmp_path: Path) -> None:
+    policy = tmp_path / "mask-then-compact.toml"
+    policy.write_text('name = "mask-then-compact"\n[mask]\nenabled = true\nkeep_last = 0\nbatch = 1\n'
+                      'min_tokens = 0\n[compaction]\nenabled = true\nstrategy = "ctxwin"\nkeep_recent_tokens = 50\n')
+    engine = ContextEngine(MemorySessionLog(), model="gpt-4o", policy=str(policy), window=60_000, max_output=2_000)
+    for message in assign_ids([
+        user("fix the build"),
+        bash("c1", "npm run build -- --filter core"),
+        tool_result("c1", "Exit code 2\nsrc/a.ts(3,1): error TS2304: Cannot find name 'join'.\n" + "x\n" * 300),
+        assistant("Looking at it."),
+        user("go on"),
+        assistant("Done."),
+    ]):
+        engine.append(message)
+    placeholder = engine.prepare().messages[2].tool_results[0].text
+    assert placeholder.startswith("[Old output of Bash")  # the output is a placeholder in the view
+    engine.compact()
+    summary = next(e for e in engine.session.path() if e.kind == "compaction").payload["summary"]
+    assert "src/a.ts(3,1): error TS2304: Cannot find name 'join'." in summary
+    assert "`npm run build -- --filter core`" in summary
+    assert "cleared" not in summary.split("## Recall index")[0]

@@ -84,3 +84,24 @@ def test_eval_needles() -> None:
     assert human.exit_code == 0 and "needles still in the" in human.stdout and "lost" in human.stdout
     bad = run("eval", "needles", str(shared_path(*SMALL)), "--ages", "x")
     assert bad.exit_code == 2 and "--ages" in bad.output
+
+
+def test_eval_retention_writes_the_scored_views(tmp_path) -> None:
+    path = shared_path("pi", "before-compaction.jsonl")
+    result = run("eval", "retention", str(path), "--policy", "masking,recorded", "--views", str(tmp_path / "v"),
+                 "--json")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "v").iterdir()) == [
+        "before-compaction.masking.p0.txt", "before-compaction.masking.p1.txt",
+        "before-compaction.recorded.p0.txt", "before-compaction.recorded.p1.txt"]
+    data = json.loads(result.stdout)
+    view = data["sessions"][1]["policies"]["masking"]
+    assert set(view["recall"]) == set(view["recall_recoverable_by_ref"])
+    assert all((view["recall_recoverable_by_ref"][k] or 0) >= (v or 0) for k, v in view["recall"].items())
+    human = run("eval", "retention", str(path), "--policy", "masking", "--quiet")
+    assert "recoverable by ref" in human.stdout
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    bad = run("eval", "retention", str(path), "--policy", "masking", "--views", str(blocked / "sub"), "--quiet")
+    assert bad.exit_code == 2 and "give --views a folder you can write to" in bad.output
+    assert "Traceback" not in bad.output

@@ -3,6 +3,7 @@ verification, and the `recorded` baseline on the shared sessions against measure
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,17 +13,20 @@ from ctxwin.engine import ContextEngine
 from ctxwin.evaluation.probes import (
     PROBE_TYPES,
     Probe,
+    command_probe,
     error_line,
     extract,
     haystack,
     is_typed,
     normalize,
+    score,
     user_identifiers,
 )
-from ctxwin.evaluation.retention import points, resolve_refs, retention
-from ctxwin.messages import ToolCall, assistant, tool_result, user
+from ctxwin.evaluation.retention import points, queued_prompts, request_text, resolve_refs, retention
+from ctxwin.messages import Message, Text, Thinking, ToolCall, assistant, tool_result, user
 from ctxwin.store.blobs import FileBlobStore
 from ctxwin.store.memory import MemorySessionLog
+from ctxwin.transcripts import load_transcript
 from ctxwin.transcripts.model import CompactionRecord, Transcript
 
 NOTES = "\n".join(f"Note {i}: the tokenizer keeps quoted strings intact, see section {i}." for i in range(60))
@@ -114,9 +118,9 @@ def test_raw_keeps_everything_and_masking_recovers_through_verified_refs(tmp_pat
     assert all(s.recall in (1.0, None) for s in raw.scores.values())
     masked = result.sessions[0].views[str(mask_all)]
     # Every tool output became a placeholder: the notes are only reachable through their ref.
-    assert masked.direct["read_files"].recall == 1.0  # the path is in the call, which stays
-    assert masked.direct["errors"].recall == 0.0  # the placeholder keeps a different (the last) error line
-    assert masked.scores["errors"].recall == 1.0  # ... and the ref returns the output byte for byte
+    assert masked.scores["read_files"].recall == 1.0  # the path is in the call, which stays
+    assert masked.scores["errors"].recall == 0.0  # the headline: the placeholder keeps another (the last) error line
+    assert masked.with_refs["errors"].recall == 1.0  # ... and the ref returns the output byte for byte
     assert masked.refs_resolved >= 4 and masked.refs_rejected == 0
     assert masked.tokens < raw.tokens
 
@@ -182,3 +186,128 @@ def test_recorded_summaries_score_close_to_the_measured_baselines(folder: str, n
     # The kept messages only add to what the summary alone keeps.
     assert all((view.scores[k].recall or 0) >= (view.summary_only[k].recall or 0) for k in PROBE_TYPES)
     assert point.point.next_call_tokens and view.tokens > 0
+
+
+# --------------------------------------------------------------------------------------------------
+# The scoring rules, one by one, on fixtures written for them
+
+
+def test_the_headline_is_the_view_text_and_refs_are_a_second_number() -> None:
+    point = retention(session(), ["raw"]).sessions[0]
+    data = point.to_dict()["policies"]["raw"]
+    assert list(data).index("recall") < list(data).index("recall_recoverable_by_ref")
+    assert data["recall"] == {k: s.recall for k, s in point.views["raw"].scores.items()}
+
+
+def test_matching_respects_word_boundaries() -> None:
+    def found(text: str, probe: str, *, is_path: bool = False, prefix: bool = False) -> bool:
+        return Probe("commands", probe, is_path, prefix).found_in(haystack([text]))
+
+    assert not found("ran mix test test/spotter/foo_test.exs", "o_test.exs")  # inside a longer name
+    assert found("ran mix test test/spotter/foo_test.exs", "foo_test.exs")
+    assert not found("see packages/src/modes/interactive-mode.ts", "/repo/src/modes/interactive", is_path=True)
+    # A file of that name is not the folder.
+    assert not found("see src/modes/interactive.ts", "/repo/src/modes/interactive", is_path=True)
+    assert found("moved to src/modes/interactive/components", "/repo/src/modes/interactive", is_path=True)
+    assert not found("run the format step", "rm")
+    assert found("then: rm -rf build.", "rm -rf build")  # sentence punctuation is a boundary
+    assert found("I edited src/a.py.", "/x/src/a.py", is_path=True)
+    assert found("(`git status`)", "git status")
+    # A probe that is the head of something longer (an instruction's first 80 characters) may continue.
+    assert found("please refactor everything", "please refact", prefix=True)
+    assert not found("please refactor everything", "please refact")
+
+
+def test_the_environment_is_not_a_probe() -> None:
+    cwd = "/home/USER/projects/app"
+    messages = [
+        user("Work in /home/USER/projects/app please, my mail is REDACTED_EMAIL, see /home/USER/projects/app/src/x.py"),
+        assistant("", call("c1", "Read", file_path="/home/USER/projects/app")),
+        tool_result("c1", "EISDIR"),
+        assistant("", call("c2", "Read", file_path="/home/USER/projects/app/README.md")),
+        tool_result("c2", "readme"),
+        assistant("", call("c3", "Bash", command="ls /home/USER/projects > /dev/null")),
+        tool_result("c3", ""),
+        assistant("", call("c4", "Read", file_path="/dev/null")),
+        tool_result("c4", ""),
+        assistant("done"),
+    ]
+    probes = extract(messages, len(messages), len(messages), cwds=[cwd]).probes
+    texts = {p.text for kind in PROBE_TYPES for p in probes[kind]}
+    assert "/home/USER/projects/app/README.md" in texts and "/home/USER/projects/app/src/x.py" in texts
+    assert not texts & {cwd, "/home/USER/projects", "/home/USER", "/dev/null", "REDACTED_EMAIL"}
+    assert "ls /home/USER/projects > /dev/null" in texts  # a command that mentions them is still a command
+
+
+def test_extraction_rules_for_commands_errors_and_ticket_ids() -> None:
+    messages = [
+        user("Implement spotter-4te.4 and then spotter-gqc (see also spotter-gqc.1)"),
+        assistant("", call("c1", "Bash", command="cd /Users/me/pi-mono && npm run check\necho done")),
+        tool_result("c1", "all checks passed"),
+        assistant("", call("c2", "Bash", command="cd '/tmp/my dir' && cd sub && make test")),
+        tool_result("c2", '{"error": "Request failed\\nTypeError: fetch is not a function\\nat line 3"}',
+                    is_error=True),
+        assistant("done"),
+    ]
+    probes = extract(messages, len(messages), len(messages)).probes
+    assert [p.text for p in probes["commands"]] == ["npm run check", "make test"]  # first line, no `cd DIR &&`
+    assert [p.text for p in probes["errors"]] == ['{"error": "Request failed']  # escaped \n split into lines
+    assert [p.text for p in probes["identifiers"]] == ["spotter-4te.4", "spotter-gqc.1"]  # ids, not kebab names
+    assert command_probe("  \n cd x && cd y && git status  ") == "git status"
+    assert command_probe("cd /repo\nmake") == "cd /repo"  # a lone `cd` line is the command
+
+
+def test_queued_prompts_count_as_user_instructions(tmp_path: Path) -> None:
+    session_file = tmp_path / "queued.jsonl"
+    records = [
+        {"type": "user", "uuid": "u1", "sessionId": "s", "cwd": "/w", "timestamp": "2026-01-01T00:00:00Z",
+         "message": {"role": "user", "content": "Please add a retry to the fetcher"}},
+        {"type": "assistant", "uuid": "a1", "parentUuid": "u1", "sessionId": "s", "timestamp": "2026-01-01T00:00:01Z",
+         "message": {"id": "m1", "role": "assistant", "model": "claude-opus-4-6",
+                     "content": [{"type": "text", "text": "Working on it."}],
+                     "usage": {"input_tokens": 10, "output_tokens": 5}}},
+        {"type": "queue-operation", "operation": "enqueue", "timestamp": "2026-01-01T00:00:02Z", "sessionId": "s",
+         "content": "also make the timeout configurable"},
+        {"type": "queue-operation", "operation": "enqueue", "timestamp": "2026-01-01T00:00:02Z", "sessionId": "s",
+         "content": "<task-notification>\n<task-id>b1</task-id>\n</task-notification>"},
+        {"type": "queue-operation", "operation": "remove", "timestamp": "2026-01-01T00:00:03Z", "sessionId": "s"},
+        {"type": "user", "uuid": "u2", "parentUuid": "a1", "sessionId": "s", "timestamp": "2026-01-01T00:00:04Z",
+         "message": {"role": "user", "content": "and log it"}},
+        {"type": "assistant", "uuid": "a2", "parentUuid": "u2", "sessionId": "s", "timestamp": "2026-01-01T00:00:05Z",
+         "message": {"id": "m2", "role": "assistant", "model": "claude-opus-4-6",
+                     "content": [{"type": "text", "text": "Done."}],
+                     "usage": {"input_tokens": 20, "output_tokens": 5}}},
+    ]
+    session_file.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    transcript = load_transcript(session_file)
+    assert [m.text for m in transcript.messages] == ["Please add a retry to the fetcher", "Working on it.",
+                                                     "and log it", "Done."]  # what is replayed is unchanged
+    assert transcript.metadata["queued_prompts"][0]["text"] == "also make the timeout configurable"
+    assert queued_prompts(transcript, 2) == [q["text"] for q in transcript.metadata["queued_prompts"]]
+    assert queued_prompts(transcript, 1) == []  # queued after the span: not a fact of it
+    probes = extract(transcript.messages, 2, 2, queued=queued_prompts(transcript, 2)).probes
+    assert [p.text for p in probes["user_constraints"]] == ["Please add a retry to the fetcher",
+                                                            "also make the timeout configurable"]
+
+
+def test_views_are_written_as_the_text_that_is_scored(tmp_path: Path) -> None:
+    transcript = session()
+    transcript.source = str(tmp_path / "my-session.jsonl")
+    result = retention(transcript, ["raw", "recorded"], views=tmp_path / "views")
+    written = sorted(p.name for p in (tmp_path / "views").iterdir())
+    assert written == ["my-session.raw.p0.txt", "my-session.recorded.p0.txt"]
+    text = (tmp_path / "views" / "my-session.raw.p0.txt").read_text()
+    # System prompt first, then every block: text, the call's name and JSON arguments, the result.
+    assert 'Read {"file_path": "/repo/docs/notes.md"}' in text and NOTES in text and FIRST_REQUEST in text
+    assert text.index(FIRST_REQUEST) < text.index("Reading the notes.") < text.index(NOTES)
+    view = result.sessions[0].views["raw"]
+    assert score(result.sessions[0].probes, haystack([text])) == view.scores
+    recorded = (tmp_path / "views" / "my-session.recorded.p0.txt").read_text()
+    assert SUMMARY in recorded
+
+
+def test_rendered_request_text_holds_every_block() -> None:
+    message = Message("assistant", (Thinking("weighing options"), Text("Running it."),
+                                    ToolCall("c1", "Bash", {"command": 'grep -n "x" a.py'})))
+    assert request_text("SYSTEM", [message, tool_result("c1", "a.py:1:x")]) == (
+        'SYSTEM\n\nweighing options\nRunning it.\nBash {"command": "grep -n \\"x\\" a.py"}\n\na.py:1:x')

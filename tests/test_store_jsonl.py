@@ -86,9 +86,10 @@ def test_corrupt_middle_line_is_reported_and_the_rest_opens(tmp_path: Path, dama
         assert [(p.line, p.kind) for p in problems][:1] == [(4, "corrupt")]
         assert any(m.startswith("line 4: corrupt") for m in log.report.messages)
         assert [e.id for e in log] == [ids[0], ids[1], ids[3], ids[4]]
-        # the entry after the lost one has lost its parent: reported, and its path stops there
+        # the entry after the lost one has lost its parent: reported, and re-attached to the nearest
+        # intact ancestor (issue 17 item 18: the path used to stop there, silently dropping the history)
         assert (5, "orphan") in [(p.line, p.kind) for p in problems]
-        assert [e.id for e in log.path()] == [ids[3], ids[4]]
+        assert [e.id for e in log.path()] == [ids[0], ids[1], ids[3], ids[4]]
         assert [e.id for e in log.path(ids[1])] == [ids[0], ids[1]]
         log.append("message", {"after": True})
     with Session.open(folder, readonly=True) as reader:  # reported again on every open

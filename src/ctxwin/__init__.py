@@ -1,55 +1,36 @@
 """ctxwin: the context window of an LLM agent, managed. Nothing is lost.
 
-The public API, re-exported here; everything else is reachable through the subpackages
-(`ctxwin.messages`, `ctxwin.tokens`, `ctxwin.store`, `ctxwin.tools`, `ctxwin.pipeline`,
-`ctxwin.compaction`, `ctxwin.policy`, `ctxwin.engine`, `ctxwin.evaluation`).
+The root holds the few names a harness needs (the engine, the session store, policies, the message
+types, the request it returns, the errors); everything else is reachable from its package:
+`ctxwin.messages`, `ctxwin.tokens`, `ctxwin.policy`, `ctxwin.store`, `ctxwin.pipeline`,
+`ctxwin.compaction`, `ctxwin.providers`, `ctxwin.engine`, `ctxwin.tools`, `ctxwin.transcripts`,
+`ctxwin.evaluation`, `ctxwin.testing`.
 """
 
 from ctxwin import policy as policies
-from ctxwin.compaction.base import Summarizer, Summary
-from ctxwin.compaction.extractive import ExtractiveSummarizer
-from ctxwin.compaction.llm import LLMSummarizer
-from ctxwin.compaction.overflow import is_overflow_error
-from ctxwin.engine import ContextEngine, Prepared, ReplayResult, replay
-from ctxwin.engine.engine import ContextOverflowError
-from ctxwin.errors import CtxwinError, InputError
-from ctxwin.memory.flush import daily_notes
+from ctxwin.engine import ContextEngine, Prepared
+from ctxwin.errors import CompactionFailed, ContextBudgetError, ContextOverflowError, CtxwinError, InputError
 from ctxwin.messages import Image, Message, Text, Thinking, ToolCall, ToolResult
-from ctxwin.pipeline.fit import ContextBudgetError
 from ctxwin.policy import Policy
-from ctxwin.store import FileBlobStore, Session
-from ctxwin.tokens import counter_for, model_info
-from ctxwin.transcripts import Transcript, load_transcript
+from ctxwin.store import Session
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CompactionFailed",
     "ContextBudgetError",
     "ContextEngine",
     "ContextOverflowError",
     "CtxwinError",
-    "ExtractiveSummarizer",
-    "FileBlobStore",
     "Image",
     "InputError",
-    "LLMSummarizer",
     "Message",
     "Policy",
     "Prepared",
-    "ReplayResult",
     "Session",
-    "Summarizer",
-    "Summary",
     "Text",
     "Thinking",
     "ToolCall",
     "ToolResult",
-    "Transcript",
-    "counter_for",
-    "daily_notes",
-    "is_overflow_error",
-    "load_transcript",
-    "model_info",
     "policies",
-    "replay",
 ]

@@ -1,5 +1,16 @@
-"""The errors ctxwin raises on purpose. Each says what went wrong and what to do about it; the CLI
-prints them without a traceback and exits non-zero."""
+"""Every error ctxwin raises on purpose, in one tree. Each says what went wrong and what to do about it
+(`hint`); the CLI prints them without a traceback and exits with the class's `exit_code`.
+
+    CtxwinError
+    ├── InputError                 a file, argument or message ctxwin cannot use as given (exit 2)
+    │   └── EntryFormatError       a stored log entry without the shape its kind promises
+    ├── ContextBudgetError         no request can be made to fit (the system prompt alone is too large)
+    ├── ContextOverflowError       the provider keeps rejecting the request as too long after recovery
+    └── CompactionFailed           a compaction that did not happen; history is untouched
+
+Catch `CtxwinError` for everything, or the one leaf you care about. Errors of the other packages
+(store, tools, providers) derive from these too and live here as well, so that one import finds any.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +33,63 @@ class InputError(CtxwinError):
     """A file or argument ctxwin cannot use as given (malformed, binary, empty, wrong format)."""
 
     exit_code = 2
+
+
+# --- the engine and its stages
+
+
+class ContextBudgetError(CtxwinError):
+    """The request cannot be made to fit: the message says which part is too large."""
+
+    def __init__(self, message: str, *, tokens: int, budget: int, hint: str | None = None) -> None:
+        super().__init__(message, hint or "use a model with a larger window, or shorten the system prompt and tools")
+        self.tokens = tokens
+        self.budget = budget
+
+
+class ContextOverflowError(CtxwinError):
+    """The provider keeps rejecting the request as too long after every recovery step."""
+
+
+class CompactionFailed(CtxwinError):
+    """A compaction that did not happen (nothing to summarize, the summarizer failed, too little gain).
+    History is kept as it was; `tokens_before` is the view's size when it was tried."""
+
+    def __init__(self, message: str, tokens_before: int) -> None:
+        super().__init__(message, "history is kept as it was; the fit stage still guarantees the request fits")
+        self.tokens_before = tokens_before
+
+
+# --- the store
+
+
+class EntryFormatError(InputError):
+    """A stored log entry whose payload does not have the shape its kind promises."""
+
+
+# files: the guarded reader (ctxwin.files)
+class NotARegularFileError(InputError):
+    """A path that is a FIFO, a device, a socket or a directory where a regular file was needed."""
+
+
+class FileTooLargeError(InputError):
+    """A file, or what a compressed file expands to, over the configured cap."""
+
+
+class JSONTooDeepError(InputError):
+    """JSON nested deeper than the configured limit."""
+
+
+class MalformedJSONError(InputError):
+    """Text that does not parse as JSON; `msg`, `pos`, `lineno` and `colno` say where, as in
+    `json.JSONDecodeError`."""
+
+    def __init__(self, msg: str, pos: int, lineno: int, colno: int) -> None:
+        super().__init__(f"not valid JSON: {msg} (line {lineno}, column {colno})", "check the file is JSON")
+        self.msg = msg
+        self.pos = pos
+        self.lineno = lineno
+        self.colno = colno
 
 
 # memory (memory files, the hybrid index, memory tools)

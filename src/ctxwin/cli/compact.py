@@ -22,7 +22,7 @@ def compact_command(
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Compact now, like /compact: summarize the older history, keep the recent tail."""
-    from ctxwin.compaction.manual import compact
+    from ctxwin.transcripts.compact import compact
 
     result = compact(session, focus=focus, strategy=strategy, policy=policy, window=window, model=model)
     if json_output:

@@ -46,14 +46,18 @@ def retention(
                                      show_default=False),
     window: int | None = typer.Option(None, "--window", "-w", help="Context window in tokens (default: the model's).",
                                       show_default=False),
+    views: Path | None = typer.Option(None, "--views", help="Write each scored request as plain text to "
+                                      "DIR/<file stem>.<policy>.p<N>.txt (N: the compaction point, from 0).",
+                                      show_default=False),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: {\"summary\": ..., \"sessions\": ...}."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
-    """Which facts survive each policy's compaction: recall per probe type at every compaction point."""
+    """Which facts survive each policy's compaction: recall per probe type at every compaction point,
+    in the view's text (the headline) and recoverable through the refs it shows (second)."""
     names = split_names(policy) or list(RETENTION_POLICIES)
     with warnings_once(), progress_bars(not (quiet or as_json)) as progress:
         result = score_retention([str(f) for f in files], names, model=model, window=window,
-                                            progress=progress)
+                                 progress=progress, views=views)
     data = result.to_dict()
     if as_json:
         print_json(data)
@@ -77,19 +81,31 @@ def _print_point(session: dict[str, Any]) -> None:
     table.add_column("view tokens", justify="right")
     table.add_column("ratio", justify="right")
     for name, view in session["policies"].items():
-        table.add_row(escape(name), *(_recall(view["recall"][k]) for k in PROBE_TYPES), f"{view['view_tokens']:,}",
+        by_ref = view["recall_recoverable_by_ref"]
+        table.add_row(escape(name), *(_both(view["recall"][k], by_ref[k]) for k in PROBE_TYPES),
+                      f"{view['view_tokens']:,}",
                       "" if view["compression_ratio"] is None else f"{view['compression_ratio']:.1f}x")
     console.print(table)
+    console.print("recall in the view's text; in brackets, with what its refs return byte for byte where that "
+                  "is more", highlight=False)
+
+
+def _both(text: float | None, by_ref: float | None) -> str:
+    """The headline recall, and the recoverable-by-ref one in brackets when it differs."""
+    if text is None or by_ref is None or by_ref == text:
+        return _recall(text)
+    return f"{_recall(text)} ({_recall(by_ref)})"
 
 
 def _print_summary(summary: dict[str, dict[str, Any]]) -> None:
-    table = Table(title="recall pooled over every point", title_justify="left")
+    table = Table(title="recall pooled over every point (in brackets: recoverable by ref)", title_justify="left")
     table.add_column("policy")
     for kind in PROBE_TYPES:
         table.add_column(SHORT[kind], justify="right")
     table.add_column("mean view tokens", justify="right")
     for name, row in summary.items():
-        table.add_row(escape(name), *(_recall(row[k]) for k in PROBE_TYPES), f"{row['view_tokens']:,}")
+        by_ref = row["recoverable_by_ref"]
+        table.add_row(escape(name), *(_both(row[k], by_ref[k]) for k in PROBE_TYPES), f"{row['view_tokens']:,}")
     console.print(table)
 
 

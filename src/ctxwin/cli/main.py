@@ -13,6 +13,7 @@ from ctxwin.cli import memory as _memory  # noqa: F401  (registers `memory index
 from ctxwin.cli import policies as _policies  # noqa: F401
 from ctxwin.cli import replay as _replay  # noqa: F401  (registers `replay`)
 from ctxwin.cli import report as _report  # noqa: F401  (registers `report`)
+from ctxwin.cli import session as _session  # noqa: F401  (registers `session mark|marks|rewind`)
 from ctxwin.cli import store as _store  # noqa: F401  (registers `import` and `sessions`)
 from ctxwin.cli import tool as _tool  # noqa: F401  (registers `tool`)
 

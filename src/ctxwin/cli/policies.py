@@ -8,16 +8,28 @@ import typer
 from rich.table import Table
 
 from ctxwin import policy as policies
-from ctxwin.cli.app import app, console, handle_errors, print_json
+from ctxwin.cli.app import app, console, err_console, handle_errors, print_json
 
 
 @app.command("policies")
 @handle_errors
 def policies_command(
     show: str = typer.Option(None, "--show", help="Print this preset (or a .toml file) as TOML, fields commented."),
+    from_openclaw: str = typer.Option(None, "--from-openclaw", metavar="FILE",
+                                      help="Read an OpenClaw config (JSON or YAML) into a ctxwin policy, as TOML."),
     json_output: bool = typer.Option(False, "--json", help="One JSON object: the presets, or the policy shown."),
 ) -> None:
-    """List the policy presets, or print one as TOML."""
+    """List the policy presets, or print one as TOML (`NAME:aggressive|balanced|conservative` for a
+    strategy level on top of a preset)."""
+    if from_openclaw:
+        imported = policies.openclaw_file(from_openclaw)
+        if json_output:
+            print_json({"policy": imported.policy.model_dump(), "unmapped": imported.unmapped})
+            return
+        sys.stdout.write(policies.to_toml(imported.policy))
+        for key, why in imported.unmapped.items():
+            err_console.print(f"[yellow]not mapped:[/] {key}: {why}", highlight=False, soft_wrap=True)
+        return
     if show:
         policy = policies.get(show)
         if json_output:

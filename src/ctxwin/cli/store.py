@@ -14,6 +14,7 @@ from ctxwin.cli.app import app, console, err_console, handle_errors, print_json
 from ctxwin.store.session import DEFAULT_ROOT
 
 WARNINGS_SHOWN = 10  # import warnings printed on stderr; the rest are counted
+PROBLEMS_SHOWN = 10  # problems printed per session by `ctxwin sessions`; the rest are counted
 
 
 def _size(n: int) -> str:
@@ -67,7 +68,8 @@ def sessions(
     root: Path = typer.Argument(DEFAULT_ROOT, help="The folder that holds sessions (or one session folder)."),
     as_json: bool = typer.Option(False, "--json", help="Print the list as one JSON object."),
 ) -> None:
-    """List sessions with their size, entries and last activity, most recent first."""
+    """List sessions with their size, entries and last activity, most recent first, and what is wrong
+    with any of them (damaged lines, orphans re-attached, bad payloads) on stderr."""
     from ctxwin.store.session import list_sessions
 
     infos = list_sessions(root)
@@ -84,3 +86,11 @@ def sessions(
         table.add_row(escape(Path(info.path).name), f"{info.entries:,}", _size(info.size_bytes), f"{info.blobs:,}",
                       info.last_activity or "", str(info.problems) if info.problems else "")
     console.print(table)
+    for info in infos:
+        shown = info.problem_list[:PROBLEMS_SHOWN]
+        for problem in shown:
+            err_console.print(f"[yellow]problem:[/] {escape(Path(info.path).name)}: {escape(problem.message)}",
+                              highlight=False, soft_wrap=True)
+        if info.problems > len(shown):
+            err_console.print(f"[yellow]problem:[/] {escape(Path(info.path).name)}: … and "
+                              f"{info.problems - len(shown)} more (`ctxwin sessions --json` lists them all)")

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from ctxwin.compaction.base import Summary
@@ -31,7 +32,18 @@ from ctxwin.compaction.identifiers import (
     tool_kind,
     user_text,
 )
-from ctxwin.compaction.summary import Item, Section, clip, fit_sections, item_key, merge_items
+from ctxwin.compaction.summary import (
+    MAX_FIT_ATTEMPTS,
+    Fitted,
+    Item,
+    Section,
+    clip,
+    fit_sections,
+    item_key,
+    merge_items,
+    render_item,
+    render_sections,
+)
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.tokens.base import TokenCounter
 
@@ -40,8 +52,13 @@ PER_MESSAGE_CHARS = 1_000  # a user message is kept verbatim up to this many cha
 USER_MEDIUM_CHARS = 300  # the middle form of a long user message
 USER_SHORT_CHARS = 100  # the shortest form: its opening, enough to recognise the message
 GOAL_CHARS = 600  # the goal shown at most this long
-COMMAND_CHARS = 2_000  # a command longer than this is cut (heredoc scripts)
-COMMAND_MEDIUM_CHARS = 400  # the middle form of a long command
+COMMAND_CHARS = 600  # a command's first line is shown verbatim up to this many characters
+COMMAND_STATE_CHARS = 4_000  # ... and kept in the merge state up to this many (two commands differing later are two)
+COMMAND_MEDIUM_CHARS = 240  # the middle form: long arguments shortened
+COMMAND_ARGUMENT_CHARS = 40  # in the middle form, an argument longer than this is cut to it
+ERROR_LINES_PER_FAILURE = 4  # distinct error lines kept from one failing output
+DIAGNOSTIC_CHARS = 500  # a longer line is output that mentions an error, not an error message
+ERROR_SCAN_CHARS = 16_000  # of a longer failing output, this much at each end is looked at for error lines
 SHORT_CHARS = 160  # the short form of a long item
 ERROR_LINE_CHARS = 300  # an error line is cut here
 DECISION_CHARS = 300
@@ -55,7 +72,7 @@ FOCUS_BOOST = 1_000_000.0  # rank bonus for items matching the focus instruction
 RECENT_MESSAGES = 400  # references are looked for in the span's last this many messages
 RECENT_TEXT_CHARS = 20_000  # of each message, at most this much is scanned for references
 RECENT_PER_LINE = 8  # references per line of the section (a line is the unit the budget trims)
-RECENT_LINES = 12
+RECENT_LINES = 40  # at most; the budget decides how many are shown, the most relevant first
 
 GOAL = "Goal"
 USER = "User messages"
@@ -71,9 +88,11 @@ IDENTIFIERS = "Identifiers"
 RECENT = "Recent references"
 
 ORDER = (GOAL, USER, ROOT, MODIFIED, READ, COMMANDS, ERRORS, DECISIONS, OPEN, CURRENT, IDENTIFIERS, RECENT)
-# Share of the budget when sections compete for it.
+# Share of the budget when sections compete for it. Commands and errors weigh most: they are worth
+# something only verbatim (a command to re-run, an error to search for), while a user message keeps
+# its point in its first few hundred characters.
 WEIGHTS: Mapping[str, float] = {
-    GOAL: 2.0, USER: 6.0, ROOT: 1.0, MODIFIED: 3.0, READ: 2.5, COMMANDS: 4.0, ERRORS: 3.0,
+    GOAL: 2.0, USER: 4.0, ROOT: 1.0, MODIFIED: 3.0, READ: 2.5, COMMANDS: 8.0, ERRORS: 5.0,
     DECISIONS: 1.5, OPEN: 2.0, CURRENT: 2.0, IDENTIFIERS: 2.0, RECENT: 2.0,
 }
 OTHER_WEIGHT = 2.0  # sections carried from another summarizer's summary
@@ -82,7 +101,7 @@ RULES: Mapping[str, str] = {GOAL: "keep", OPEN: "replace", CURRENT: "replace", I
                             RECENT: "replace"}
 # At most this many items per section are kept in the merged state (the newest; identifiers: the first).
 STATE_CAPS: Mapping[str, int] = {
-    GOAL: 3, USER: 200, MODIFIED: 1_000, READ: 1_000, COMMANDS: 300, ERRORS: 100, DECISIONS: 60,
+    GOAL: 3, USER: 200, MODIFIED: 1_000, READ: 1_000, COMMANDS: 2_000, ERRORS: 500, DECISIONS: 60,
     OPEN: 40, CURRENT: 10, IDENTIFIERS: 300, RECENT: 40,
 }
 OTHER_CAP = 50
@@ -104,7 +123,9 @@ _FILE_HEADINGS = frozenset({"files modified", "files read", "project root", "mod
 
 # Words that mark an error line: strong ones first (an exception name, "error:", "fatal"), then weak
 # ones that also occur in ordinary output (a test named "handles invalid input").
-_STRONG_ERROR = re.compile(r"\w*(?:Error|Exception)\b|\b(?:errors?|fatal|failed|failures?|panic|traceback)\b", re.I)
+# Diagnostics marked with a cross (biome, vitest, cargo's `✗`) are errors too.
+_STRONG_ERROR = re.compile(r"\w*(?:Error|Exception)\b|\b(?:errors?|fatal|failed|failures?|panic|traceback)\b|"
+                           r"^[×✗✘]\s", re.I)
 _WEAK_ERROR = re.compile(
     r"\b(?:cannot|can't|could not|couldn't|not found|no such|denied|invalid|undefined|refused|timed out|unable|"
     r"missing)\b",
@@ -139,7 +160,7 @@ class ExtractiveSummarizer:
     """Summarizes without a model. `per_message_chars` caps each user message kept verbatim."""
 
     per_message_chars: int = PER_MESSAGE_CHARS
-    command_chars: int = COMMAND_CHARS
+    command_chars: int = COMMAND_STATE_CHARS
     name: str = "extractive"
 
     def summarize(
@@ -155,19 +176,23 @@ class ExtractiveSummarizer:
             from ctxwin.tokens import counter_for
 
             counter = counter_for()
-        new = span_state(span, per_message_chars=self.per_message_chars, command_chars=self.command_chars)
+        names = [message_names(m) for m in span]  # scanned once, for references and for what refers back
+        new = span_state(span, per_message_chars=self.per_message_chars, command_chars=self.command_chars,
+                         names=names)
         state = merge_states(previous_state(previous), new) if previous is not None else merge_states({}, new)
         root = project_root([*state.get(MODIFIED, ()), *state.get(READ, ())])
-        sections = fit_input(state, root=root, focus=focus, per_message_chars=self.per_message_chars)
-        fitted = fit_sections(sections, budget_tokens, counter)
+        referenced = referenced_later(span, names)
+        sections = fit_input(state, root=root, focus=focus, per_message_chars=self.per_message_chars,
+                             referenced=referenced)
+        fitted = fit_tiers(sections, budget_tokens, counter)
         # Identifiers are listed only where no other section shows them; but a section may have lost
         # them to trimming. Fit again listing every identifier the first rendering lost.
         shown = normalize(fitted.text)
         lost = [i for i in state.get(IDENTIFIERS, ()) if not survives(i, shown)]
         if set(lost) - set(fitted.sections.get(IDENTIFIERS, ())):
             sections = fit_input(state, root=root, focus=focus, per_message_chars=self.per_message_chars,
-                                 identifiers=lost)
-            fitted = fit_sections(sections, budget_tokens, counter)
+                                 identifiers=lost, referenced=referenced)
+            fitted = fit_tiers(sections, budget_tokens, counter)
         details: dict[str, Any] = {
             STATE_KEY: state,
             "budget_tokens": budget_tokens,
@@ -198,23 +223,24 @@ class ExtractiveSummarizer:
 
 
 def span_state(span: Sequence[Message], *, per_message_chars: int = PER_MESSAGE_CHARS,
-               command_chars: int = COMMAND_CHARS) -> dict[str, list[str]]:
+               command_chars: int = COMMAND_STATE_CHARS,
+               names: Sequence[list[tuple[str, float]]] | None = None) -> dict[str, list[str]]:
     """Everything the extractive summary can say about `span`, untrimmed, by section."""
     users = [clip(t, per_message_chars) for t in (user_text(m) for m in span) if t]
     read, modified = extract_file_ops(span)
-    commands = _dedup_last([clip(c, command_chars) for c in _commands(span)])
+    commands = command_entries(span, command_chars)
     state: dict[str, list[str]] = {
         GOAL: users[:1],
         USER: _dedup_last(users),
         MODIFIED: modified,
         READ: read,
         COMMANDS: commands,
-        ERRORS: _dedup_last(error_entries(span)),
+        ERRORS: error_entries(span),
         DECISIONS: _dedup_last(decisions(span)),
         OPEN: open_tasks(span),
         CURRENT: current_work(span),
         IDENTIFIERS: extract_identifiers(span),
-        RECENT: recent_references(span),
+        RECENT: recent_references(span, names),
     }
     return {k: v for k, v in state.items() if v}
 
@@ -224,31 +250,51 @@ _REFERENCE = re.compile(r"(?<![\w/.-])(?:[\w.-]*/[\w./-]+\w|[A-Za-z_][A-Za-z0-9_
 _CODE_WORD = re.compile(r"_[A-Za-z0-9]|[a-z][A-Z]|[A-Z][a-z]+[A-Z]|\.[A-Za-z_]")
 
 
-def recent_references(span: Sequence[Message]) -> list[str]:
+@lru_cache(maxsize=65_536)
+def _is_name(token: str) -> bool:
+    return 4 <= len(token) <= 120 and ("/" in token or _CODE_WORD.search(token) is not None)
+
+
+def message_names(message: Message) -> list[tuple[str, float]]:
+    """Every occurrence of a code name or path in a message, with its weight: tool-call arguments
+    2 (the agent typed them), text 1, tool results 0.5 (their first RECENT_TEXT_CHARS)."""
+    texts: list[tuple[str, float]] = []
+    for block in message.blocks:
+        if isinstance(block, Text):
+            texts.append((block.text, 1.0))
+        elif isinstance(block, ToolCall):
+            texts.extend((v, 2.0) for v in call_arguments(block).values() if isinstance(v, str))
+        elif isinstance(block, ToolResult):
+            texts.append((block.text, 0.5))
+    out = []
+    for text, factor in texts:
+        for found in _REFERENCE.findall(text[:RECENT_TEXT_CHARS]):
+            token = found.strip(".-")
+            if _is_name(token):
+                out.append((token, factor))
+    return out
+
+
+def recent_references(span: Sequence[Message], names: Sequence[list[tuple[str, float]]] | None = None) -> list[str]:
     """What the agent was working with, for it to pick up again: code symbols and paths of the span,
     ranked by how recently and how often they appear (tool call arguments count double: the agent
-    typed them). Rendered a few per line, most relevant first."""
+    typed them). Rendered a few per line, most relevant first. `names`: `message_names` of each
+    message of the span, when already computed."""
     scores: dict[str, float] = {}
-    recent = span[-RECENT_MESSAGES:]
-    for position, message in enumerate(recent, start=1):
+    recent = names[-RECENT_MESSAGES:] if names is not None else [message_names(m) for m in span[-RECENT_MESSAGES:]]
+    for position, found in enumerate(recent, start=1):
         weight = 0.2 + 0.8 * position / len(recent)  # recent counts most; often-used old names still rank
-        texts: list[tuple[str, float]] = []
-        for block in message.blocks:
-            if isinstance(block, Text):
-                texts.append((block.text, 1.0))
-            elif isinstance(block, ToolCall):
-                texts.extend((v, 2.0) for v in call_arguments(block).values() if isinstance(v, str))
-            elif isinstance(block, ToolResult):
-                texts.append((block.text, 0.5))
-        for text, factor in texts:
-            for found in _REFERENCE.findall(text[:RECENT_TEXT_CHARS]):
-                token = found.strip(".-")
-                if len(token) < 4 or len(token) > 120 or not ("/" in token or _CODE_WORD.search(token)):
-                    continue
-                scores[token] = scores.get(token, 0.0) + weight * factor
+        for token, factor in found:
+            scores[token] = scores.get(token, 0.0) + weight * factor
     ranked = sorted(scores, key=lambda t: (-scores[t], t))
     lines = [", ".join(ranked[i:i + RECENT_PER_LINE]) for i in range(0, len(ranked), RECENT_PER_LINE)]
     return lines[:RECENT_LINES]
+
+
+def _dedup_last_by(items: Sequence[str], key: Callable[[str], str]) -> list[str]:
+    """Items whose keys repeat kept once, at their last position."""
+    last = {key(item): index for index, item in enumerate(items)}
+    return [item for index, item in enumerate(items) if last[key(item)] == index]
 
 
 def _dedup_last(items: Sequence[str]) -> list[str]:
@@ -256,14 +302,91 @@ def _dedup_last(items: Sequence[str]) -> list[str]:
     return merge_items([], list(reversed(items)), to_front=True)[::-1] if items else []
 
 
-def _commands(span: Sequence[Message]) -> list[str]:
-    out = []
+_CD = re.compile(r"^\s*cd\s+(\"[^\"]*\"|'[^']*'|\S+)\s*&&\s*")
+REPEAT_MARK = re.compile(r" \(×\d+\)$| \(\+\d+ lines?\)$")
+"""What a command item adds after the command line itself (repeats, the lines of a multi-line script)."""
+DIRECTORY_PREFIX = "(in "
+
+
+def command_line(command: str) -> tuple[str, str | None, int]:
+    """(first line, directory, further lines) of a command: its first non-empty line without a
+    leading `cd DIR &&` (the directory is returned apart), and how many non-empty lines follow."""
+    lines = [line.strip() for line in command.strip().splitlines() if line.strip()]
+    if not lines:
+        return "", None, 0
+    first, directory = lines[0], None
+    while (match := _CD.match(first)) is not None and first[match.end():].strip():
+        directory = match.group(1).strip("\"'")
+        first = first[match.end():].strip()
+    return first, directory, len(lines) - 1
+
+
+def command_entries(span: Sequence[Message], line_chars: int = COMMAND_STATE_CHARS) -> list[str]:
+    """Every distinct command of the span, by its first line, at its last use, oldest first: a
+    repeated command once with its count (`(×3)`), a script's first line with the number of lines
+    after it (`(+12 lines)`), and the directories the commands were run in said once, first."""
+    counts: dict[str, int] = {}
+    last: dict[str, tuple[int, str, int]] = {}
+    directories: list[str] = []
+    position = 0
     for message in span:
         for call in message.tool_calls:
             command = shell_command(call)
-            if command:
-                out.append(command.strip())
+            if not command:
+                continue
+            first, directory, more = command_line(command)
+            if not first:
+                continue
+            if directory and directory not in directories:
+                directories.append(directory)
+            key = normalize(first)
+            counts[key] = counts.get(key, 0) + 1
+            last.pop(key, None)
+            last[key] = (position, first[:line_chars], more)
+            position += 1
+    out = [f"{DIRECTORY_PREFIX}{', '.join(directories)})"] if directories else []
+    for key, (_, first, more) in last.items():
+        item = f"`{first}`"
+        if counts[key] > 1:
+            item += f" (×{counts[key]})"
+        elif more:
+            item += f" (+{more} line{'s' if more > 1 else ''})"
+        out.append(item)
     return out
+
+
+_ARGUMENT = re.compile(r"\"[^\"]*\"|'[^']*'|\S+")
+
+
+def group_paths(command: str) -> str:
+    """A command with each run of paths in one directory written once: `a/b/x.ex a/b/y.ex` becomes
+    `a/b/{x.ex,y.ex}` (shell brace expansion, so it still reads as the same command)."""
+    words = _ARGUMENT.findall(command)
+    out: list[str] = []
+    index = 0
+    while index < len(words):
+        head, _, tail = words[index].rpartition("/")
+        run = index + 1
+        if head and tail and words[index][0] not in "\"'-":
+            while run < len(words) and words[run].rpartition("/")[0] == head and words[run].rpartition("/")[2]:
+                run += 1
+        if run - index >= 2:
+            out.append(head + "/{" + ",".join(w.rpartition("/")[2] for w in words[index:run]) + "}")
+        else:
+            out.extend(words[index:run])
+        index = run
+    return " ".join(out)
+
+
+def shorten_arguments(command: str, limit: int = COMMAND_ARGUMENT_CHARS) -> str:
+    """A command with its paths grouped (`group_paths`) and each long argument (a quoted string or
+    a word) cut to `limit` characters: the compressed form of a long command, which still says what
+    ran on what."""
+    def cut(match: re.Match[str]) -> str:
+        word = match.group(0)
+        return word if len(word) <= limit else word[:limit] + "…"
+
+    return _ARGUMENT.sub(cut, group_paths(command))
 
 
 def _calls_and_results(span: Sequence[Message]) -> tuple[list[ToolCall], dict[str, ToolResult]]:
@@ -300,23 +423,51 @@ def error_line(text: str) -> str:
     return clip(lines[0], ERROR_LINE_CHARS)
 
 
+def error_lines(text: str, limit: int = ERROR_LINES_PER_FAILURE) -> list[str]:
+    """The distinctive lines of a failing output, verbatim, in the order they appear, at most
+    `limit`: a traceback's exception line, the first line naming an error (strongly or weakly), the
+    first and last strong ones (the cause, and the tally at the end), or else the first line that
+    is not a bare exit code. Escaped line breaks (`\\n` in serialized errors) split lines."""
+    if len(text) > 2 * ERROR_SCAN_CHARS:  # errors are printed first or last; a long middle is output
+        text = text[:ERROR_SCAN_CHARS] + "\n" + text[-ERROR_SCAN_CHARS:]
+    lines = [line.strip() for line in text.replace("\\n", "\n").splitlines() if line.strip()]
+    lines = [line for line in lines if not _GENERIC_ERROR.match(line)]
+    if not lines:
+        return []
+    chosen: list[int] = []
+    start = next((i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line), None)
+    if start is not None:
+        exception = [i for i in range(start, len(lines)) if _EXCEPTION_LINE.match(lines[i])]
+        chosen.extend(exception[-1:])
+    # A line longer than a diagnostic is a dump (HTML, JSON, minified code) that happens to hold a word.
+    strong = [i for i, line in enumerate(lines) if len(line) <= DIAGNOSTIC_CHARS and _STRONG_ERROR.search(line)]
+    weak = [i for i, line in enumerate(lines) if len(line) <= DIAGNOSTIC_CHARS and _WEAK_ERROR.search(line)]
+    chosen.extend(strong[:1] + weak[:1] + strong[-1:])
+    if not chosen:
+        chosen.append(0)
+    picked = sorted(dict.fromkeys(chosen))[:limit]
+    return [clip(lines[i], ERROR_LINE_CHARS) for i in picked]
+
+
 def _target(call: ToolCall) -> tuple[str, str]:
     """(key, label) naming what a call acted on: a shell command's program and subcommand, or the
     file path; two calls with the same key are "the same command or file"."""
     command = shell_command(call)
     if command is not None:
-        words = _CD_PREFIX.sub("", command.strip()).split()
-        return "cmd:" + " ".join(words[:2]), f"`{clip(command.strip(), SHORT_CHARS)}`"
+        first, _, _ = command_line(command)
+        words = _CD_PREFIX.sub("", first).split()
+        return "cmd:" + " ".join(words[:2]), f"`{clip(first, SHORT_CHARS)}`"
     path = call_path(call_arguments(call))
     if path:
-        return "path:" + path, f"{call.name} {path}"
+        return "path:" + path, f"{call.name} {_short_path(path)}"
     return "tool:" + call.name, call.name
 
 
 def error_entries(span: Sequence[Message]) -> list[str]:
-    """One entry per failing tool result: what failed, its distinctive error line verbatim, and,
-    when a later call on the same file or command succeeded, that call (and the files edited in
-    between): "`cmd`: <error line> — fixed: `cmd2` succeeded after editing a.py"."""
+    """One entry per failing tool result that printed an error line no later failure repeats: what
+    failed, its distinctive lines verbatim (each line kept once, at its latest failure), and whether
+    it was fixed later in the span: "`cmd`: <line> — fixed: `cmd2` succeeded after editing a.py", or
+    "— not fixed in this span"."""
     calls, results = _calls_and_results(span)
     keys = [_target(c) for c in calls]
     written: dict[int, list[str]] = {}  # files each call wrote, parsed only when needed
@@ -326,29 +477,36 @@ def error_entries(span: Sequence[Message]) -> list[str]:
             written[index] = extract_file_ops([_as_message(calls[index])])[1]
         return written[index]
 
-    entries = []
+    failures: list[tuple[str, list[str], str]] = []
     for index, call in enumerate(calls):
         result = results.get(call.id)
         if result is None or not is_failure(result):
             continue
         key, label = keys[index]
-        line = error_line(result.text)
-        entry = f"{label}: {line}" if line else f"{label}: failed"
+        fix = " — not fixed in this span"
         edited: list[str] = []
         for later in range(index + 1, len(calls)):
-            later_call = calls[later]
-            later_result = results.get(later_call.id)
+            later_result = results.get(calls[later].id)
             if keys[later][0] == key and later_result is not None:
                 if not is_failure(later_result):
-                    fix = f"{keys[later][1]} succeeded"
+                    fix = f" — fixed: {keys[later][1]} succeeded"
                     if edited:
                         fix += " after editing " + ", ".join(_short_path(p) for p in edited)
-                    entry += f" — fixed: {fix}"
                     break
             else:
                 edited.extend(p for p in writes(later) if p not in edited)
-        entries.append(entry)
-    return entries
+        failures.append((label, error_lines(result.text), fix))
+    # Each distinct line once, at its latest failure (the newest state of that error).
+    seen: set[str] = set()
+    entries: list[str] = []
+    for label, lines, fix in reversed(failures):
+        fresh = [line for line in lines if normalize(line) not in seen]
+        seen.update(normalize(line) for line in lines)
+        if lines and not fresh:
+            continue
+        body = "\n".join(fresh) if fresh else "failed"
+        entries.append(f"{label}: {body}{fix}")
+    return entries[::-1]
 
 
 def _as_message(call: ToolCall) -> Message:
@@ -495,6 +653,74 @@ def current_work(span: Sequence[Message]) -> list[str]:
     return out
 
 
+FACTS = frozenset({GOAL, USER, ROOT, MODIFIED, READ, COMMANDS, ERRORS})
+"""The record of what happened (what the user asked, which files, every command and error): fitted
+first, with the whole budget; the rest (decisions, tasks, current work, identifiers, references)
+shares what the facts leave."""
+
+
+def fit_tiers(sections: Sequence[Section], budget_tokens: int, counter: TokenCounter) -> Fitted:
+    """Fit the fact sections first (`FACTS`, with omission notes), then the others in what is left,
+    and render them together in section order, within `budget_tokens`."""
+    facts = [s for s in sections if s.key in FACTS]
+    rest = [s for s in sections if s.key not in FACTS]
+    first = with_omission_notes(fit_sections(facts, budget_tokens, counter), facts, budget_tokens, counter)
+    if not rest:
+        return first
+    room = budget_tokens - first.tokens - 2  # the blank line between the two parts
+    for _ in range(MAX_FIT_ATTEMPTS):
+        second = fit_sections(rest, max(0, room), counter)
+        joined = _join(first, second, sections, counter)
+        if joined.tokens <= budget_tokens or room <= 0:
+            break
+        room -= joined.tokens - budget_tokens + 2
+    return joined if joined.tokens <= budget_tokens else first
+
+
+def _join(first: Fitted, second: Fitted, sections: Sequence[Section], counter: TokenCounter) -> Fitted:
+    both = {**first.sections, **second.sections}
+    ordered = {s.key: both[s.key] for s in sections if s.key in both}
+    text = render_sections(ordered, {s.key: s.title or s.key for s in sections})
+    return Fitted(text=text, sections=ordered, tokens=counter.count_text(text) if text else 0,
+                  omitted={**first.omitted, **second.omitted}, shortened={**first.shortened, **second.shortened})
+
+
+NOTED_SECTIONS: Mapping[str, str] = {COMMANDS: "commands", ERRORS: "failures"}
+"""Sections that must say how many of their items the budget left out (every command and every
+error is a fact the agent may need)."""
+OMISSION_NOTE = ("{count} more {what} not shown (the budget); every one is in this compaction entry's "
+                 "summarizer_state, and in the original calls of the summarized span")
+
+
+def omission_note(count: int, what: str) -> str:
+    return OMISSION_NOTE.format(count=count, what=what)
+
+
+def with_omission_notes(fitted: Fitted, sections: Sequence[Section], budget_tokens: int,
+                        counter: TokenCounter) -> Fitted:
+    """`fitted` with a last item in each noted section that lost items, saying how many and where
+    the full list is; fitted again with room for the notes, so the budget still holds."""
+    def notes_of(result: Fitted) -> dict[str, str]:
+        return {key: omission_note(result.omitted[key], what) for key, what in NOTED_SECTIONS.items()
+                if result.omitted.get(key)}
+
+    notes = notes_of(fitted)
+    if not notes:
+        return fitted
+    room = sum(counter.count_text(render_item(n)) + 1 for n in notes.values())
+    refitted = fit_sections(sections, max(0, budget_tokens - room), counter)
+    notes = notes_of(refitted)
+    out = {k: list(v) for k, v in refitted.sections.items()}
+    for key, note in notes.items():
+        out.setdefault(key, []).append(note)
+    ordered = {s.key: out[s.key] for s in sections if s.key in out}
+    text = render_sections(ordered, {s.key: s.title or s.key for s in sections})
+    tokens = counter.count_text(text) if text else 0
+    if tokens > budget_tokens:  # the notes did not fit after all: the plain fit, which does
+        return refitted
+    return Fitted(text=text, sections=ordered, tokens=tokens, omitted=refitted.omitted, shortened=refitted.shortened)
+
+
 # --------------------------------------------------------------------------------------------------
 # Merging
 
@@ -540,6 +766,8 @@ def merge_states(previous: Mapping[str, Sequence[str]], new: Mapping[str, Sequen
             merged = fresh or old
         else:
             merged = merge_items(old, fresh, to_front=rule == "front")
+        if key == COMMANDS:  # the same command with another repeat count is the same command
+            merged = _dedup_last_by(merged, lambda c: item_key(REPEAT_MARK.sub("", c)))
         cap = STATE_CAPS.get(key, OTHER_CAP)
         merged = merged[:cap] if rule == "front" or rule == "keep" else merged[-cap:]
         if merged:
@@ -600,11 +828,96 @@ def _variants(text: str, *limits: int) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _names(text: str) -> set[str]:
+    """The code names and paths of a short text (a command line, an error line), case-folded."""
+    return {t.casefold() for t in (f.strip(".-") for f in _REFERENCE.findall(text)) if _is_name(t)}
+
+
+def referenced_later(span: Sequence[Message], names: Sequence[list[tuple[str, float]]] | None = None) -> frozenset[str]:
+    """Commands (their first lines) and error lines of the span that a later message refers back to:
+    one of their names (a path, a code name) appears again after the call's result. Normalized.
+    `names`: `message_names` of each message, when already computed."""
+    last_seen: dict[str, int] = {}
+    for position, found in enumerate(names if names is not None else [message_names(m) for m in span]):
+        for token, _ in found:
+            last_seen[token.casefold()] = position
+    results = {r.call_id: (i, r) for i, m in enumerate(span) for r in m.tool_results}
+    out: set[str] = set()
+    for position, message in enumerate(span):
+        for call in message.tool_calls:
+            after, result = results.get(call.id, (position, None))
+            command = shell_command(call)
+            if command:
+                first = command_line(command)[0]
+                if any(last_seen.get(n, -1) > after for n in _names(first)):
+                    out.add(normalize(first))
+            if result is not None and is_failure(result):
+                out.update(normalize(line) for line in error_lines(result.text)
+                           if any(last_seen.get(n, -1) > after for n in _names(line)))
+    return frozenset(out)
+
+
+def _is_referenced(item: str, referenced: frozenset[str]) -> bool:
+    """Whether a command or error item holds a command line or error line of `referenced`."""
+    if not referenced:
+        return False
+    head = item.split(FIX_MARK)[0]
+    lines = [REPEAT_MARK.sub("", head).strip().strip("`")] if head.startswith("`") and "\n" not in head else []
+    lines += [line.split(": ", 1)[-1] for line in head.split("\n")]
+    lines += head.split("\n")
+    return any(normalize(line.strip("`")) in referenced for line in lines)
+
+
+def recent_or_referenced(items: Sequence[str], referenced: frozenset[str], boost: Callable[[str], float],
+                         variants: Callable[[str], tuple[str, ...]]) -> tuple[Item, ...]:
+    """Items ranked for the budget: the most recent first, and an item naming something the end of
+    the history still uses counts as twice as recent."""
+    n = len(items)
+    return tuple(Item(variants(t), rank=(n - 1 - i) * (0.5 if _is_referenced(t, referenced) else 1.0) + boost(t))
+                 for i, t in enumerate(items))
+
+
+FIX_MARK = " — "
+
+
+def error_variants(entry: str) -> tuple[str, ...]:
+    """An error entry whole, then with its first error line only (and the fix note): the lines stay
+    verbatim in both; an error line cut short would no longer be found where it came from."""
+    lines = entry.split("\n")
+    if len(lines) == 1:
+        return (entry,)
+    fix = lines[-1][lines[-1].rfind(FIX_MARK):] if FIX_MARK in lines[-1] else ""
+    return (entry, lines[0] + fix)
+
+
+def commands_items(commands: Sequence[str], referenced: frozenset[str],
+                   boost: Callable[[str], float]) -> tuple[Item, ...]:
+    """The commands section: the directories line first, then each command whole; a long one
+    (over COMMAND_MEDIUM_CHARS) may shrink to its long arguments shortened, then to its head, before
+    it is dropped. A short command is kept whole or not at all: a command is only worth its exact text."""
+    def variants(item: str) -> tuple[str, ...]:
+        if len(item) <= COMMAND_MEDIUM_CHARS or not item.startswith("`"):
+            return (item,)
+        suffix = REPEAT_MARK.search(item)
+        end = suffix.start() if suffix else len(item)
+        command, tail = item[1:end].removesuffix("`"), item[end:]
+        grouped, shortened = group_paths(command), shorten_arguments(command)
+        forms = [*([command] if len(command) <= COMMAND_CHARS else []), clip(grouped, COMMAND_CHARS),
+                 clip(shortened, COMMAND_CHARS), clip(shortened, COMMAND_MEDIUM_CHARS)]
+        return tuple(f"`{form}`{tail}" for form in sorted(dict.fromkeys(forms), key=len, reverse=True))
+
+    head = [c for c in commands if c.startswith(DIRECTORY_PREFIX)]
+    rest = [c for c in commands if not c.startswith(DIRECTORY_PREFIX)]
+    return tuple(Item((h,), rank=-1.0) for h in head[-1:]) + recent_or_referenced(rest, referenced, boost, variants)
+
+
 def fit_input(state: Mapping[str, Sequence[str]], *, root: str | None, focus: str | None = None,
-              per_message_chars: int = PER_MESSAGE_CHARS, identifiers: Sequence[str] | None = None) -> list[Section]:
+              per_message_chars: int = PER_MESSAGE_CHARS, identifiers: Sequence[str] | None = None,
+              referenced: frozenset[str] = frozenset()) -> list[Section]:
     """The state as sections to fit: each item with its shorter forms and its rank (recent first for
-    chronological sections, in order for the others, focus matches before everything). The
-    identifiers listed are `identifiers`, or by default those no other section contains."""
+    chronological sections, in order for the others, focus matches before everything; commands and
+    errors in `referenced` count as twice as recent). The identifiers listed are `identifiers`, or by
+    default those no other section contains."""
     terms = _focus_terms(focus)
 
     def boost(text: str) -> float:
@@ -633,8 +946,8 @@ def fit_input(state: Mapping[str, Sequence[str]], *, root: str | None, focus: st
         ROOT: (Item((root,)),) if root and (files[MODIFIED] or files[READ]) else (),
         MODIFIED: newest_first(files[MODIFIED], 10_000),
         READ: newest_first(files[READ], 10_000),
-        COMMANDS: newest_first(state.get(COMMANDS, ()), COMMAND_CHARS, COMMAND_MEDIUM_CHARS, SHORT_CHARS),
-        ERRORS: newest_first(state.get(ERRORS, ()), 2 * ERROR_LINE_CHARS, ERROR_LINE_CHARS),
+        COMMANDS: commands_items(state.get(COMMANDS, ()), referenced, boost),
+        ERRORS: recent_or_referenced(state.get(ERRORS, ()), referenced, boost, error_variants),
         DECISIONS: newest_first(state.get(DECISIONS, ()), DECISION_CHARS, SHORT_CHARS),
         OPEN: in_order(state.get(OPEN, ()), USER_MEDIUM_CHARS, USER_SHORT_CHARS),
         CURRENT: in_order(state.get(CURRENT, ()), CURRENT_TEXT_CHARS, USER_MEDIUM_CHARS),

@@ -14,6 +14,7 @@ import re
 import shlex
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any
 
 from ctxwin.compaction.base import Summary
@@ -26,6 +27,7 @@ MAX_ARG_SCAN_CHARS = 2_000  # tool-call string arguments longer than this are fi
 MAX_RESULT_SCAN_CHARS = 4_000  # only the head of a tool result is scanned for commit ids and URLs
 MIN_USER_NUMBER_DIGITS = 2  # a number in a user message is kept from this many digits
 MIN_OTHER_NUMBER_DIGITS = 6  # elsewhere only long numbers (ids, ports are caught as host:port)
+EXIT_SCAN_CHARS = 2_000  # an exit status is looked for in this many characters at each end of an output
 
 # Importance tiers, lower first: what the user gave, then error codes of failing results, then what
 # the agent used, then what tools printed.
@@ -155,6 +157,13 @@ def _looks_like_file(token: str) -> bool:
 def shell_file_ops(command: str) -> tuple[list[str], list[str]]:
     """Files a shell command cheaply reveals it reads (cat/head/tail/sed -n) and writes (sed -i,
     redirects, tee). A heuristic: anything it cannot parse is skipped, never guessed."""
+    reads, writes = _shell_file_ops(command)
+    return list(reads), list(writes)
+
+
+@lru_cache(maxsize=4_096)
+def _shell_file_ops(command: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    # Cached: one compaction parses the same commands for its file lists and again for its error fixes.
     reads: list[str] = []
     writes: list[str] = []
     for segment in _SHELL_SPLIT.split(_strip_heredocs(command)):
@@ -189,7 +198,7 @@ def shell_file_ops(command: str) -> tuple[list[str], list[str]]:
             reads.extend(a for a in args if _looks_like_file(a))
         elif program == "sed" and "-n" in args and not redirected:
             reads.extend(a for a in args if _looks_like_file(a) and not a.endswith("p"))
-    return reads, writes
+    return tuple(reads), tuple(writes)
 
 
 def _call_file_ops(call: ToolCall) -> tuple[list[str], list[str]]:
@@ -419,7 +428,8 @@ def _result_identifiers(result: ToolResult) -> list[str]:
 # Failures and user text (shared with the extractive summarizer)
 
 _EXIT_CODE = re.compile(
-    r"(?:^|\n)(?:Exit code|Command exited with code|exit status|exited with code)\s*:?\s*([1-9]\d*)", re.I
+    r"(?:^|\n)(?:Exit code|Command exited with code|exit status|exited with code|npm (?:error|ERR!) code)\s*:?\s*"
+    r"([1-9]\d*)", re.I
 )
 
 
@@ -427,8 +437,10 @@ def is_failure(result: ToolResult) -> bool:
     """A failing tool result: flagged as an error, or reporting a non-zero exit or a traceback."""
     if result.is_error:
         return True
-    head = result.text[:2000]
-    return bool(_EXIT_CODE.search(head)) or "Traceback (most recent call last)" in result.text[-20_000:]
+    # Harnesses print the exit status first (Claude Code) or last (Pi): both ends are looked at.
+    text = result.text
+    ends = text if len(text) <= 2 * EXIT_SCAN_CHARS else text[:EXIT_SCAN_CHARS] + "\n" + text[-EXIT_SCAN_CHARS:]
+    return bool(_EXIT_CODE.search(ends)) or "Traceback (most recent call last)" in text[-20_000:]
 
 
 _META_PREFIXES = (

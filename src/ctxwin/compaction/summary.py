@@ -272,9 +272,10 @@ def fit_sections(sections: Sequence[Section], budget_tokens: int, counter: Token
     """Render `sections` in at most `budget_tokens` (by `counter`).
 
     Every section with content first gets its heading and its most important item (in section
-    order, while that fits); the rest of the budget is shared by weight, water-filling style (a
-    section that needs less than its share gives the rest back); within a section the most important
-    items go in first in their shortest form, then grow to longer forms while room is left. The
+    order, while that fits); then every item in its shortest form, the budget shared by weight,
+    water-filling style (a section that needs less than its share gives the rest back), the most
+    important items first; then, with what is left, shared the same way, items grow to longer forms.
+    So everything is compressed before anything is dropped. The
     result never exceeds the budget: when the joined text counts more than its parts, it is fitted
     again with less, and as a last resort items are dropped until it fits.
     """
@@ -295,7 +296,6 @@ def _fit_once(sections: Sequence[Section], budget: int, costs: _Costs) -> Fitted
     live = [s for s in sections if s.items]
     heads = {s.key: costs(f"## {s.title or s.key}") + 1 for s in live}  # +1: the blank line between sections
     chosen: dict[str, dict[int, int]] = {s.key: {} for s in live}  # item index -> variant index
-    spent: dict[str, int] = {s.key: 0 for s in live}
     orders = {s.key: sorted(range(len(s.items)), key=lambda i, s=s: (s.items[i].rank, i)) for s in live}
 
     def item_cost(section: Section, index: int, variant: int) -> int:
@@ -311,7 +311,6 @@ def _fit_once(sections: Sequence[Section], budget: int, costs: _Costs) -> Fitted
             if used + cost <= allowance:
                 chosen[section.key][index] = variant
                 used += cost
-        spent[section.key] += used
         return used
 
     def grow(section: Section, allowance: int) -> int:
@@ -327,7 +326,6 @@ def _fit_once(sections: Sequence[Section], budget: int, costs: _Costs) -> Fitted
                     chosen[section.key][index] = better
                     used += extra
                     break
-        spent[section.key] += used
         return used
 
     remaining = budget
@@ -338,45 +336,54 @@ def _fit_once(sections: Sequence[Section], budget: int, costs: _Costs) -> Fitted
         cost = heads[section.key] + item_cost(section, first, variant)
         if cost <= remaining:
             chosen[section.key][first] = variant
-            spent[section.key] += cost
             remaining -= cost
 
-    # 2. Share what is left by weight; a section needing less than its share returns the rest.
-    need = {
-        s.key: sum(item_cost(s, i, 0) for i in range(len(s.items))) + heads[s.key] - spent[s.key]
-        for s in live
-    }
-    quota: dict[str, int] = {}
-    active = [s for s in live if need[s.key] > 0]
-    pool = remaining
-    while active:
-        total_weight = sum(s.weight for s in active) or 1.0
-        satisfied = [s for s in active if need[s.key] <= pool * s.weight / total_weight]
-        if not satisfied:
-            for s in active:
-                quota[s.key] = int(pool * s.weight / total_weight)
-            break
-        for s in satisfied:
-            quota[s.key] = need[s.key]
-            pool -= need[s.key]
-        active = [s for s in active if s not in satisfied]
-    for section in live:
-        allowance = quota.get(section.key, 0)
-        used = add_min(section, allowance)
-        used += grow(section, allowance - used)
-        remaining -= used
+    # 2. The shortest form of every item, the budget shared by weight (a section needing less than
+    # its share gives the rest back): every section is compressed before any item is dropped.
+    def shortest_need(s: Section) -> int:
+        return sum(item_cost(s, i, len(s.items[i].variants) - 1) for i in range(len(s.items))
+                   if i not in chosen[s.key]) + (0 if chosen[s.key] else heads[s.key])
 
-    # 3. What rounding and granularity left over goes to sections in order.
+    quota = water_fill({s.key: shortest_need(s) for s in live}, {s.key: s.weight for s in live}, remaining)
     for section in live:
+        remaining -= add_min(section, quota.get(section.key, 0))
+    for section in live:  # what rounding and granularity left over, in section order
         if remaining <= 0:
             break
         remaining -= add_min(section, remaining)
+
+    # 3. Then longer forms, shared by weight the same way, the most important items first.
+    def growth_need(s: Section) -> int:
+        return sum(item_cost(s, i, 0) - item_cost(s, i, v) for i, v in chosen[s.key].items())
+
+    quota = water_fill({s.key: growth_need(s) for s in live}, {s.key: s.weight for s in live}, remaining)
+    for section in live:
+        remaining -= grow(section, quota.get(section.key, 0))
     for section in live:
         if remaining <= 0:
             break
         remaining -= grow(section, remaining)
 
     return _render(live, chosen, costs.counter)
+
+
+def water_fill(need: Mapping[str, int], weight: Mapping[str, float], pool: int) -> dict[str, int]:
+    """Shares of `pool` by weight, where a key needing less than its share takes only its need and
+    the rest is shared again among the others."""
+    quota: dict[str, int] = {}
+    active = [k for k, n in need.items() if n > 0]
+    while active and pool > 0:
+        total = sum(weight[k] for k in active) or 1.0
+        satisfied = [k for k in active if need[k] <= pool * weight[k] / total]
+        if not satisfied:
+            for k in active:
+                quota[k] = int(pool * weight[k] / total)
+            break
+        for k in satisfied:
+            quota[k] = need[k]
+            pool -= need[k]
+        active = [k for k in active if k not in satisfied]
+    return quota
 
 
 def _render(live: Sequence[Section], chosen: Mapping[str, Mapping[int, int]], counter: TokenCounter) -> Fitted:

@@ -6,6 +6,7 @@ of `ctxwin replay`, the cost model and the report.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,8 @@ from typing import Any
 from ctxwin import policy as policies
 from ctxwin.compaction.base import Summarizer
 from ctxwin.messages import Message
-from ctxwin.pipeline.view import Event
+from ctxwin.pipeline.validate import common_prefix
+from ctxwin.pipeline.view import Event, keys_of, total_tokens
 from ctxwin.policy.model import Policy
 from ctxwin.store.base import BlobStore
 from ctxwin.store.memory import MemorySessionLog
@@ -41,6 +43,36 @@ class CallRecord:
     timestamp: float | None
     events: tuple[Event, ...] = ()
     categories: dict[str, int] = field(default_factory=dict)
+    model: str | None = None
+    """The model that made this call (in the transcript); caches and prices are per model."""
+
+
+@dataclass
+class PrefixCaches:
+    """The last request sent to each model: a provider's prompt cache is per model, so a call can
+    only reuse the prefix it shares with the previous call *of its own model*, not with a call another
+    model made in between."""
+
+    last: dict[str | None, tuple[str, list[str]]] = field(default_factory=dict)
+
+    def shared_tokens(self, model: str | None, prepared: Prepared) -> int:
+        """Tokens (raw counter units) of `prepared` that its model's previous request began with, the
+        system prompt and tools included when they did not change; then `prepared` is that model's
+        last request."""
+        system = prepared.system + "\x00" + json.dumps(prepared.tools, sort_keys=True, default=str)
+        keys = keys_of(prepared.items)
+        previous = self.last.get(model)
+        self.last[model] = (system, keys)
+        if previous is None or previous[0] != system:
+            return 0
+        stable = common_prefix(keys, previous[1])
+        return prepared.system_tokens + total_tokens(prepared.items[:stable])
+
+
+def call_model(transcript: Transcript, index: int) -> str | None:
+    """The model that produced message `index` (as recorded), else the transcript's model."""
+    model = transcript.messages[index].meta.get("model") if index < len(transcript.messages) else None
+    return model if isinstance(model, str) and model else transcript.model
 
 
 @dataclass
@@ -81,14 +113,18 @@ def categories(prepared: Prepared) -> dict[str, int]:
     return {k: round(v * factor) for k, v in out.items()}
 
 
-def call_record(index: int, prepared: Prepared, engine: ContextEngine) -> CallRecord:
-    """The record of one model call of a replay (message `index` is what the real call produced)."""
+def call_record(index: int, prepared: Prepared, engine: ContextEngine, *, model: str | None = None,
+                caches: PrefixCaches | None = None) -> CallRecord:
+    """The record of one model call of a replay (message `index` is what the real call produced, by
+    `model`). With `caches`, the cacheable prefix is the one shared with `model`'s previous request;
+    without, the one shared with the previous request, whichever model made it."""
     factor = prepared.tokens / max(prepared.raw_tokens, 1)
+    shared = caches.shared_tokens(model, prepared) if caches is not None else prepared.stable_prefix_tokens
     return CallRecord(
         index=index,
         tokens=prepared.tokens,
         messages=len(prepared.items),
-        cached_tokens=round(prepared.stable_prefix_tokens * factor),
+        cached_tokens=round(shared * factor),
         prefix_kept=prepared.prefix_kept,
         valid=prepared.valid,
         over_budget=prepared.tokens > prepared.budget,
@@ -96,6 +132,7 @@ def call_record(index: int, prepared: Prepared, engine: ContextEngine) -> CallRe
         timestamp=engine.clock(),
         events=tuple(prepared.events),
         categories=categories(prepared),
+        model=model,
     )
 
 
@@ -140,8 +177,10 @@ def replay(
     """Replay a whole transcript; one `CallRecord` per model call."""
     calls: list[CallRecord] = []
     engine: ContextEngine | None = None
+    caches = PrefixCaches()
     for index, prepared, engine in iter_replay(transcript, policy, **options):
-        calls.append(call_record(index, prepared, engine))
+        model = options.get("model") or call_model(transcript, index)
+        calls.append(call_record(index, prepared, engine, model=model, caches=caches))
     if engine is None:
         engine = ContextEngine(model=options.get("model") or transcript.model, policy=policy)
     return ReplayResult(engine.policy.name, engine.model, engine.window, engine.budget, calls, engine)

@@ -1,9 +1,11 @@
 """Evaluation: replay real sessions under policies and measure what each would have sent, cost and kept.
 
-- `compare(transcript, policies)`: tokens and cost (prompt caching priced in) of every model call under
-  each policy, next to the `raw`, `truncate`, `masking` and `recorded` baselines (`compare.py`, `cost.py`).
-- `retention(transcripts, policies)`: recall of probe facts in the view after each policy's compaction,
-  at the real compaction points (`retention.py`, `probes.py`).
+- `compare(transcript, policies)`: tokens and cost (prompt caching priced in, per model) of every model
+  call under each policy, next to the `raw`, `truncate`, `masking` and `recorded` baselines (`compare.py`,
+  `cost.py`).
+- `retention(transcripts, policies)`: recall of probe facts in the text of the view after each policy's
+  compaction (and, second, with what its refs return), at the real compaction points (`retention.py`,
+  `probes.py`).
 - `needles(transcripts, policies)`: unique values injected into real tool outputs: still in view,
   recoverable through a verified handle, or lost (`needles.py`).
 """

@@ -27,9 +27,18 @@ from typing import Any
 from ctxwin import policy as policies
 from ctxwin.engine import ContextEngine
 from ctxwin.engine.engine import UNLIMITED_WINDOW
-from ctxwin.engine.replay import CallRecord, call_record, iter_replay, model_calls
+from ctxwin.engine.replay import CallRecord, PrefixCaches, call_model, call_record, iter_replay, model_calls
 from ctxwin.errors import InputError
-from ctxwin.evaluation.cost import CallCost, CallTokens, Pricing, call_costs, pricing_for, recorded_cost, summarize
+from ctxwin.evaluation.cost import (
+    CallCost,
+    CallTokens,
+    Pricing,
+    call_costs,
+    model_pricing,
+    pricing_for,
+    recorded_cost,
+    summarize,
+)
 from ctxwin.pipeline.view import Event
 from ctxwin.store.blobs import FileBlobStore
 from ctxwin.tokens import Calibrator, counter_for, model_info, usage_observations
@@ -196,20 +205,25 @@ def _compactions(calls: Sequence[CallRecord]) -> int:
 
 
 def run_policy(transcript: Transcript, name: str, setup: ReplaySetup, pricing: Pricing,
-               progress: Progress | None = None) -> PolicyRun:
-    """Replay `transcript` under one policy (a preset name or a TOML path) and price every call."""
+               progress: Progress | None = None, *, per_model: bool = True) -> PolicyRun:
+    """Replay `transcript` under one policy (a preset name or a TOML path) and price every call: each
+    at the model that made it, with a cache per model (`per_model`; off when the whole replay is for
+    one model given by the caller)."""
     total = len(model_calls(transcript))
     records: list[CallRecord] = []
     engine: ContextEngine | None = None
+    caches = PrefixCaches()
     with blob_store() as blobs:
         for index, prepared, engine in iter_replay(transcript, name, blobs=blobs, **setup.replay_options()):
-            records.append(call_record(index, prepared, engine))
+            model = call_model(transcript, index) if per_model else setup.model
+            records.append(call_record(index, prepared, engine, model=model, caches=caches))
             if progress is not None:
                 progress(name, len(records), total)
-    calls = [{"call": n, "message_index": c.index, "tokens": c.tokens, "cached_tokens": c.cached_tokens,
+    calls = [{"call": n, "message_index": c.index, "model": c.model, "tokens": c.tokens,
+              "cached_tokens": c.cached_tokens,
               "categories": dict(c.categories), "prefix_kept": c.prefix_kept,
               "events": [_event_dict(e, setup.factor) for e in c.events]} for n, c in enumerate(records)]
-    costs = call_costs([CallTokens(c.tokens, c.cached_tokens, c.timestamp) for c in records], pricing)
+    costs = call_costs([CallTokens(c.tokens, c.cached_tokens, c.timestamp, c.model) for c in records], pricing)
     kept = [c.prefix_kept for c in records[1:]]
     events: dict[str, int] = {}
     for call in records:
@@ -225,10 +239,12 @@ def run_policy(transcript: Transcript, name: str, setup: ReplaySetup, pricing: P
         latency_ms=[c.latency_ms for c in records])
 
 
-def recorded_run(transcript: Transcript, setup: ReplaySetup, pricing: Pricing) -> PolicyRun:
+def recorded_run(transcript: Transcript, setup: ReplaySetup, pricing: Pricing, *,
+                 per_model: bool = True) -> PolicyRun:
     """What the real harness sent, call by call, from its usage records: context = input + cache
-    reads + cache writes; priced from its own cache reads and writes. Compaction calls and
-    sub-agent calls are not in the records and are not counted."""
+    reads + cache writes; priced from its own cache reads and writes, at the price of the model each
+    record names (`per_model`). Compaction calls and sub-agent calls are not in the records and are
+    not counted."""
     usage = sorted(transcript.usage, key=lambda u: u.message_index)
     if not usage:
         raise InputError(f"{transcript.source or 'this transcript'} has no usage records",
@@ -259,7 +275,8 @@ def recorded_run(transcript: Transcript, setup: ReplaySetup, pricing: Pricing) -
                       "events": events})
         if previous is not None:
             kept.append(calls[-1]["prefix_kept"])
-        costs.append(recorded_cost(u.cache_read_tokens, u.cache_write_tokens, u.input_tokens, pricing,
+        price = model_pricing(pricing, u.model) if per_model else pricing
+        costs.append(recorded_cost(u.cache_read_tokens, u.cache_write_tokens, u.input_tokens, price,
                                    u.cache_write_1h_tokens))
         previous = tokens
     return PolicyRun(RECORDED, calls, costs, pricing, len(compaction_calls),
@@ -328,11 +345,11 @@ def compare(
     runs: dict[str, PolicyRun] = {}
     for name in names:
         if name == RECORDED:
-            runs[name] = recorded_run(transcript, setup, price)
+            runs[name] = recorded_run(transcript, setup, price, per_model=model is None)
             if progress is not None:
                 progress(name, 1, 1)
         else:
-            runs[name] = run_policy(transcript, name, setup, price, progress)
+            runs[name] = run_policy(transcript, name, setup, price, progress, per_model=model is None)
     return Comparison(transcript.source, transcript.format, setup.model, setup, price, runs)
 
 

@@ -17,6 +17,12 @@ transcript, so they are left out):
 - `recorded` usage (what a harness really sent) is priced from its own cache reads and writes, with
   1-hour writes at 2x when the transcript says which writes went to the 1-hour cache.
 
+Caches and prices are per model: a call is priced at the input price of the model that made it, and
+it can only read what an earlier call *of the same model* left in the cache (a session that runs Opus,
+then a stretch of Haiku calls, then Opus again finds Opus's prefix gone if the Haiku stretch outlived
+the cache lifetime, and Haiku starts from an empty cache). `CallTokens.model` names the call's model;
+None means the pricing's own model.
+
 Simplifications, the same for every policy: a cache hit needs the prefix of the previous request
 only (an older cached prefix is not looked up), and the providers' minimum cacheable length (1,024 to
 4,096 tokens) is ignored, since every request replayed here is far above it.
@@ -124,36 +130,56 @@ class CallTokens:
 
     tokens: int
     cached_tokens: int = 0
+    """The prefix this request shares with the previous request of the same model."""
     timestamp: float | None = None
+    model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class CallCost:
-    """What one call was billed: tokens read from the cache, written to it, and sent uncached, and
-    the cost in input-token units (tokens x multiplier)."""
+    """What one call was billed: tokens read from the cache, written to it, and sent uncached, the
+    cost in input-token units (tokens x multiplier), and in USD at its model's price (`uncached_usd`:
+    every token at the input price)."""
 
     read_tokens: int
     write_tokens: int
     fresh_tokens: int
     units: float
     expired: bool = False
+    usd: float = 0.0
+    uncached_usd: float = 0.0
+    model: str | None = None
+
+
+def model_pricing(pricing: Pricing, model: str | None) -> Pricing:
+    """The pricing of `model` under the same scheme and cache lifetime (`pricing` itself for its model)."""
+    if model is None or model == pricing.model:
+        return pricing
+    return pricing_for(model, pricing.scheme, pricing.ttl)
 
 
 def call_costs(calls: Sequence[CallTokens], pricing: Pricing) -> list[CallCost]:
-    """The cost of each call under `pricing`, in order (the first call never reads the cache)."""
+    """The cost of each call, in order: each at its model's price, reading only what the previous
+    call of the same model cached (a model's first call never reads the cache)."""
     out: list[CallCost] = []
-    previous: CallTokens | None = None
+    previous: dict[str | None, CallTokens] = {}
+    prices: dict[str | None, Pricing] = {}
     for call in calls:
-        expired = (previous is not None and call.timestamp is not None and previous.timestamp is not None
-                   and call.timestamp - previous.timestamp > pricing.ttl_seconds)
-        read = 0 if previous is None or expired else max(0, min(call.cached_tokens, call.tokens))
+        model = call.model or pricing.model
+        price = prices.get(model) or prices.setdefault(model, model_pricing(pricing, model))
+        last = previous.get(model)
+        expired = (last is not None and call.timestamp is not None and last.timestamp is not None
+                   and call.timestamp - last.timestamp > price.ttl_seconds)
+        read = 0 if last is None or expired else max(0, min(call.cached_tokens, call.tokens))
         rest = call.tokens - read
-        if pricing.write_multiplier == 1.0:  # no write surcharge: the rest is plain input
-            cost = CallCost(read, 0, rest, read * pricing.read_multiplier + rest, expired)
+        usd = price.input_usd_per_mtok / 1_000_000
+        if price.write_multiplier == 1.0:  # no write surcharge: the rest is plain input
+            units = read * price.read_multiplier + rest
+            out.append(CallCost(read, 0, rest, units, expired, units * usd, call.tokens * usd, model))
         else:
-            cost = CallCost(read, rest, 0, read * pricing.read_multiplier + rest * pricing.write_multiplier, expired)
-        out.append(cost)
-        previous = call
+            units = read * price.read_multiplier + rest * price.write_multiplier
+            out.append(CallCost(read, rest, 0, units, expired, units * usd, call.tokens * usd, model))
+        previous[model] = call
     return out
 
 
@@ -185,13 +211,18 @@ class CostSummary:
 
 
 def summarize(costs: Sequence[CallCost], pricing: Pricing) -> CostSummary:
+    """Totals of priced calls; USD sums each call at its own model's price (`pricing` is the run's
+    default, used for calls priced without one)."""
     read = sum(c.read_tokens for c in costs)
     write = sum(c.write_tokens for c in costs)
     fresh = sum(c.fresh_tokens for c in costs)
     tokens = read + write + fresh
     units = sum(c.units for c in costs)
     usd = pricing.input_usd_per_mtok / 1_000_000
-    return CostSummary(tokens, read, write, fresh, units, float(tokens), units * usd, tokens * usd,
+    cached_usd = sum(c.usd if c.model is not None else c.units * usd for c in costs)
+    uncached_usd = sum(c.uncached_usd if c.model is not None else
+                       (c.read_tokens + c.write_tokens + c.fresh_tokens) * usd for c in costs)
+    return CostSummary(tokens, read, write, fresh, units, float(tokens), cached_usd, uncached_usd,
                        sum(1 for c in costs if c.expired))
 
 
@@ -202,11 +233,14 @@ def price_calls(calls: Sequence[CallTokens], pricing: Pricing) -> CostSummary:
 
 def recorded_cost(read: int, write: int, fresh: int, pricing: Pricing, write_1h: int = 0) -> CallCost:
     """One recorded call, priced from what the provider reported: cache reads, cache writes (of which
-    `write_1h` went to the 1-hour cache) and uncached input. Under the OpenAI scheme writes are
-    plain input."""
+    `write_1h` went to the 1-hour cache) and uncached input, at `pricing` (the pricing of the model
+    that made the call). Under the OpenAI scheme writes are plain input."""
+    usd = pricing.input_usd_per_mtok / 1_000_000
+    total = read + write + fresh
     if pricing.scheme == "openai":
-        return CallCost(read, 0, fresh + write, read * pricing.read_multiplier + fresh + write)
+        units = read * pricing.read_multiplier + fresh + write
+        return CallCost(read, 0, fresh + write, units, usd=units * usd, uncached_usd=total * usd, model=pricing.model)
     write_1h = min(write_1h, write)
     units = (read * pricing.read_multiplier + (write - write_1h) * ANTHROPIC_WRITE["5m"]
              + write_1h * ANTHROPIC_WRITE["1h"] + fresh)
-    return CallCost(read, write, fresh, units)
+    return CallCost(read, write, fresh, units, usd=units * usd, uncached_usd=total * usd, model=pricing.model)

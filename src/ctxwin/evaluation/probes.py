@@ -8,26 +8,41 @@ reference/measured-baselines.md):
 - `modified_files`: paths of Edit/Write-style calls (and SWE-agent editor commands other than `view`).
 - `read_files`: paths of Read-style calls (and editor `view`), for files never modified in the span.
 - `errors`: one distinctive line of each failing result (an error result, or a non-zero exit),
-  verbatim: the first line that names an error, else the first substantial line.
-- `commands`: every shell command run, whole.
+  verbatim: the first line that names an error, else the first substantial line (text whose lines
+  were escaped, a literal `\\n`, is split there first).
+- `commands`: every shell command run, by its first line, with a leading `cd DIR &&` removed (the
+  directory is the environment, not the command).
 - `identifiers`: what the user typed that names something exactly: URLs, UUIDs, hashes, numbers of
-  three or more digits, code names (camelCase, PascalCase, snake_case), file names and paths.
+  three or more digits, code names (camelCase, PascalCase, snake_case), ticket ids (`spotter-4te.4`),
+  file names and paths.
 - `continuation`: paths and identifiers in the arguments of the 30 tool calls after the point that
   also appear in the evicted span (what the agent needed next, and could only know from before).
-- `user_constraints`: the first 80 characters of each message the user typed.
+- `user_constraints`: the first 80 characters of each message the user typed, prompts queued while the
+  agent was busy included (`Transcript.metadata["queued_prompts"]`).
 
-A probe is found in a context by normalized containment: case-insensitive, whitespace collapsed; a
-path also matches by its last two components. The probe definitions are written apart from the
-engine's own identifier extraction (`ctxwin.compaction.identifiers`), so the engine is not graded by
-the code that decides what it keeps; only tool-call parsing (tool kinds, path and command arguments)
-is shared.
+The environment is not a fact: probes naming the working directory or one of its parents, `/dev/null`,
+or a sanitizer's marker (`REDACTED_EMAIL`) are left out; they are found everywhere and would inflate
+every score.
+
+A probe is found in a context by normalized containment (case-insensitive, whitespace collapsed; a
+path also matches by its last two components) at word boundaries: a probe that starts or ends with a
+name character must not continue a longer name there (`rm` is not in "format", `modes/interactive`
+is not in `modes/interactive-mode.ts`, `a_test.exs` is not in `aa_test.exs`).
+
+The probe definitions are written apart from the summarizer's own extraction (which command line,
+which error line, which identifier, which failure: `ctxwin.compaction.extractive` and
+`ctxwin.compaction.identifiers` decide those for themselves), so the engine is not graded by the code
+that decides what it keeps; only tool-call parsing (tool names, the path and command arguments of a
+call) is shared.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ctxwin.compaction.identifiers import (
     EDITOR_TOOLS,
@@ -38,7 +53,7 @@ from ctxwin.compaction.identifiers import (
     shell_command,
     tool_kind,
 )
-from ctxwin.messages import Image, Message, Text, ToolCall, ToolResult
+from ctxwin.messages import Image, Message, Text, Thinking, ToolCall, ToolResult
 
 PROBE_TYPES: tuple[str, ...] = ("modified_files", "read_files", "errors", "commands", "identifiers", "continuation",
                                 "user_constraints")
@@ -65,6 +80,13 @@ _SNAKE = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b")
 _PATH = re.compile(r"(?<![\w/.~@-])[@~.]{0,2}/?(?:[\w.@+-]+/)+[\w.@+-]*[\w]")
 _EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,5}$")
 _FILE = re.compile(r"\b[\w.-]+\.[A-Za-z][A-Za-z0-9]{0,5}\b")
+# A ticket id: a project prefix, a dash, a short id with a digit or a dotted sub-number (beads'
+# `spotter-4te.4`, `spotter-gqc.1`); plain kebab-case names ("pi-mono") are not ids.
+_TICKET = re.compile(r"(?<![\w.-])[A-Za-z][A-Za-z0-9]*-(?=[a-z0-9]*\d|[a-z0-9]+\.\d)[a-z0-9]{2,12}(?:\.\d+)*(?![\w-])")
+_CD_PREFIX = re.compile(r"^\s*cd\s+(?:\"[^\"]*\"|'[^']*'|\S+)\s*&&\s*")
+_SANITIZED = re.compile(r"\bREDACTED(?:_[A-Z]+)*\b")
+ENVIRONMENT_PATHS = ("/dev/null",)
+_NAME_CHAR = re.compile(r"[\w-]")
 _REJECTED = "The user doesn't want to proceed with this tool use"
 _HARNESS_TEXT = ("<", "[Request interrupted", "Caveat: The messages below")
 _BODY_KEYS = frozenset({"content", "new_string", "old_string", "new_str", "old_str", "newText", "oldText",
@@ -81,6 +103,9 @@ class Probe:
     type: str
     text: str
     is_path: bool = False
+    prefix: bool = False
+    """The text is the head of something longer (an instruction's first 80 characters, a long error
+    line's head): its end is not a word boundary."""
 
     def variants(self) -> tuple[str, ...]:
         """The normalized forms that count as a match: the text, and for a path its last two components."""
@@ -93,8 +118,17 @@ class Probe:
         return tuple(dict.fromkeys(v for v in (path, tail) if v))
 
     def found_in(self, haystack: str) -> bool:
-        """Whether a normalized context holds this probe."""
-        return any(v in haystack for v in self.variants())
+        """Whether a normalized context holds this probe, at word boundaries."""
+        return any(v in haystack and _bounded(v, self.prefix).search(haystack) is not None for v in self.variants())
+
+
+@lru_cache(maxsize=65_536)
+def _bounded(variant: str, open_end: bool = False) -> re.Pattern[str]:
+    """`variant` where it does not continue a longer name: an edge that is a name character must not
+    touch another name character (nor, at the end, a `.` that starts an extension)."""
+    head = r"(?<![\w.-])" if _NAME_CHAR.match(variant[:1]) else ""
+    tail = r"(?!\.?[\w-])" if _NAME_CHAR.match(variant[-1:]) and not open_end else ""
+    return re.compile(head + re.escape(variant) + tail)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -102,17 +136,20 @@ class Probe:
 
 
 def message_text(message: Message) -> str:
-    """What the model reads of a message: text, tool calls (name and argument values), tool results.
-    Thinking is left out (providers drop earlier turns' thinking), images have no text."""
+    """What the model reads of a message, as plain text: each block's text in order (text, a tool
+    call's name and its JSON arguments, a tool result's text, thinking); images have no text."""
     parts: list[str] = []
     for block in message.blocks:
         if isinstance(block, Text):
             parts.append(block.text)
         elif isinstance(block, ToolCall):
-            parts.append(block.name)
-            parts.extend(_argument_texts(block.arguments))
+            arguments = block.arguments if isinstance(block.arguments, str) else \
+                json.dumps(block.arguments, ensure_ascii=False)
+            parts.append(f"{block.name} {arguments}")
         elif isinstance(block, ToolResult):
             parts.extend(p.text for p in block.content if isinstance(p, Text))
+        elif isinstance(block, Thinking):
+            parts.append(block.thinking)
         elif isinstance(block, Image):
             continue
     return "\n".join(parts)
@@ -143,14 +180,20 @@ def is_typed(message: Message) -> bool:
         return False
     if message.meta.get("is_meta") or message.meta.get("isMeta") or message.meta.get("is_compact_summary"):
         return False
-    text = message.text.strip()
+    return is_typed_text(message.text)
+
+
+def is_typed_text(text: str) -> bool:
+    """Text long enough to be an instruction and not injected by the harness (tags, notices)."""
+    text = text.strip()
     return len(text) >= MIN_TYPED_CHARS and not text.startswith(_HARNESS_TEXT)
 
 
 def error_line(text: str) -> str | None:
     """The distinctive line of a failing output: the first line naming an error, else the first
-    substantial line; None when there is nothing distinctive."""
-    lines = [line.strip() for line in text.splitlines()]
+    substantial line; None when there is nothing distinctive. Escaped line breaks (a literal `\\n`,
+    as in an error serialized to JSON) split lines too."""
+    lines = [line.strip() for line in text.replace("\\n", "\n").splitlines()]
     lines = [line for line in lines if len(line) >= MIN_ERROR_LINE_CHARS and not _GENERIC_ERROR_LINE.match(line)]
     if not lines:
         return None
@@ -196,6 +239,7 @@ def user_identifiers(text: str) -> list[tuple[str, bool]]:
     add(_URL)
     add(_UUID)
     add(_PATH, is_path=True, accept=_is_path)
+    add(_TICKET)
     add(_FILE)
     add(_HEX)
     add(_CAMEL)
@@ -240,9 +284,40 @@ def _dedup(probes: Iterable[Probe]) -> list[Probe]:
     return list(seen.values())
 
 
-def extract(messages: Sequence[Message], first_kept: int, point: int) -> ProbeSet:
+def command_probe(command: str) -> str | None:
+    """What a command is known by: its first non-empty line, without a leading `cd DIR &&`."""
+    line = next((raw.strip() for raw in command.splitlines() if raw.strip()), "")
+    while (match := _CD_PREFIX.match(line)) is not None:
+        line = line[match.end():].strip()
+    return line or None
+
+
+def environment_paths(cwds: Iterable[str]) -> frozenset[str]:
+    """The normalized paths that are the environment: each working directory, its parents, `/dev/null`."""
+    out = set(ENVIRONMENT_PATHS)
+    for cwd in cwds:
+        path = normalize(cwd).rstrip("/")
+        while path:
+            out.add(path)
+            path = path.rpartition("/")[0]
+    return frozenset(out)
+
+
+def is_environment(probe: Probe, environment: frozenset[str]) -> bool:
+    """A probe that names the environment (see the module docstring), not a fact of the session."""
+    if _SANITIZED.fullmatch(probe.text.strip()):
+        return True
+    if probe.type in ("identifiers", "continuation") and _SANITIZED.search(probe.text):
+        return True
+    return normalize(probe.text).lstrip("@").removeprefix("./").rstrip("/") in environment
+
+
+def extract(messages: Sequence[Message], first_kept: int, point: int, *, cwds: Iterable[str] = (),
+            queued: Iterable[str] = ()) -> ProbeSet:
     """The probes at a compaction point: facts of `messages[:first_kept]`, continuation from the tool
-    calls after `messages[:point]`."""
+    calls after `messages[:point]`. `cwds` are the session's working directories (the environment),
+    `queued` the prompts the user queued during the evicted span."""
+    environment = environment_paths(cwds)
     evicted = messages[:first_kept]
     modified: list[str] = []
     read: list[str] = []
@@ -250,6 +325,7 @@ def extract(messages: Sequence[Message], first_kept: int, point: int) -> ProbeSe
     commands: list[Probe] = []
     identifiers: list[Probe] = []
     constraints: list[Probe] = []
+    typed: list[str] = []
     for message in evicted:
         for call in message.tool_calls:
             kind = tool_kind(call.name)
@@ -261,17 +337,20 @@ def extract(messages: Sequence[Message], first_kept: int, point: int) -> ProbeSe
             elif path and kind in READ_TOOLS:
                 read.append(path)
             command = shell_command(call)
-            if command:
-                commands.append(Probe("commands", command.strip()))
+            line = command_probe(command) if command else None
+            if line:
+                commands.append(Probe("commands", line))
         for result in message.tool_results:
             if is_failure(result):
                 line = error_line(result.text)
                 if line:
-                    errors.append(Probe("errors", line))
+                    errors.append(Probe("errors", line, prefix=len(line) >= MAX_ERROR_LINE_CHARS))
         if is_typed(message):
-            text = message.text.strip()
-            constraints.append(Probe("user_constraints", text[:CONSTRAINT_CHARS]))
-            identifiers.extend(Probe("identifiers", value, is_path) for value, is_path in user_identifiers(text))
+            typed.append(message.text.strip())
+    typed.extend(t.strip() for t in queued if is_typed_text(t))
+    for text in typed:
+        constraints.append(Probe("user_constraints", text[:CONSTRAINT_CHARS], prefix=len(text) > CONSTRAINT_CHARS))
+        identifiers.extend(Probe("identifiers", value, is_path) for value, is_path in user_identifiers(text))
     modified_set = {normalize(p) for p in modified}
     before = haystack(message_text(m) for m in evicted)
     continuation: list[Probe] = []
@@ -290,6 +369,7 @@ def extract(messages: Sequence[Message], first_kept: int, point: int) -> ProbeSe
         "continuation": _dedup(continuation),
         "user_constraints": _dedup(constraints),
     }
+    probes = {kind: [p for p in items if not is_environment(p, environment)] for kind, items in probes.items()}
     return ProbeSet(probes, len(evicted))
 
 

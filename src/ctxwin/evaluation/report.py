@@ -396,8 +396,12 @@ def retention_table(summary: Mapping[str, Mapping[str, Any]], probe_types: Seque
                 out.append('<td class="bar none">–</td>')
                 continue
             width = max(0.0, min(100.0, value * 100))
+            by_ref = (row.get("recoverable_by_ref") or {}).get(kind)
+            more = (f' <span class="muted" title="recoverable by ref">/ {fmt_pct(by_ref)}</span>'
+                    if isinstance(by_ref, int | float) and by_ref > value else "")
             out.append(f'<td class="bar {recall_level(value)}"><div class="meter">'
-                       f'<span style="width:{width:.1f}%"></span></div><span class="pct">{fmt_pct(value)}</span></td>')
+                       f'<span style="width:{width:.1f}%"></span></div><span class="pct">{fmt_pct(value)}</span>'
+                       f"{more}</td>")
         view = row.get("view_tokens")
         out.append(_cell(fmt_int(view), best=len(views) > 1 and view == smallest))
         out.append(_cell(fmt_int(row.get("points"))))
@@ -433,10 +437,14 @@ def retention_points(sessions: Sequence[Mapping[str, Any]], probe_types: Sequenc
         out.append('<th scope="col">view tokens</th><th scope="col">compression</th></tr></thead><tbody>')
         for name, view in (point.get("policies") or {}).items():
             recall = view.get("recall") or {}
+            by_ref = view.get("recall_recoverable_by_ref") or {}
             out.append(f"<tr><th scope=\"row\">{esc(name)}</th>")
             for kind in probe_types:
-                value = recall.get(kind)
-                out.append(_cell(fmt_pct(value) if isinstance(value, int | float) else "–"))
+                value, more = recall.get(kind), by_ref.get(kind)
+                text = fmt_pct(value) if isinstance(value, int | float) else "–"
+                if isinstance(value, int | float) and isinstance(more, int | float) and more > value:
+                    text += f" / {fmt_pct(more)}"
+                out.append(_cell(text))
             ratio = view.get("compression_ratio")
             out.append(_cell(fmt_int(view.get("view_tokens"))))
             out.append(_cell(f"{ratio:.1f}×" if isinstance(ratio, int | float) else "–"))
@@ -584,9 +592,11 @@ def render_report(
         probe_types = list(retention.get("probe_types") or _probe_types(retention["summary"]))
         points = retention.get("sessions") or []
         parts.append('<section class="card" id="retention"><h2>What the model still knows after compaction</h2>'
-                     f'<p class="meta">Recall of probe facts by type, pooled over {fmt_int(len(points))} compaction '
-                     "point(s); view tokens is the mean size of the view the model gets next. Open a point for its "
-                     "details and the facts each policy lost.</p>"
+                     f'<p class="meta">Recall of probe facts by type in the text of the view the model gets next, '
+                     f"pooled over {fmt_int(len(points))} compaction point(s); after a slash, the recall with what the "
+                     "view's refs return byte for byte, where that is more (the model gets it only by asking). View "
+                     "tokens is the mean size of that view. Open a point for its details and the facts each policy "
+                     "lost (from its text).</p>"
                      f"{retention_table(retention['summary'], probe_types)}"
                      f"{retention_points(points, probe_types)}</section>")
     parts.append(f'<details class="card how" id="how-to-read" open><summary>How to read this</summary>{HOW_TO_READ}'

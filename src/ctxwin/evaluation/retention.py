@@ -7,10 +7,15 @@ at 50 % and 80 % of its model calls), for each policy:
    as it would have all along (masking, spills, earlier compactions);
 2. force a compaction with `engine.compact()` when the policy compacts at all, as the real harness
    did at that point;
-3. take the view the model would get next (`engine.prepare()`) and score the probes of
-   `ctxwin.evaluation.probes` by normalized containment in its text plus, for every `entry:` ref and
-   `blob:` handle the view shows, the content it resolves to, counted only when it is byte-identical
-   to the transcript's original.
+3. take the view the model would get next (`engine.prepare()`), render it as plain text
+   (`request_text`: the system prompt, then each block's text) and score the probes of
+   `ctxwin.evaluation.probes` in that text: the headline recall, what the model reads without asking.
+   A second number, "recoverable by ref", adds for every `entry:` ref and `blob:` handle the view
+   shows the content it resolves to, counted only when it is byte-identical to the transcript's
+   original: what the model could get back by calling `recall()`.
+
+`--views DIR` writes each rendered request to `DIR/<file stem>.<policy>.p<N>.txt` (N: the point,
+0-based, in transcript order), so any other checker can score exactly the same text.
 
 The real harness is scored the same way (`recorded`): its recorded summary plus what it kept verbatim
 (Pi: the messages from its first kept entry; Claude Code: the summary alone). Every view's size is in
@@ -181,8 +186,9 @@ class ViewScore:
     policy: str
     tokens: int
     scores: dict[str, Score]
-    direct: dict[str, Score]
-    """The same probes found in the view's own text, without following refs."""
+    """The headline: probes found in the view's own text."""
+    with_refs: dict[str, Score]
+    """The same probes found in the view's text or in what its refs return byte for byte."""
     compacted: bool = False
     refs_resolved: int = 0
     refs_rejected: int = 0
@@ -201,7 +207,8 @@ class ViewScore:
             "refs_rejected": self.refs_rejected,
             "recall": {k: _round(s.recall) for k, s in self.scores.items()},
             "found": {k: [s.found, s.total] for k, s in self.scores.items()},
-            "recall_in_view_text": {k: _round(s.recall) for k, s in self.direct.items()},
+            "recall_recoverable_by_ref": {k: _round(s.recall) for k, s in self.with_refs.items()},
+            "found_recoverable_by_ref": {k: [s.found, s.total] for k, s in self.with_refs.items()},
             "missing": {k: list(s.missing[:MISSING_SHOWN]) for k, s in self.scores.items() if s.missing},
             **({"recall_summary_only": {k: _round(s.recall) for k, s in self.summary_only.items()}}
                if self.summary_only is not None else {}),
@@ -212,19 +219,24 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
+def request_text(system: str, messages: Sequence[Message]) -> str:
+    """A request as plain text: the system prompt, then each message's blocks (`message_text`), one
+    message per paragraph. This is what the headline recall is scored on, and what `--views` writes."""
+    return "\n\n".join([system, *(message_text(m) for m in messages)])
+
+
 def score_view(name: str, prepared: Prepared, engine: ContextEngine, probes: ProbeSet,
-               history: Sequence[Message], compacted: bool) -> ViewScore:
-    texts = [prepared.system, *(message_text(m) for m in prepared.messages)]
-    view = "\n".join(texts)
+               history: Sequence[Message], compacted: bool) -> tuple[ViewScore, str]:
+    view = request_text(prepared.system, prepared.messages)
     resolution = resolve_refs(view, engine, history)
-    direct = haystack(texts)
+    direct = haystack([view])
     full = direct + "\x00" + haystack(resolution.texts) if resolution.texts else direct
-    return ViewScore(name, prepared.tokens, score(probes, full), score(probes, direct), compacted,
-                     resolution.resolved, resolution.rejected, len(prepared.items))
+    return ViewScore(name, prepared.tokens, score(probes, direct), score(probes, full), compacted,
+                     resolution.resolved, resolution.rejected, len(prepared.items)), view
 
 
 def policy_view(transcript: Transcript, point: Point, name: str, setup: ReplaySetup,
-                probes: ProbeSet) -> ViewScore:
+                probes: ProbeSet) -> tuple[ViewScore, str]:
     """Replay `messages[:point.index]` under a policy, compact where it compacts, score the next view."""
     history = transcript.messages[:point.index]
     prefix = Transcript(transcript.format, list(history), model=transcript.model, source=transcript.source,
@@ -249,8 +261,10 @@ def policy_view(transcript: Transcript, point: Point, name: str, setup: ReplaySe
         return score_view(name, prepared, engine, probes, history, compacted)
 
 
-def recorded_view(transcript: Transcript, point: Point, setup: ReplaySetup, probes: ProbeSet) -> ViewScore | None:
-    """The harness's own view after its compaction: the recorded summary plus what it kept verbatim."""
+def recorded_view(transcript: Transcript, point: Point, setup: ReplaySetup,
+                  probes: ProbeSet) -> tuple[ViewScore, str] | None:
+    """The harness's own view after its compaction: the recorded summary plus what it kept verbatim
+    (its system prompt is not in the file, so the text starts with the summary)."""
     if point.summary is None:
         return None
     kept = transcript.messages[point.first_kept:point.index]
@@ -258,10 +272,10 @@ def recorded_view(transcript: Transcript, point: Point, setup: ReplaySetup, prob
     counter = counter_for(setup.model)
     counted = counter.count_message(summary) + sum(counter.count_message(m) for m in kept)
     tokens = setup.overhead_tokens + round(counted * setup.factor)
-    texts = [point.summary, *(message_text(m) for m in kept)]
-    scores = score(probes, haystack(texts))
+    view = request_text("", [summary, *kept]).lstrip("\n")
+    scores = score(probes, haystack([view]))
     return ViewScore(RECORDED, tokens, scores, scores, True, 0, 0, 1 + len(kept),
-                     summary_only=score(probes, haystack([point.summary])))
+                     summary_only=score(probes, haystack([point.summary]))), view
 
 
 # --------------------------------------------------------------------------------------------------
@@ -311,6 +325,12 @@ class RetentionResult:
                 found = sum(v.scores[kind].found for v in views)
                 total = sum(v.scores[kind].total for v in views)
                 row[kind] = round(found / total, 4) if total else None
+            by_ref: dict[str, float | None] = {}
+            for kind in PROBE_TYPES:
+                found = sum(v.with_refs[kind].found for v in views)
+                total = sum(v.with_refs[kind].total for v in views)
+                by_ref[kind] = round(found / total, 4) if total else None
+            row["recoverable_by_ref"] = by_ref
             row["view_tokens"] = round(sum(v.tokens for v in views) / len(views))
             row["points"] = len(views)
             out[name] = row
@@ -329,8 +349,10 @@ def retention(
     model: str | None = None,
     window: int | None = None,
     progress: Progress | None = None,
+    views: str | Path | None = None,
 ) -> RetentionResult:
-    """Score every policy's view at every compaction point of the transcripts (see the module docstring)."""
+    """Score every policy's view at every compaction point of the transcripts (see the module
+    docstring). With `views`, each scored request is also written there as plain text."""
     sources = [transcripts] if isinstance(transcripts, Transcript | str | Path) else list(transcripts)
     if not sources:
         raise InputError("no session file given", "name one or more session files")
@@ -344,22 +366,67 @@ def retention(
     for transcript in loaded:
         setup = replay_setup(transcript, model=model, window=window)
         setups[transcript.source or f"transcript {len(setups)}"] = setup
-        for point in points(transcript):
-            probes = extract(transcript.messages, point.first_kept, point.index)
+        folder = _views_folder(views)
+        for number, point in enumerate(points(transcript)):
+            probes = extract(transcript.messages, point.first_kept, point.index, cwds=environment(transcript),
+                             queued=queued_prompts(transcript, point.first_kept))
             counter = counter_for(setup.model)
             history = setup.overhead_tokens + round(
                 sum(counter.count_message(m) for m in transcript.messages[:point.index]) * setup.factor)
-            views: dict[str, ViewScore] = {}
+            scores: dict[str, ViewScore] = {}
             for name in names:
-                if name == RECORDED:
-                    view = recorded_view(transcript, point, setup, probes)
-                    if view is not None:
-                        views[name] = view
-                else:
-                    views[name] = policy_view(transcript, point, name, setup, probes)
+                scored = recorded_view(transcript, point, setup, probes) if name == RECORDED else \
+                    policy_view(transcript, point, name, setup, probes)
+                if scored is not None:
+                    scores[name], text = scored
+                    if folder is not None:
+                        write_view(folder, transcript, name, number, text)
                 done += 1
                 if progress is not None:
                     progress("retention", done, total)
-            results.append(PointResult(transcript.source, point, probes, history, views))
+            results.append(PointResult(transcript.source, point, probes, history, scores))
     return RetentionResult(results, names, setups)
 
+
+
+def environment(transcript: Transcript) -> list[str]:
+    """The session's working directories (what its probes must not be made of)."""
+    cwds = transcript.metadata.get("cwds")
+    return [*([transcript.cwd] if transcript.cwd else []), *(c for c in cwds or () if isinstance(c, str))]
+
+
+def queued_prompts(transcript: Transcript, first_kept: int) -> list[str]:
+    """Prompts the user queued while the agent was busy, before message `first_kept` (by file line)."""
+    queued = transcript.metadata.get("queued_prompts") or []
+    messages = transcript.messages
+    limit = messages[first_kept].meta.get("line") if first_kept < len(messages) else None
+    return [q["text"] for q in queued if isinstance(q, dict) and isinstance(q.get("text"), str)
+            and (limit is None or not isinstance(q.get("line"), int) or q["line"] < limit)]
+
+
+def _views_folder(views: str | Path | None) -> Path | None:
+    if views is None:
+        return None
+    folder = Path(views)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(f"cannot write views to {folder}: {error.strerror or error}",
+                         "give --views a folder you can write to") from None
+    return folder
+
+
+def view_path(folder: Path, transcript: Transcript, policy: str, number: int) -> Path:
+    """`<file stem>.<policy>.p<N>.txt`; a policy given as a TOML file is named by its stem."""
+    stem = Path(transcript.source).stem if transcript.source else "transcript"
+    name = Path(policy).stem if policy.endswith(".toml") else policy
+    return folder / f"{stem}.{name}.p{number}.txt"
+
+
+def write_view(folder: Path, transcript: Transcript, policy: str, number: int, text: str) -> None:
+    path = view_path(folder, transcript, policy, number)
+    try:
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    except OSError as error:
+        raise InputError(f"cannot write {path}: {error.strerror or error}",
+                         "give --views a folder you can write to") from None

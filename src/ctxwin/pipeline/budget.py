@@ -12,13 +12,12 @@ from ctxwin.messages import Text, ToolResult
 from ctxwin.pipeline.cut import has_important_tail, head_tail
 from ctxwin.pipeline.view import (
     CHARS_PER_TOKEN,
-    Decision,
     Event,
     Item,
+    Rewrite,
     StageContext,
     StageResult,
     recall_ref,
-    rerender,
     text_result,
     with_results,
 )
@@ -52,25 +51,17 @@ def cap_text(text: str, cap: int, policy: ResultBudgetPolicy, ref: str) -> str |
 def stage(items: Sequence[Item], policy: ResultBudgetPolicy, ctx: StageContext) -> StageResult:
     """Cap the results of `items` (the engine passes only messages no stage has seen yet)."""
     cap = result_cap(policy, ctx.window)
-    out: list[Item] = []
-    events: list[Event] = []
-    decisions: list[Decision] = []
-    for item in items:
+    edit = Rewrite("result_budget", ctx, list(items))
+    for index, item in enumerate(items):
         changed: dict[int, ToolResult] = {}
-        for index, block in enumerate(item.message.blocks):
+        for b_index, block in enumerate(item.message.blocks):
             if not isinstance(block, ToolResult):
                 continue
-            text = block.text
-            capped = cap_text(text, cap, policy, recall_ref(item.entry_id, block.call_id))
+            capped = cap_text(block.text, cap, policy, recall_ref(item.entry_id, block.call_id))
             if capped is not None and not any(not isinstance(p, Text) for p in block.content):
-                changed[index] = text_result(block, capped)
-        if not changed:
-            out.append(item)
-            continue
-        message = with_results(item.message, changed)
-        new = rerender(item, message, ctx, "result_budget")
-        out.append(new)
-        decisions.append(Decision("result_budget", item.entry_id, message))
-        events.append(Event("result_budget", "cap", (item.entry_id,), item.tokens, new.tokens,
-                            f"tool result over {cap:,} characters"))
-    return StageResult(out, events, decisions)
+                changed[b_index] = text_result(block, capped)
+        if changed:
+            new = edit.render(index, with_results(item.message, changed))
+            edit.events.append(Event("result_budget", "cap", (item.entry_id,), item.tokens, new.tokens,
+                                     f"tool result over {cap:,} characters"))
+    return edit.result()

@@ -18,14 +18,13 @@ from dataclasses import dataclass, field
 
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.pipeline.view import (
-    Decision,
     Event,
     Item,
+    Rewrite,
     StageContext,
     StageResult,
     describe_call,
     recall_ref,
-    rerender,
     text_result,
     with_results,
 )
@@ -70,9 +69,8 @@ def stage(items: Sequence[Item], policy: DedupPolicy, ctx: StageContext, state: 
     """Dedup the results in `items` (new messages) against what `state` has seen. Outputs are
     compared as logged (`originals`, by entry id), whatever earlier stages did to their rendering;
     `earlier` maps entry ids of older view items (for superseding)."""
-    out = list(items)
-    events: list[Event] = []
-    decisions: list[Decision] = []
+    edit = Rewrite("dedup", ctx, list(items))
+    out = edit.items
     superseded: dict[str, dict[str, str]] = {}  # older entry id -> {call id: stub}
     for position, item in enumerate(out):
         changed: dict[int, ToolResult] = {}
@@ -103,19 +101,15 @@ def stage(items: Sequence[Item], policy: DedupPolicy, ctx: StageContext, state: 
                 superseded.setdefault(before.entry_id, {})[before.call_id] = (
                     f"[Superseded: a later identical call {describe_call(call)} has the current output ({ref}).]")
         if changed:
-            message = with_results(item.message, changed)
-            new = rerender(item, message, ctx, "dedup")
-            out[position] = new
-            decisions.append(Decision("dedup", item.entry_id, message))
-            events.append(Event("dedup", "stub", (item.entry_id,), item.tokens, new.tokens,
-                                "identical output of an identical earlier call"))
+            new = edit.render(position, with_results(item.message, changed))
+            edit.events.append(Event("dedup", "stub", (item.entry_id,), item.tokens, new.tokens,
+                                     "identical output of an identical earlier call"))
     for entry_id, stubs in superseded.items():
         old = earlier[entry_id]
         blocks = {i: text_result(b, stubs[b.call_id]) for i, b in enumerate(old.message.blocks)
                   if isinstance(b, ToolResult) and b.call_id in stubs}
         message = with_results(old.message, blocks)
-        tokens = ctx.count(message)
-        decisions.append(Decision("dedup", entry_id, message))
-        events.append(Event("dedup", "supersede", (entry_id,), old.tokens, tokens,
-                            "an idempotent call was repeated; only the newest output is kept", breaks_prefix=True))
-    return StageResult(out, events, decisions)
+        edit.record(entry_id, message)
+        edit.events.append(Event("dedup", "supersede", (entry_id,), old.tokens, ctx.count(message),
+                                 "an idempotent call was repeated; only the newest output is kept", breaks_prefix=True))
+    return edit.result()

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ctxwin.errors import CtxwinError
+from ctxwin.errors import ContextBudgetError
 from ctxwin.messages import Message, Text, ToolCall, ToolResult, text_message
 from ctxwin.pipeline.cut import head_tail
 from ctxwin.pipeline.view import (
-    Decision,
     Event,
     Item,
+    Rewrite,
     StageContext,
     StageResult,
     recall_ref,
@@ -33,15 +33,6 @@ MIN_CUT_CHARS = 200
 TRUNCATE_ATTEMPTS = 4
 """Middle-truncation re-measures and cuts again up to this many times per message (a cut sized by
 an average characters-per-token ratio can land a little over its target)."""
-
-
-class ContextBudgetError(CtxwinError):
-    """The request cannot be made to fit: `reason` says which part is too large."""
-
-    def __init__(self, message: str, *, tokens: int, budget: int, hint: str | None = None) -> None:
-        super().__init__(message, hint or "use a model with a larger window, or shorten the system prompt and tools")
-        self.tokens = tokens
-        self.budget = budget
 
 
 def dropped_marker(count: int) -> Message:
@@ -66,8 +57,43 @@ def rounds(items: Sequence[Item], start: int) -> list[tuple[int, int]]:
     return spans
 
 
+def collapse_unanswered(items: Sequence[Item], ctx: StageContext) -> StageResult:
+    """Assistant turns whose tool calls the view never answers, rendered as one line saying how many
+    calls were made and where they are. Fit's answer when such a turn, or the error results repair
+    would add for its calls, cannot fit (thousands of calls in one turn): the calls stay in the log,
+    the view stays valid."""
+    edit = Rewrite("fit", ctx, list(items))
+    _collapse(edit)
+    return edit.result()
+
+
+def _collapse(edit: Rewrite, min_tokens: int = 0) -> int:
+    """Collapse the unanswered turns of `edit.items` of at least `min_tokens`; returns the tokens saved."""
+    items = edit.items
+    answered = {r.call_id for item in items for r in item.message.tool_results}
+    saved = 0
+    for index, item in enumerate(items):
+        calls = item.message.tool_calls
+        unanswered = [c for c in calls if c.id not in answered]
+        if (item.message.role != "assistant" or not unanswered or len(unanswered) < len(calls)
+                or item.tokens < min_tokens):
+            continue
+        names = ", ".join(sorted({c.name for c in unanswered})[:5])
+        note = (f"[{len(unanswered):,} tool call(s) ({names}) made here were never answered; they are kept in the "
+                f"session log: recall(\"{recall_ref(item.entry_id)}\")]")
+        text = item.message.text.strip()
+        new = edit.render(index, text_message("assistant", f"{text}\n\n{note}" if text else note))
+        saved += item.tokens - new.tokens
+        edit.events.append(Event("fit", "collapse_unanswered", (item.entry_id,), item.tokens, new.tokens,
+                                 "a turn of unanswered tool calls too large to send", breaks_prefix=True))
+    return saved
+
+
 def stage(items: Sequence[Item], policy: FitPolicy, ctx: StageContext) -> StageResult:
     limit = ctx.budget - ctx.system_tokens
+    if ctx.budget <= 0:
+        raise ContextBudgetError(f"the request budget is {ctx.budget:,} tokens: nothing can be sent",
+                                 tokens=ctx.system_tokens, budget=ctx.budget)
     if limit <= 0:
         raise ContextBudgetError(
             f"the system prompt and tool schemas alone are {ctx.system_tokens:,} tokens, over the request budget "
@@ -76,13 +102,17 @@ def stage(items: Sequence[Item], policy: FitPolicy, ctx: StageContext) -> StageR
     total = total_tokens(out)
     if total <= limit:
         return StageResult(out)
-    events: list[Event] = []
-    decisions: list[Decision] = []
+    edit = Rewrite("fit", ctx, out)
     head = 0
     while head < len(out) and out[head].synthetic:
         head += 1
 
-    if policy.drop_rounds:
+    # A turn of unanswered calls as large as half the room first: nothing real is lost (the calls never
+    # got results; repair would only add error results for them), and it fits no other way. Smaller
+    # ones go last, when nothing else was enough.
+    total -= _collapse(edit, min_tokens=limit // 2)
+
+    if total > limit and policy.drop_rounds:
         spans = rounds(out, head)
         droppable = spans[: max(len(spans) - policy.keep_last_rounds, 0)]
         marker_tokens = ctx.count(dropped_marker(0))
@@ -102,10 +132,11 @@ def stage(items: Sequence[Item], policy: FitPolicy, ctx: StageContext) -> StageR
             prior = sum(1 for item in out[:head] if item.entry_id == MARKER_ID)
             lead = [item for item in out[:head] if item.entry_id != MARKER_ID]
             marker = dropped_marker(len(dropped) + prior)
-            out = [*lead, Item(MARKER_ID, marker, ctx.count(marker), synthetic=True), *kept]
-            decisions.extend(Decision("fit", item.entry_id, None) for item in dropped)
+            out = edit.items = [*lead, Item(MARKER_ID, marker, ctx.count(marker), synthetic=True), *kept]
+            for item in dropped:
+                edit.record(item.entry_id, None)
             total = total_tokens(out)
-            events.append(Event("fit", "drop_rounds", tuple(item.entry_id for item in dropped),
+            edit.events.append(Event("fit", "drop_rounds", tuple(item.entry_id for item in dropped),
                                 total_tokens(dropped), 0, f"request over its budget of {limit:,} tokens",
                                 breaks_prefix=True))
             head = len(lead) + 1
@@ -125,13 +156,11 @@ def stage(items: Sequence[Item], policy: FitPolicy, ctx: StageContext) -> StageR
                         f"{cut.head}\n[... {cut.omitted:,} characters clamped to fit the context window. Full output: "
                         f"{recall_ref(item.entry_id, block.call_id)}]\n{cut.tail}"))
             if changed:
-                new = rerender(item, with_results(item.message, changed), ctx, "fit")
+                new = edit.render(index, with_results(item.message, changed))
                 total += new.tokens - item.tokens
-                out[index] = new
-                decisions.append(Decision("fit", item.entry_id, new.message))
                 clamped.append(item.entry_id)
         if clamped:
-            events.append(Event("fit", "clamp_results", tuple(clamped), before, total,
+            edit.events.append(Event("fit", "clamp_results", tuple(clamped), before, total,
                                 f"tool results clamped to {policy.clamp_chars:,} characters", breaks_prefix=True))
 
     if total > limit:
@@ -158,19 +187,22 @@ def stage(items: Sequence[Item], policy: FitPolicy, ctx: StageContext) -> StageR
                 scale *= desired / new.tokens * 0.95  # overshoot (notices, uneven text): cut again, harder
             if item is original:
                 continue
-            out[index] = item
-            decisions.append(Decision("fit", item.entry_id, item.message))
+            out[index] = item  # already rendered while searching for the cut that fits
+            edit.record(item.entry_id, item.message)
             truncated.append(item.entry_id)
         if truncated:
-            events.append(Event("fit", "middle_truncate", tuple(truncated), before, total,
+            edit.events.append(Event("fit", "middle_truncate", tuple(truncated), before, total,
                                 "largest messages cut to their head and tail", breaks_prefix=True))
+
+    if total > limit:
+        total -= _collapse(edit)
 
     if total > limit:
         raise ContextBudgetError(
             f"the request is {total + ctx.system_tokens:,} tokens after every fit step; its budget is "
             f"{ctx.budget:,} (system prompt and tools: {ctx.system_tokens:,})",
             tokens=total + ctx.system_tokens, budget=ctx.budget)
-    return StageResult(out, events, decisions)
+    return edit.result()
 
 
 def _middle_truncate(item: Item, scale: float, policy: FitPolicy) -> Message | None:

@@ -12,14 +12,13 @@ from collections.abc import Sequence
 
 from ctxwin.messages import Message, ToolCall, ToolResult
 from ctxwin.pipeline.view import (
-    Decision,
     Event,
     Item,
+    Rewrite,
     StageContext,
     StageResult,
     describe_call,
     recall_ref,
-    rerender,
     text_result,
     tool_matches,
     total_tokens,
@@ -116,16 +115,14 @@ def stage(items: Sequence[Item], policy: MaskPolicy, ctx: StageContext) -> Stage
     due = candidates(out, policy, ctx.pins)
     if sum(len(out[i].message.blocks) for i in due if out[i].message.role == "tool") < policy.batch:
         return StageResult(out)
-    decisions: list[Decision] = []
+    edit = Rewrite("mask", ctx, out)
     before = total_tokens(out[i] for i in due)
     for index in due:
         item = out[index]
         if item.message.role == "assistant":
             blocks = tuple(cleared_call(b, policy.call_inputs_chars, recall_ref(item.entry_id, b.id))
                            if isinstance(b, ToolCall) else b for b in item.message.blocks)
-            new = rerender(item, item.message.replace(blocks=blocks), ctx, "mask")
-            out[index] = new
-            decisions.append(Decision("mask", item.entry_id, new.message))
+            edit.render(index, item.message.replace(blocks=blocks))
             continue
         per_block = max(item.tokens // max(len(item.message.blocks), 1), 1)
         changed = {
@@ -133,10 +130,8 @@ def stage(items: Sequence[Item], policy: MaskPolicy, ctx: StageContext) -> Stage
             for b_index, block in enumerate(item.message.blocks)
             if isinstance(block, ToolResult) and tool_matches(block.name, policy.tools_allow, policy.tools_deny)
         }
-        new = rerender(item, with_results(item.message, changed), ctx, "mask")
-        out[index] = new
-        decisions.append(Decision("mask", item.entry_id, new.message))
+        edit.render(index, with_results(item.message, changed))
     after = total_tokens(out[i] for i in due)
-    event = Event("mask", "mask", tuple(out[i].entry_id for i in due), before, after,
-                  f"{len(due)} tool output(s) older than the last {policy.keep_last}", breaks_prefix=True)
-    return StageResult(out, [event], decisions)
+    edit.events.append(Event("mask", "mask", tuple(out[i].entry_id for i in due), before, after,
+                             f"{len(due)} tool output(s) older than the last {policy.keep_last}", breaks_prefix=True))
+    return edit.result()

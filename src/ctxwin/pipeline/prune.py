@@ -13,14 +13,13 @@ from ctxwin.messages import Text, ToolResult
 from ctxwin.pipeline.cut import head_tail
 from ctxwin.pipeline.view import (
     CHARS_PER_TOKEN,
-    Decision,
     Event,
     Item,
+    Rewrite,
     StageContext,
     StageResult,
     message_chars,
     recall_ref,
-    rerender,
     text_result,
     tool_matches,
     with_results,
@@ -67,7 +66,7 @@ def stage(items: Sequence[Item], policy: PrunePolicy, ctx: StageContext) -> Stag
     total = sum(sizes)
     if total < policy.soft_trim_ratio * char_window:
         return StageResult(out)
-    events: list[Event] = []
+    edit = Rewrite("prune", ctx, out)
     changed: dict[int, str] = {}  # index -> stage action
     for index in range(start, cutoff):
         item = out[index]
@@ -88,8 +87,7 @@ def stage(items: Sequence[Item], policy: PrunePolicy, ctx: StageContext) -> Stag
                 f"{len(cut.tail):,} chars of {cut.total_chars:,} chars. Full output: "
                 f"{recall_ref(item.entry_id, block.call_id)}]"))
         if replaced:
-            new = rerender(item, with_results(item.message, replaced), ctx, "soft_trim")
-            out[index] = new
+            new = edit.render(index, with_results(item.message, replaced), rendered_by="soft_trim")
             total += message_chars(new.message) - sizes[index]
             sizes[index] = message_chars(new.message)
             changed[index] = "soft_trim"
@@ -104,23 +102,19 @@ def stage(items: Sequence[Item], policy: PrunePolicy, ctx: StageContext) -> Stag
                 cleared = {b_index: text_result(block, f"{policy.placeholder} (recover it with recall(\""
                                                        f"{recall_ref(item.entry_id, block.call_id)}\"))")
                            for b_index, block in enumerate(item.message.blocks) if isinstance(block, ToolResult)}
-                new = rerender(item, with_results(item.message, cleared), ctx, "prune")
-                out[index] = new
+                new = edit.render(index, with_results(item.message, cleared))
                 total += message_chars(new.message) - sizes[index]
                 sizes[index] = message_chars(new.message)
                 changed[index] = "hard_clear"
-    if not changed:
-        return StageResult(out)
-    decisions = [Decision("prune", out[i].entry_id, out[i].message) for i in sorted(changed)]
     for action in ("soft_trim", "hard_clear"):
         indices = [i for i in sorted(changed) if changed[i] == action]
         if indices:
             before = sum(items[i].tokens for i in indices)
             after = sum(out[i].tokens for i in indices)
-            events.append(Event("prune", action, tuple(out[i].entry_id for i in indices), before, after,
-                                f"context at {total / char_window:.0%} of the window in characters",
-                                breaks_prefix=True))
-    return StageResult(out, events, decisions)
+            edit.events.append(Event("prune", action, tuple(out[i].entry_id for i in indices), before, after,
+                                     f"context at {total / char_window:.0%} of the window in characters",
+                                     breaks_prefix=True))
+    return edit.result()
 
 
 def _prunable_or_trimmed(item: Item, policy: PrunePolicy) -> bool:

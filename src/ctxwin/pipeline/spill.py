@@ -10,13 +10,12 @@ from collections.abc import Sequence
 
 from ctxwin.messages import Text, ToolResult
 from ctxwin.pipeline.view import (
-    Decision,
     Event,
     Item,
+    Rewrite,
     StageContext,
     StageResult,
     recall_ref,
-    rerender,
     text_result,
     with_results,
 )
@@ -56,9 +55,8 @@ def _store(text: str, ctx: StageContext, origin: str) -> str:
 def stage(items: Sequence[Item], policy: SpillPolicy, ctx: StageContext) -> StageResult:
     """Spill over-threshold results of `items` (new messages), then, per turn (the results that
     answer one assistant message), the largest results until the turn is under its cap."""
-    out = list(items)
-    events: list[Event] = []
-    decisions: list[Decision] = []
+    edit = Rewrite("spill", ctx, list(items))
+    out = edit.items
     # A turn's results may sit in one tool message (Anthropic) or one per result (OpenAI): group
     # consecutive tool messages.
     turn: list[int] = []
@@ -67,13 +65,13 @@ def stage(items: Sequence[Item], policy: SpillPolicy, ctx: StageContext) -> Stag
             turn.append(index)
             continue
         if turn:
-            _spill_turn(out, turn, policy, ctx, events, decisions)
+            _spill_turn(edit, turn, policy, ctx)
             turn = []
-    return StageResult(out, events, decisions)
+    return edit.result()
 
 
-def _spill_turn(items: list[Item], turn: list[int], policy: SpillPolicy, ctx: StageContext,
-                events: list[Event], decisions: list[Decision]) -> None:
+def _spill_turn(edit: Rewrite, turn: list[int], policy: SpillPolicy, ctx: StageContext) -> None:
+    items = edit.items
     sizes: list[tuple[int, int, int]] = []  # (chars, item position, block index)
     for position in turn:
         for block_index, block in enumerate(items[position].message.blocks):
@@ -97,10 +95,7 @@ def _spill_turn(items: list[Item], turn: list[int], policy: SpillPolicy, ctx: St
         by_item.setdefault(position, {})[block_index] = text_result(block, spilled_text(block.text, handle, policy))
     for position, changed in by_item.items():
         item = items[position]
-        message = with_results(item.message, changed)
-        new = rerender(item, message, ctx, "spill")
-        items[position] = new
-        decisions.append(Decision("spill", item.entry_id, message))
-        events.append(Event("spill", "spill", (item.entry_id,), item.tokens, new.tokens,
-                            f"{len(changed)} result(s) over {policy.per_result_chars:,} characters or over the "
-                            f"turn's {policy.per_message_chars:,}"))
+        new = edit.render(position, with_results(item.message, changed))
+        edit.events.append(Event("spill", "spill", (item.entry_id,), item.tokens, new.tokens,
+                                 f"{len(changed)} result(s) over {policy.per_result_chars:,} characters or over "
+                                 f"the turn's {policy.per_message_chars:,}"))

@@ -227,3 +227,30 @@ def describe_call(call: ToolCall | None) -> str:
 
 def rerender(item: Item, message: Message, ctx: StageContext, stage: str) -> Item:
     return Item(item.entry_id, message, ctx.count(message), item.synthetic, stage)
+
+
+@dataclass
+class Rewrite:
+    """A stage's edits of the view, written once for every stage: each edit replaces an item's
+    rendering in `items` and records the decision that replays it on later requests."""
+
+    stage: str
+    ctx: StageContext
+    items: list[Item]
+    events: list[Event] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+
+    def render(self, index: int, message: Message, rendered_by: str | None = None) -> Item:
+        """From now on `items[index]` renders as `message`; returns its new item."""
+        old = self.items[index]
+        new = rerender(old, message, self.ctx, rendered_by or self.stage)
+        self.items[index] = new
+        self.decisions.append(Decision(self.stage, old.entry_id, message))
+        return new
+
+    def record(self, entry_id: str, message: Message | None) -> None:
+        """A decision about an entry outside `items` (None: it leaves the view)."""
+        self.decisions.append(Decision(self.stage, entry_id, message))
+
+    def result(self) -> StageResult:
+        return StageResult(self.items, self.events, self.decisions)

@@ -1,27 +1,41 @@
 """Policies: what each pipeline stage does, as data. `get("ctxwin")` gives a preset; `load(path)`
-reads a TOML file (any subset of fields; `base = "pi"` starts from a preset)."""
+reads a TOML file (any subset of fields; `base = "pi"` starts from a preset). The compaction section
+is one model per strategy, chosen by its `strategy` field. Imports: errors only."""
 
 from __future__ import annotations
 
+import json
 import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 from ctxwin.errors import InputError
+from ctxwin.policy.levels import LEVELS, at_level
 from ctxwin.policy.model import (
+    COMPACTION_MODELS,
+    STRATEGIES,
     BootstrapPolicy,
+    CheckpointCompaction,
+    ClaudeCodeCompaction,
     CompactionPolicy,
+    CtxwinCompaction,
     DedupPolicy,
     FitPolicy,
+    LettaCompaction,
     MaskPolicy,
+    OpenClawCompaction,
+    PiCompaction,
     Policy,
     PrunePolicy,
     ResultBudgetPolicy,
     SpillPolicy,
+    compaction_for,
 )
+from ctxwin.policy.openclaw import Imported, from_openclaw
 
 DEFAULT = "ctxwin"
 
@@ -34,10 +48,14 @@ def names() -> list[str]:
 
 
 def get(name: str | Path | Policy = DEFAULT) -> Policy:
-    """A preset by name, a policy TOML file by path, or the policy itself."""
+    """A preset by name (`pi`, or `pi:aggressive` for a strategy level on top of it), a policy TOML
+    file by path, or the policy itself."""
     if isinstance(name, Policy):
         return name
     text = str(name)
+    base, _, level = text.rpartition(":")
+    if base and level in LEVELS:
+        return at_level(get(base), level)
     if text.endswith(".toml") or "/" in text:
         return load(Path(text))
     resource = resources.files(__package__).joinpath("presets", f"{text}.toml")
@@ -93,6 +111,18 @@ def from_dict(data: dict[str, Any], *, source: str = "policy", _seen: tuple[str,
                          "see `ctxwin policies --show ctxwin` for every field") from None
 
 
+def openclaw_file(path: str | Path) -> Imported:
+    """An OpenClaw config file (JSON, or YAML by its `.yaml`/`.yml` name) as a policy on top of the
+    `openclaw` preset, with every key it could not map."""
+    text = Path(path).read_text("utf-8")
+    try:
+        data = yaml.safe_load(text) if str(path).endswith((".yaml", ".yml")) else json.loads(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as error:
+        raise InputError(f"{path}: not valid {'YAML' if str(path).endswith(('.yaml', '.yml')) else 'JSON'}: "
+                         f"{error}", "fix the file; the keys read are listed in ctxwin.policy.openclaw") from None
+    return from_openclaw(data, get("openclaw"))
+
+
 def to_toml(policy: Policy, *, comments: bool = True) -> str:
     """The policy as TOML, every field, each with its description as a comment."""
     lines: list[str] = []
@@ -134,19 +164,31 @@ def _toml_value(value: Any) -> str:
 
 
 __all__ = [
+    "COMPACTION_MODELS",
     "DEFAULT",
+    "LEVELS",
+    "STRATEGIES",
     "BootstrapPolicy",
+    "CheckpointCompaction",
+    "ClaudeCodeCompaction",
     "CompactionPolicy",
+    "CtxwinCompaction",
     "DedupPolicy",
     "FitPolicy",
+    "LettaCompaction",
     "MaskPolicy",
+    "OpenClawCompaction",
+    "PiCompaction",
     "Policy",
     "PrunePolicy",
     "ResultBudgetPolicy",
     "SpillPolicy",
+    "at_level",
+    "compaction_for",
     "from_dict",
     "get",
     "load",
     "names",
+    "openclaw_file",
     "to_toml",
 ]

@@ -7,9 +7,11 @@ the same way and may override any subset of fields.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+
+from ctxwin.errors import InputError
 
 Count = Annotated[int, Field(ge=0)]
 """A number of tokens, characters, messages or results: never negative."""
@@ -130,42 +132,156 @@ class PrunePolicy(_Stage):
     """These tools are never pruned (wins over the allow list)."""
 
 
-class CompactionPolicy(_Stage):
+class _CompactionBase(_Stage):
+    """The knobs every compaction strategy shares; each strategy's own knobs sit with it below."""
+
     enabled: bool = False
     """Summarize the oldest span when the view passes the trigger."""
-    strategy: Literal["pi", "openclaw", "claude-code", "letta", "checkpoint", "ctxwin"] = "pi"
-    """Which anchor's algorithm decides what is summarized and what is kept."""
     reserve_tokens: Count = 16_384
     """Trigger when the view exceeds window - reserve_tokens (Pi's threshold; Claude Code uses 13,000
     below the effective window)."""
     trigger_ratio: Share | None = None
     """Trigger at this share of the window instead (Letta: 0.9)."""
-    keep_recent_tokens: Count = 20_000
-    """Tokens of recent history kept verbatim after the summary."""
-    target_ratio: Share | None = None
-    """The view's size after a compaction, as a share of the window: Letta's sliding window evicts
-    until under it (0.7); ctxwin keeps as much recent history verbatim as fits under it, with
-    `keep_recent_tokens` as the floor."""
     summary_max_tokens: Count = 13_107
     """Upper bound of a summary's tokens (Pi: 0.8 x reserve)."""
-    history_share: Share = 0.5
-    """OpenClaw: the share of the window the kept history may use before older chunks are dropped
-    into the summary."""
-    restore_recent_files: Count = 0
-    """Claude Code: re-attach up to this many recently read files after the summary."""
-    restore_file_tokens: Count = 5_000
-    """Claude Code: token cap per re-attached file."""
-    restore_total_tokens: Count = 50_000
-    """Claude Code: token cap on all re-attached files."""
-    mode: Literal["sliding", "all"] = "sliding"
-    """Letta: `all` summarizes everything but the system prompt."""
-    checkpoint_tokens: Count = 0
-    """Checkpoint (Alyx): past this many tokens the agent is asked to write its own state summary."""
     min_gain_ratio: Share = 0.1
     """A compaction must remove at least this share of the view's tokens, or it counts as failed
     (no-op compactions must not burn the retry budget; OpenClaw #150447)."""
     max_failures: Count = 3
     """Circuit breaker: after this many consecutive failed compactions, stop trying (Claude Code)."""
+    trigger_tokens: Count | None = None
+    """Also trigger when the view exceeds this many tokens, whatever the window (OpenClaw's
+    `autoTrigger.tokenThreshold`); the first trigger reached wins."""
+    trigger_turns: Count | None = None
+    """Also trigger when the view holds more than this many turns (a turn: a user message and what
+    follows it; OpenClaw's `autoTrigger.turnThreshold`); the first trigger reached wins."""
+    max_turns: Count | None = None
+    """The view holds at most this many turns (OpenClaw's `max_turns`): older ones leave it, dropped
+    (kept in the log, a marker says where) or, with `summary_after`, summarized."""
+    summary_after: Count | None = None
+    """With `max_turns`: summarize the turns past `max_turns` once this many have piled up, instead of
+    dropping them (batched, so the summary and the cached prefix change every N turns, not every turn)."""
+    identifier_policy: Literal["strict", "off"] = "strict"
+    """`strict`: after any summary, every identifier of the summarized span (paths, hashes, ids, URLs,
+    numbers, error codes) that the summary lost is appended verbatim (OpenClaw's identifierPolicy).
+    `off`: the summary stands as the summarizer wrote it."""
+
+
+class _KeepsRecent(_CompactionBase):
+    keep_recent_tokens: Count = 20_000
+    """Tokens of recent history kept verbatim after the summary."""
+    keep_recent_turns: Count = 0
+    """Also keep at least this many recent turns verbatim (OpenClaw's `preserveRecent`); the kept
+    tail is whichever of the two holds more history (0: by tokens only)."""
+
+    @model_validator(mode="after")
+    def _turns(self) -> _KeepsRecent:
+        if self.trigger_turns is not None and self.keep_recent_turns >= self.trigger_turns:
+            raise ValueError("keep_recent_turns must be below trigger_turns, or every request would compact again")
+        if self.max_turns is not None and self.keep_recent_turns > self.max_turns:
+            raise ValueError("keep_recent_turns must not exceed max_turns")
+        return self
+
+
+class PiCompaction(_KeepsRecent):
+    """Pi: walk back `keep_recent_tokens` from the newest message, cut at a turn boundary, summarize
+    a split turn's prefix apart."""
+
+    strategy: Literal["pi"] = "pi"
+    """Which anchor's algorithm decides what is summarized and what is kept."""
+
+
+class OpenClawCompaction(_KeepsRecent):
+    """OpenClaw's safeguard: Pi's cut, with the kept history also bounded by a share of the window."""
+
+    strategy: Literal["openclaw"] = "openclaw"
+    """Which anchor's algorithm decides what is summarized and what is kept."""
+    history_share: Share = 0.5
+    """The share of the window the kept history may use before older chunks are dropped into the
+    summary."""
+
+
+class ClaudeCodeCompaction(_CompactionBase):
+    """Claude Code: summarize everything, then re-attach the most recently read files."""
+
+    strategy: Literal["claude-code"] = "claude-code"
+    """Which anchor's algorithm decides what is summarized and what is kept."""
+    restore_recent_files: Count = 0
+    """Re-attach up to this many recently read files after the summary."""
+    restore_file_tokens: Count = 5_000
+    """Token cap per re-attached file."""
+    restore_total_tokens: Count = 50_000
+    """Token cap on all re-attached files."""
+
+
+class LettaCompaction(_CompactionBase):
+    """Letta: a sliding window evicting 30 %, then 10 % more per step, until under `target_ratio`."""
+
+    strategy: Literal["letta"] = "letta"
+    """Which anchor's algorithm decides what is summarized and what is kept."""
+    target_ratio: Share | None = None
+    """The view's size after a compaction, as a share of the window: evict until under it (0.7)."""
+    mode: Literal["sliding", "all"] = "sliding"
+    """`all` summarizes everything but the system prompt."""
+
+
+class CheckpointCompaction(_KeepsRecent):
+    """Alyx's checkpoint: past a mark the agent writes its own state summary, which then stands for
+    the history before it."""
+
+    strategy: Literal["checkpoint"] = "checkpoint"
+    """Which anchor's algorithm decides what is summarized and what is kept."""
+    checkpoint_tokens: Count = 0
+    """Past this many tokens the agent is asked to write its own state summary (0: at 75 % of the
+    trigger)."""
+
+
+class CtxwinCompaction(_KeepsRecent):
+    """ctxwin: compact early to a small view, keeping as much recent history verbatim as fits."""
+
+    strategy: Literal["ctxwin"] = "ctxwin"
+    """Which anchor's algorithm decides what is summarized and what is kept."""
+    target_ratio: Share | None = None
+    """The view's size after a compaction, as a share of the window: as much recent history is kept
+    verbatim as fits under it, with `keep_recent_tokens` as the floor."""
+
+
+STRATEGIES = ("pi", "openclaw", "claude-code", "letta", "checkpoint", "ctxwin")
+"""Every compaction strategy, by the name a policy gives in `compaction.strategy`."""
+
+
+def _strategy_of(value: Any) -> str:
+    # A [compaction] table without `strategy` means Pi's (the field's default before it was a union).
+    if isinstance(value, dict):
+        return str(value.get("strategy", "pi"))
+    return str(getattr(value, "strategy", "pi"))
+
+
+CompactionPolicy = Annotated[
+    Annotated[PiCompaction, Tag("pi")]
+    | Annotated[OpenClawCompaction, Tag("openclaw")]
+    | Annotated[ClaudeCodeCompaction, Tag("claude-code")]
+    | Annotated[LettaCompaction, Tag("letta")]
+    | Annotated[CheckpointCompaction, Tag("checkpoint")]
+    | Annotated[CtxwinCompaction, Tag("ctxwin")],
+    Discriminator(_strategy_of),
+]
+"""The compaction section: one model per strategy, chosen by its `strategy` field."""
+COMPACTION_MODELS: dict[str, type[_CompactionBase]] = {
+    "pi": PiCompaction, "openclaw": OpenClawCompaction, "claude-code": ClaudeCodeCompaction,
+    "letta": LettaCompaction, "checkpoint": CheckpointCompaction, "ctxwin": CtxwinCompaction,
+}
+
+
+def compaction_for(strategy: str, current: _CompactionBase | None = None, **update: Any) -> _CompactionBase:
+    """The compaction section for `strategy`, keeping the knobs of `current` that it shares."""
+    model = COMPACTION_MODELS.get(strategy)
+    if model is None:
+        raise InputError(f"unknown compaction strategy {strategy!r}", f"choose one of {', '.join(STRATEGIES)}")
+    known = model.model_fields
+    base = {k: v for k, v in (current.model_dump() if current is not None else {}).items() if k in known}
+    base.pop("strategy", None)
+    return model.model_validate({**base, **update})
 
 
 class FitPolicy(_Stage):
@@ -204,7 +320,7 @@ class Policy(BaseModel):
     dedup: DedupPolicy = Field(default_factory=DedupPolicy)
     mask: MaskPolicy = Field(default_factory=MaskPolicy)
     prune: PrunePolicy = Field(default_factory=PrunePolicy)
-    compaction: CompactionPolicy = Field(default_factory=CompactionPolicy)
+    compaction: CompactionPolicy = Field(default_factory=PiCompaction)
     fit: FitPolicy = Field(default_factory=FitPolicy)
 
     @model_validator(mode="after")

@@ -11,6 +11,7 @@ from ctxwin.store.base import (
     SessionFormatError,
     SessionLockedError,
     SessionLog,
+    StoreProblem,
 )
 from ctxwin.store.blobs import FileBlobStore
 from ctxwin.store.importer import import_transcript
@@ -35,6 +36,7 @@ __all__ = [
     "SessionInfo",
     "SessionLockedError",
     "SessionLog",
+    "StoreProblem",
     "delete_session",
     "import_transcript",
     "list_sessions",

@@ -1,6 +1,15 @@
 """The storage interfaces: an append-only session log (a tree of entries) and a content-addressed
 blob store. Backends (JSONL + SQLite index, PostgreSQL) implement these; nothing else in ctxwin
-depends on a backend."""
+depends on a backend.
+
+What "acknowledged" means, the same on every durable backend. An entry is acknowledged when
+`append` has returned it. Durability `fsync`: an acknowledged entry survives any crash, of the
+process, the database server or the machine. Durability `batch`: an acknowledged entry survives a
+crash of the process that appended it (SIGKILL included); a crash of the machine, or of the
+PostgreSQL server, can lose the entries acknowledged in its last fraction of a second (the bound of
+each backend is in its module docstring), and never leaves part of an entry visible. `flush()` and
+`close()` make everything acknowledged so far survive a machine crash too.
+"""
 
 from __future__ import annotations
 
@@ -13,14 +22,26 @@ from ctxwin.errors import CtxwinError, InputError
 EntryKind: TypeAlias = Literal[
     "message", "compaction", "decision", "checkpoint", "pin", "label", "model_change", "custom"
 ]
+ProblemKind: TypeAlias = Literal[
+    "corrupt",  # a line that is not an entry (cut, flipped or edited bytes): skipped, its bytes kept
+    "duplicate_id",  # a line whose id an earlier line has: skipped
+    "invalid_payload",  # a message entry whose payload is not a message: skipped, its line kept
+    "orphan",  # an entry whose parent is lost: re-attached to its nearest intact ancestor
+    "torn_tail",  # a last line without its newline: an append cut short (moved aside by a writer)
+    "truncated",  # the file is shorter than ctxwin had indexed it: lines removed outside ctxwin
+    "lock_file_removed",  # writer.lock deleted while this writer held the session: recreated
+    "unreadable",  # a session that cannot be opened at all (listing only)
+]
 
 
 class BlobNotFoundError(InputError):
     """A handle that names no blob in this store (or is not a handle at all)."""
 
 
-class BlobCorruptedError(CtxwinError):
-    """Stored bytes that no longer match their sha256: refused, never served."""
+class BlobCorruptedError(InputError):
+    """Stored bytes that no longer match their sha256, or a blob file that is not a regular file of
+    its recorded size: refused, never served. An InputError (a stored file ctxwin cannot use as it
+    is), so tools answer it as a refusal rather than raising."""
 
 
 class SessionLockedError(CtxwinError):
@@ -41,6 +62,31 @@ class Entry:
     kind: EntryKind
     timestamp: str
     payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreProblem:
+    """Something wrong found in a stored session, and what the store did about it. The store never
+    fixes a problem silently: every one is in `SessionLog.problems` (and in `ctxwin sessions`)."""
+
+    kind: ProblemKind
+    detail: str  # what is wrong
+    action: str  # what the store did about it
+    line: int | None = None  # 1-based line of session.jsonl (the header is line 1); None off the JSONL
+    offset: int | None = None  # byte offset of that line
+    entry_id: str | None = None  # the entry concerned (read from a damaged line when its head survived)
+    parent_id: str | None = None  # damaged line: its parent as far as readable; orphan: the parent now used
+
+    @property
+    def message(self) -> str:
+        """One line for a person."""
+        where = f"line {self.line}: " if self.line is not None else ""
+        return f"{where}{self.kind}: {self.detail}; {self.action}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "detail": self.detail, "action": self.action, "line": self.line,
+                "offset": self.offset, "entry_id": self.entry_id, "parent_id": self.parent_id,
+                "message": self.message}
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +126,11 @@ class SessionLog(Protocol):
 
     @property
     def leaf_id(self) -> str | None: ...
+
+    @property
+    def problems(self) -> list[StoreProblem]:
+        """What opening (and writing) the log found wrong, and what was done; empty when all is well."""
+        ...
 
     def append(self, kind: EntryKind, payload: dict[str, Any], *, parent_id: str | None = None) -> Entry: ...
 

@@ -17,12 +17,14 @@ import hashlib
 import json
 import os
 import secrets
+import stat
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from ctxwin.errors import InputError
+from ctxwin.errors import FileTooLargeError, InputError, NotARegularFileError
+from ctxwin.files import FileLimits, open_regular
 from ctxwin.store.base import BlobCorruptedError, BlobInfo, BlobNotFoundError
 
 HANDLE_PREFIX = "blob:"  # every handle starts with this
@@ -31,6 +33,8 @@ SHA256_HEX = 64  # length of a full sha256 in hex
 FILE_MODE = 0o600  # blob and metadata files: readable by their owner only
 DIR_MODE = 0o700  # blob folders
 _HEX = frozenset("0123456789abcdef")
+META_MAX_BYTES = 64 * 1024  # a blob's metadata file is a few hundred bytes; more is not ours
+UNSIZED_BLOB_MAX_BYTES = FileLimits().max_bytes  # read cap for a blob whose recorded size is lost
 _META_SUFFIX = ".json"
 _TMP_PREFIX = ".tmp-"
 
@@ -139,6 +143,42 @@ def info_from_dict(data: dict[str, Any]) -> BlobInfo:
 
 
 # --------------------------------------------------------------------------------------------------
+# The store's own files: opened guarded, written atomically
+
+
+def open_store_file(path: Path, max_bytes: int) -> BinaryIO:
+    """A file of the store, for reading: a regular file named by `path` itself, at most `max_bytes`.
+    A FIFO, a device or a folder is refused without blocking (`open_regular`), and so is a symbolic
+    link: the store never makes one, and one there would serve bytes from outside the store (or
+    /dev/zero). Raises NotARegularFileError or FileTooLargeError (both InputError)."""
+    try:
+        named = os.lstat(path)
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise InputError(f"cannot read {path}: {error.strerror}", "check the store's permissions") from None
+    if stat.S_ISLNK(named.st_mode):
+        raise NotARegularFileError(f"{path} is a symbolic link; a ctxwin store holds regular files only",
+                                   "replace the link with the file it points to, or remove it")
+    handle = open_regular(path, limits=FileLimits(max_bytes=max_bytes))
+    opened = os.fstat(handle.fileno())
+    if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):
+        handle.close()  # swapped between the look and the open: whatever it is now, it is not what we checked
+        raise NotARegularFileError(f"{path} changed while it was being opened", "try again")
+    return handle
+
+
+def read_store_file(path: Path, max_bytes: int) -> bytes:
+    """The whole of a store file (see `open_store_file`), never more than `max_bytes`, even if it grows
+    while being read."""
+    with open_store_file(path, max_bytes) as handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise FileTooLargeError(f"{path} grew past {max_bytes:,} bytes while being read", "it is not ctxwin's file")
+    return data
+
+
+# --------------------------------------------------------------------------------------------------
 # Atomic file writes
 
 
@@ -225,23 +265,37 @@ class FileBlobStore(BlobReads):
         return choose_match(handle, prefix, matches)
 
     def _read_meta(self, digest: str) -> BlobInfo:
+        info = self._meta_if_present(digest)
+        if info is not None:
+            return info
+        # A crash between the two renames, or a damaged metadata file: the bytes are the truth,
+        # so the facts that follow from them are recomputed; media type and origin are unknown.
+        data = self._read_data(HANDLE_PREFIX + digest, digest, UNSIZED_BLOB_MAX_BYTES)
+        prefix = shortest_unique_prefix(digest, self._digests_with_prefix(digest[:HANDLE_MIN_HEX]))
+        return BlobInfo(HANDLE_PREFIX + prefix, digest, len(data), count_lines(data))
+
+    def _read_data(self, handle: str, digest: str, max_bytes: int) -> bytes:
+        """The stored bytes, unverified, refusing anything but a regular file of at most `max_bytes`
+        (the recorded size: a blob file larger than that is corrupt, and is not read)."""
+        path = self._data_path(digest)
         try:
-            return info_from_dict(json.loads(self._meta_path(digest).read_bytes()))
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
-            # A crash between the two renames, or a damaged metadata file: the bytes are the truth,
-            # so the facts that follow from them are recomputed; media type and origin are unknown.
-            data = self._data_path(digest).read_bytes()
-            prefix = shortest_unique_prefix(digest, self._digests_with_prefix(digest[:HANDLE_MIN_HEX]))
-            return BlobInfo(HANDLE_PREFIX + prefix, digest, len(data), count_lines(data))
+            if stat.S_ISLNK(os.lstat(path.parent).st_mode):
+                raise NotARegularFileError(f"{path.parent} is a symbolic link", "a ctxwin store holds no links")
+            return read_store_file(path, max_bytes)
+        except FileNotFoundError:
+            raise BlobNotFoundError(f"no blob {handle} in this store", "check the handle") from None
+        except FileTooLargeError:
+            raise BlobCorruptedError(f"blob {handle} is corrupted: {path} is larger than its recorded size "
+                                     f"({max_bytes:,} bytes)", "put the original bytes again to repair it") from None
+        except InputError as error:
+            raise BlobCorruptedError(f"blob {handle} is corrupted: {error.message}",
+                                     "put the original bytes again to repair it") from None
 
     def _read_verified(self, handle: str) -> tuple[str, bytes]:
         digest = self._resolve(handle)
+        size = self._read_meta(digest).size
         path = self._data_path(digest)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise BlobNotFoundError(f"no blob {handle} in this store", "check the handle") from None
-        return digest, verify(handle, digest, data, str(path))
+        return digest, verify(handle, digest, self._read_data(handle, digest, size), str(path))
 
     # ---- BlobStore
 
@@ -251,12 +305,12 @@ class FileBlobStore(BlobReads):
         data = bytes(data)
         digest = sha256_hex(data)
         path = self._data_path(digest)
-        if path.exists():
+        if os.path.lexists(path):
             try:
-                verify("", digest, path.read_bytes(), str(path))
+                verify("", digest, self._read_data("", digest, len(data)), str(path))
                 return self._read_meta(digest)
-            except BlobCorruptedError:
-                pass  # the same bytes again: rewriting them below repairs the damaged copy
+            except (BlobCorruptedError, BlobNotFoundError):
+                pass  # the same bytes again: rewriting them below repairs the damaged copy (or the link, or FIFO)
         path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         info = self._meta_if_present(digest)
         if info is None:
@@ -269,16 +323,17 @@ class FileBlobStore(BlobReads):
 
     def _meta_if_present(self, digest: str) -> BlobInfo | None:
         try:
-            return info_from_dict(json.loads(self._meta_path(digest).read_bytes()))
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            info = info_from_dict(json.loads(read_store_file(self._meta_path(digest), META_MAX_BYTES)))
+        except (FileNotFoundError, InputError, ValueError, KeyError, TypeError, RecursionError):
             return None
+        return info if info.sha256 == digest and info.size >= 0 else None
 
     def get(self, handle: str) -> bytes:
         return self._read_verified(handle)[1]
 
     def stat(self, handle: str) -> BlobInfo:
         digest = self._resolve(handle)
-        if not self._data_path(digest).exists():
+        if not os.path.lexists(self._data_path(digest)):
             raise BlobNotFoundError(f"no blob {handle} in this store", "check the handle")
         return self._read_meta(digest)
 

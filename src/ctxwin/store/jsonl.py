@@ -3,32 +3,41 @@
     <dir>/session.jsonl      line 1: header {"format": "ctxwin-session", "version": 1, ...}; then one entry per line
     <dir>/index.sqlite       the index (a cache, rebuilt from session.jsonl whenever missing, stale or corrupt)
     <dir>/blobs/             the session's blobs (`FileBlobStore`)
-    <dir>/writer.lock        flock held by the one writer
+    <dir>/writer.lock        the pid of the one writer (the lock itself is a flock on <dir>)
     <dir>/compaction.lock    flock held while a worker compacts the session
     <dir>/session.jsonl.torn-<offset>-<time>   bytes of a crashed append, moved aside on open (never deleted)
 
-Durability. `fsync` (default): `append` returns after the line is written and fdatasync'ed; a crash of
-the process or the machine loses nothing that was acknowledged. `batch` (group commit): `append`
-returns once the line is written to the OS (so a crash of the *process*, even SIGKILL, loses nothing
-acknowledged), and a background thread fdatasyncs the file every BATCH_MAX_DELAY_S and whenever
-BATCH_MAX_ENTRIES appends are unsynced, without making appends wait; `flush()` and `close()` sync too.
-A crash of the *machine* (power loss, kernel panic) in batch mode can lose the entries acknowledged
-since the last sync: about BATCH_MAX_DELAY_S of appends, and never more than BATCH_HARD_LIMIT entries
-(past that, append waits for the disk). It never leaves a half-written entry visible: a torn last
-line is moved aside on the next open.
+Durability ("acknowledged" is defined once, in `base.py`, for every backend). `fsync` (default):
+`append` returns after the line is written and fdatasync'ed. `batch` (group commit): `append` returns
+once the line is written to the OS, which is what makes it survive a SIGKILL of the process, and a
+background thread fdatasyncs the file every BATCH_MAX_DELAY_S and whenever BATCH_MAX_ENTRIES appends
+are unsynced, without making appends wait; `flush()` and `close()` sync too. The bound on a machine
+crash in batch mode: the entries acknowledged since the last sync, about BATCH_MAX_DELAY_S of appends
+and never more than BATCH_HARD_LIMIT entries (past that, append waits for the disk). It never leaves a
+half-written entry visible: a torn last line is moved aside on the next open.
 
-Locking. One writer at a time, by an exclusive `flock` on writer.lock held from open to close (a second
-writer is refused at once, or waits up to `lock_timeout` seconds). Readers (`readonly=True`) take no
-lock: they see every complete line and ignore a line still being written.
+Locking. One writer at a time, by an exclusive `flock` on the session folder itself, held from open to
+close (a second writer is refused at once, or waits up to `lock_timeout` seconds). Locking the folder,
+not a file in it, is what makes the lock survive someone deleting writer.lock; the writer notices such
+a deletion, writes the file again and reports it (`lock_file_removed`). Readers (`readonly=True`) take
+no lock: they see every complete line and ignore a line still being written.
+
+Damage. Every file of the folder is opened without following symbolic links and refused unless it
+is a regular file (a FIFO never blocks an open). Lines that are not usable entries are skipped and
+reported, and the entries hanging under them are re-attached (see `jsonl_index.py`); everything found
+is in `problems`, a list of `StoreProblem`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import errno
 import fcntl
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -38,8 +47,8 @@ from typing import Any, Literal
 
 from ctxwin.errors import InputError
 from ctxwin.store import jsonl_index as ix
-from ctxwin.store.base import Entry, EntryKind, SessionFormatError, SessionLockedError
-from ctxwin.store.blobs import DIR_MODE, FILE_MODE, FileBlobStore, write_atomic
+from ctxwin.store.base import Entry, EntryKind, SessionFormatError, SessionLockedError, StoreProblem
+from ctxwin.store.blobs import DIR_MODE, FILE_MODE, FileBlobStore, open_store_file, read_store_file, write_atomic
 from ctxwin.store.tree import (
     ROOT,
     EntryFormatError,
@@ -67,6 +76,8 @@ INDEX_FLUSH_ROWS = 4096  # index rows kept in memory before they are written to 
 ITER_CHUNK = 1024  # entries read at once when iterating
 LOCK_POLL_S = 0.005  # how often a waiting writer retries the lock (doubling up to LOCK_POLL_MAX_S)
 LOCK_POLL_MAX_S = 0.05
+LOG_MAX_BYTES = 1 << 62  # the log is read by offset, never whole: no cap on its size
+HOLDER_MAX_BYTES = 64  # writer.lock holds one pid
 
 Durability = Literal["fsync", "batch"]
 DURABILITIES: tuple[str, ...] = ("fsync", "batch")
@@ -81,8 +92,18 @@ class OpenReport:
     index_reason: str | None = None  # why it was rebuilt
     torn_tail_bytes: int = 0
     torn_tail_file: str | None = None  # where the torn bytes were moved (writers only)
-    problems: list[ix.Problem] = field(default_factory=list)
+    torn_tail_line: int = 0  # its line number
+    problems: list[StoreProblem] = field(default_factory=list)  # the lines of the file that are not entries
+    shrunk: StoreProblem | None = None  # the file is shorter than the index it had (lines removed)
     seconds: float = 0.0
+
+    @property
+    def torn_tail(self) -> StoreProblem | None:
+        if not self.torn_tail_bytes:
+            return None
+        action = f"moved to {self.torn_tail_file}" if self.torn_tail_file else "ignored (read-only open)"
+        return StoreProblem("torn_tail", f"torn last line ({self.torn_tail_bytes} bytes, an append cut short by a "
+                            "crash, or one in progress)", action, self.torn_tail_line or None)
 
     @property
     def messages(self) -> list[str]:
@@ -93,7 +114,7 @@ class OpenReport:
             out.append(f"torn last line ({self.torn_tail_bytes} bytes, an append cut short by a crash): {where}")
         if self.index == "rebuilt":
             out.append(f"index rebuilt: {self.index_reason}")
-        out.extend(f"line {p.line}: {p.kind}: {p.detail}" for p in self.problems)
+        out.extend(p.message for p in self.problems)
         return out
 
 
@@ -101,16 +122,50 @@ class OpenReport:
 # Locks
 
 
-class FileLock:
-    """An exclusive flock on a file. Locks belong to the open file, so two opens in one process
-    exclude each other just as two processes do."""
+def open_lock_file(path: Path) -> int:
+    """An fd on the lock file `path`, created if missing, never through a symbolic link and never on
+    a FIFO or device (one in its place is replaced: a lock file holds nothing worth keeping)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    for _ in range(2):
+        try:
+            fd = os.open(path, flags, FILE_MODE)
+        except OSError as error:
+            if error.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+                raise
+        else:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return fd
+            os.close(fd)
+        os.unlink(path)  # a symlink, FIFO, socket or device where our lock file belongs
+    raise SessionFormatError(f"{path} keeps being replaced by something that is not a file", "check the folder")
 
-    def __init__(self, path: Path) -> None:
+
+def holder_of(path: Path) -> str:
+    """The pid written in a lock file, or "" (never blocks, never follows a link)."""
+    try:
+        return read_store_file(path, HOLDER_MAX_BYTES).decode(errors="replace").strip()
+    except (OSError, InputError):
+        return ""
+
+
+class FileLock:
+    """An exclusive flock. `path` is the lock file, holding the holder's pid. By default the flock is on
+    that file; with `on` it is on `on` (the session folder), which nobody can delete while the
+    session exists, so the lock survives the deletion of `path`. Locks belong to the open file, so
+    two opens in one process exclude each other just as two processes do."""
+
+    def __init__(self, path: Path, on: Path | None = None) -> None:
         self.path = path
-        self._fd: int | None = None
+        self.on = on
+        self._fd: int | None = None  # what the flock is on
+        self._file_fd: int | None = None  # the pid file, when the flock is elsewhere
+        self._file_id: tuple[int, int] | None = None
 
     def acquire(self, timeout: float | None, what: str, hint: str) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        if self.on is None:
+            fd = open_lock_file(self.path)
+        else:
+            fd = os.open(self.on, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = LOCK_POLL_S
         while True:
@@ -119,21 +174,58 @@ class FileLock:
                 break
             except BlockingIOError:
                 if deadline is not None and time.monotonic() >= deadline:
-                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                    holder = holder_of(self.path)
                     os.close(fd)
                     waited = f" after waiting {timeout:g} s" if timeout else ""
                     by = f" (by process {holder})" if holder else ""
                     raise SessionLockedError(f"{what}{by}{waited}", hint) from None
                 time.sleep(pause)
                 pause = min(pause * 2, LOCK_POLL_MAX_S)
+        self._fd = fd
+        try:
+            self._write_holder()
+        except BaseException:
+            self.release()
+            raise
+
+    def _write_holder(self) -> None:
+        if self.on is None:
+            fd = self._fd
+        else:
+            fd = self._file_fd = open_lock_file(self.path)
+            info = os.fstat(fd)
+            self._file_id = (info.st_dev, info.st_ino)
+        assert fd is not None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
+
+    def file_lost(self) -> bool:
+        """Whether the pid file was deleted or replaced since it was written; if so it is written
+        again (the lock itself, on the folder, was never lost). Only for locks with `on`."""
+        if self._file_id is None:
+            return False
+        try:
+            named = os.lstat(self.path)
+            if (named.st_dev, named.st_ino) == self._file_id:
+                return False
+        except FileNotFoundError:
+            pass
+        if self._file_fd is not None:
+            os.close(self._file_fd)
+            self._file_fd = None
+        self._write_holder()
+        return True
 
     def release(self) -> None:
-        if self._fd is not None:
+        if self._file_fd is not None:
             with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, 0)
+                os.ftruncate(self._file_fd, 0)
+            os.close(self._file_fd)
+            self._file_fd = self._file_id = None
+        if self._fd is not None:
+            if self.on is None:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, 0)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
@@ -141,6 +233,11 @@ class FileLock:
     @property
     def held(self) -> bool:
         return self._fd is not None
+
+
+def writer_lock(directory: Path) -> FileLock:
+    """The lock every writer of the session in `directory` takes (and `delete_session`)."""
+    return FileLock(directory / WRITER_LOCK, on=directory)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -195,13 +292,17 @@ class JsonlSessionLog(TreeReads):
         started = time.perf_counter()
         if durability not in DURABILITIES:
             raise InputError(f"unknown durability {durability!r}", f"use one of: {', '.join(DURABILITIES)}")
+        if meta:
+            dumps(meta, "meta")  # refused before anything is created (NaN, objects JSON cannot hold)
         self.directory = Path(directory)
         self.durability = durability
         self.readonly = readonly
         self.report = OpenReport()
         self._file = self.directory / SESSION_FILE
-        self._writer_lock = FileLock(self.directory / WRITER_LOCK)
+        self._writer_lock = writer_lock(self.directory)
         self._mutex = threading.RLock()  # appends vs. the group-commit thread
+        self._runtime_problems: list[StoreProblem] = []  # found while open (the lock file deleted)
+        self._read_handle: Any = None
         self._read_fd = -1
         self._write_fd = -1
         self._closed = False
@@ -229,7 +330,7 @@ class JsonlSessionLog(TreeReads):
             raise InputError(f"{self.directory} is a file; a session is a folder holding {SESSION_FILE}",
                              "give the session's folder (to import a transcript file, use `ctxwin import`)")
         if self.readonly:
-            if not self._file.exists():
+            if not os.path.lexists(self._file):
                 raise InputError(f"no session at {self.directory} (no {SESSION_FILE})", "check the path")
         else:
             self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
@@ -238,10 +339,13 @@ class JsonlSessionLog(TreeReads):
                 f"session {self.directory} is already open for writing",
                 "close the other writer first, wait for it (lock_timeout=SECONDS), or open the session read-only",
             )
-            if not self._file.exists():
+            if not os.path.lexists(self._file):
                 write_atomic(self._file, make_header(session_id or self.directory.name, meta))
                 self.report.index = "created"
-        self._read_fd = os.open(self._file, os.O_RDONLY)
+        self._read_handle = open_store_file(self._file, LOG_MAX_BYTES)
+        self._read_fd = self._read_handle.fileno()
+        if not self.readonly:
+            self._write_fd = self._open_for_append()
         header_end = ix.first_line_end(self._read_fd)
         if header_end < 0:
             raise SessionFormatError(f"{self._file} has no complete header line", "it is not a ctxwin session")
@@ -255,11 +359,18 @@ class JsonlSessionLog(TreeReads):
             self._handle_torn_tail(end, size)
         self._size = end
         self._open_index(ix.header_sha(head), end)
-        if not self.readonly:
-            self._write_fd = os.open(self._file, os.O_WRONLY | os.O_APPEND)
-            if self.durability == "batch":
-                self._flusher = threading.Thread(target=self._flush_loop, name="ctxwin-group-commit", daemon=True)
-                self._flusher.start()
+        if not self.readonly and self.durability == "batch":
+            self._flusher = threading.Thread(target=self._flush_loop, name="ctxwin-group-commit", daemon=True)
+            self._flusher.start()
+
+    def _open_for_append(self) -> int:
+        """The writer's fd, on the very file the read fd checked (no link followed, no swap between)."""
+        fd = os.open(self._file, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        opened, checked = os.fstat(fd), os.fstat(self._read_fd)
+        if (opened.st_dev, opened.st_ino) != (checked.st_dev, checked.st_ino):
+            os.close(fd)
+            raise SessionFormatError(f"{self._file} was replaced while it was being opened", "open it again")
+        return fd
 
     def _handle_torn_tail(self, end: int, size: int) -> None:
         self.report.torn_tail_bytes = size - end
@@ -268,12 +379,8 @@ class JsonlSessionLog(TreeReads):
         tail = os.pread(self._read_fd, size - end, end)
         side = self._file.with_name(f"{SESSION_FILE}{TORN_SUFFIX}{end}-{time.strftime('%Y%m%dT%H%M%S')}")
         write_atomic(side, tail)
-        fd = os.open(self._file, os.O_WRONLY)
-        try:
-            os.ftruncate(fd, end)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        os.ftruncate(self._write_fd, end)
+        os.fsync(self._write_fd)
         self.report.torn_tail_file = str(side)
 
     def _open_index(self, head_sha: str, end: int) -> None:
@@ -282,10 +389,13 @@ class JsonlSessionLog(TreeReads):
         reason = None
         conn: sqlite3.Connection | None = None
         cov = None
+        before: ix.Coverage | None = None
         try:
-            image: bytes | None = path.read_bytes()
+            image: bytes | None = read_store_file(path, ix.INDEX_MAX_BYTES)
         except FileNotFoundError:
             image, reason = None, "missing"
+        except InputError as error:  # a FIFO, a link, a giant: not an index ctxwin wrote
+            image, reason = None, f"unusable ({error.message})"
         if image is not None:
             if ix.read_sum(path) != ix.digest(image):
                 reason = "corrupt (its checksum does not match: changed outside ctxwin, or a crash cut an index write)"
@@ -295,6 +405,8 @@ class JsonlSessionLog(TreeReads):
                     cov = ix.read_coverage(conn)
                     line = self._line_at(cov.last_offset, end) if cov.last_offset >= 0 else None
                     reason = ix.check(cov, end, mtime, head_sha, line)
+                    if cov.size > end and cov.header_sha == head_sha:
+                        before = cov  # the file shrank: if it lost lines too, they were removed
                 except (sqlite3.DatabaseError, ValueError, TypeError) as error:
                     reason = f"corrupt ({error})"
         if reason is not None:
@@ -319,10 +431,18 @@ class JsonlSessionLog(TreeReads):
                 self.report.index = "caught_up"
                 if not self.readonly:
                     ix.write_sum(path)
+        if before is not None and cov.lines < before.lines:
+            fewer = before.lines - cov.lines
+            self.report.shrunk = StoreProblem(
+                "truncated", f"{SESSION_FILE} has {fewer:,} line{'s' if fewer > 1 else ''} fewer than ctxwin had "
+                f"indexed ({cov.lines:,}, not {before.lines:,}): lines were removed outside ctxwin",
+                "index rebuilt from the file as it is; the removed lines are not in it")
         self._index = conn
         self._coverage = cov
         self._jumps = ix.load_jumps(conn)
         self.report.problems = ix.load_problems(conn)
+        if self.report.torn_tail_line == 0 and self.report.torn_tail_bytes:
+            self.report.torn_tail_line = cov.lines + 1
         self._count = cov.count
         self._lines = cov.lines
         self._leaf: tuple[int, str] | None = (cov.count - 1, cov.last_id) if cov.count else None
@@ -332,7 +452,7 @@ class JsonlSessionLog(TreeReads):
         image they checked, so they never write to a file the writer owns."""
         if self.readonly:
             conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-            conn.deserialize(image if image is not None else path.read_bytes())
+            conn.deserialize(image if image is not None else read_store_file(path, ix.INDEX_MAX_BYTES))
             return conn
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         ix.configure(conn)
@@ -352,8 +472,13 @@ class JsonlSessionLog(TreeReads):
         return None if self._leaf is None else self._leaf[1]
 
     @property
-    def problems(self) -> list[ix.Problem]:
-        return list(self.report.problems)
+    def problems(self) -> list[StoreProblem]:
+        """Everything wrong found in this session (`StoreProblem`, typed): the lines that are not
+        entries and the orphans re-attached (`report.problems`), a torn last line, and what happened
+        while open (writer.lock deleted). Empty when all is well."""
+        found = [self.report.shrunk, self.report.torn_tail]
+        with self._mutex:
+            return [*self.report.problems, *(p for p in found if p is not None), *self._runtime_problems]
 
     def __len__(self) -> int:
         return self._count
@@ -387,6 +512,7 @@ class JsonlSessionLog(TreeReads):
                     # Not known to be on disk, so not appended: an append that raises leaves no entry.
                     os.ftruncate(self._write_fd, offset)
                     raise
+                self._check_lock_file()
             else:
                 self._unsynced += 1
                 if self._unsynced == BATCH_MAX_ENTRIES:
@@ -424,12 +550,27 @@ class JsonlSessionLog(TreeReads):
             os.fdatasync(self._write_fd)
             self._unsynced = 0
 
+    def _check_lock_file(self) -> None:
+        """Notices writer.lock deleted (or replaced) behind the writer's back: the folder lock still
+        excludes other writers, but the file naming this writer is written again, and it is reported."""
+        try:
+            lost = self._writer_lock.file_lost()
+            action = "written again; the lock itself is on the folder and was never lost, so no other writer got in"
+        except OSError as error:  # the folder itself is going away: the append stands, the file cannot
+            lost, action = True, f"could not be written again ({error.strerror}); no other writer can get in"
+        if lost and not any(p.kind == "lock_file_removed" for p in self._runtime_problems):
+            self._runtime_problems.append(StoreProblem(
+                "lock_file_removed", f"{WRITER_LOCK} was deleted or replaced while this writer held the session",
+                action))
+
     def _flush_loop(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(BATCH_MAX_DELAY_S)
             self._wake.clear()
             with self._mutex:
                 pending, self._unsynced = self._unsynced, 0
+                if pending:
+                    self._check_lock_file()
             if pending:
                 # Outside the mutex, so appends go on meanwhile: fdatasync covers every write that
                 # returned before it was called, and later writes count towards the next sync.
@@ -485,6 +626,7 @@ class JsonlSessionLog(TreeReads):
         if self._ids is None:
             self._ids = {row[0] for row in self._index.execute("SELECT id FROM entries")}
             self._ids.update(self._pending_ids)
+            self._ids.update(ix.damaged_ids(self._index))
         entry_id = new_id(self._ids.__contains__)
         self._ids.add(entry_id)
         return entry_id
@@ -494,8 +636,8 @@ class JsonlSessionLog(TreeReads):
         with self._mutex:
             self._flush_index()
             rows = self._index.execute(
-                "SELECT seq, id, offset, length FROM entries WHERE seq BETWEEN ? AND ? ORDER BY seq", (first, last)
-            ).fetchall()
+                "SELECT seq, id, offset, length, parent_id FROM entries WHERE seq BETWEEN ? AND ? ORDER BY seq",
+                (first, last)).fetchall()
         if len(rows) != last - first + 1:
             self._distrust_index(f"seqs {first}..{last} are not all in the index")
         if not rows:
@@ -503,13 +645,15 @@ class JsonlSessionLog(TreeReads):
         start = rows[0][2]
         data = os.pread(self._read_fd, rows[-1][2] + rows[-1][3] - start, start)
         out = []
-        for seq, entry_id, offset, length in rows:
+        for seq, entry_id, offset, length, parent_id in rows:
             try:
                 entry = decode_entry(data[offset - start : offset - start + length])
             except EntryFormatError:
                 entry = None
             if entry is None or entry.id != entry_id:
                 self._distrust_index(f"entry {seq} ({entry_id}) is not at byte {offset}")
+            if entry.parent_id != parent_id:  # an orphan, re-attached on indexing (see `problems`)
+                entry = dataclasses.replace(entry, parent_id=parent_id)
             out.append(entry)
         return out  # type: ignore[return-value]
 
@@ -578,6 +722,7 @@ class JsonlSessionLog(TreeReads):
         with self._mutex:
             if self._write_fd >= 0:
                 self._sync()
+                self._check_lock_file()
             if not self.readonly:
                 self._flush_index()
 
@@ -598,9 +743,11 @@ class JsonlSessionLog(TreeReads):
             self._flusher.join()
             self._flusher = None
         with self._mutex:
-            for fd in (self._write_fd, self._read_fd):
-                if fd >= 0:
-                    os.close(fd)
+            if self._write_fd >= 0:
+                os.close(self._write_fd)
+            if self._read_handle is not None:
+                self._read_handle.close()
+            self._read_handle = None
             self._write_fd = self._read_fd = -1
         if self._index is not None:
             self._index.close()

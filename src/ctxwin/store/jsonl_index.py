@@ -5,6 +5,12 @@ The index is a cache. The JSONL file is the truth, and the index records how muc
 (size, mtime, line count, the last entry's offset and id). `check` compares that with the file and
 says whether the index is fresh, can be caught up by reading only the bytes appended since, or must
 be rebuilt; `index_lines` reads lines of the JSONL into it.
+
+Damage is reported, never silently dropped or followed: a line that is not a usable entry is skipped
+(its bytes stay in the file) and recorded as a problem, with the id and parent it still shows; an
+entry whose parent is lost is re-attached to its nearest intact ancestor (the lost entry's own parent
+when its line still shows it, else the intact entry just before it in the file), so a damaged line
+costs the path that one entry, never everything before it.
 """
 
 from __future__ import annotations
@@ -17,12 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxwin.store.tree import MISSING, ROOT, EntryFormatError, Jumps, decode_entry
+from ctxwin.errors import InputError
+from ctxwin.store.base import ProblemKind, StoreProblem
+from ctxwin.store.blobs import FILE_MODE, read_store_file
+from ctxwin.store.tree import ROOT, EntryFormatError, Jumps, decode_entry, payload_problem, salvage_head
 
-INDEX_VERSION = 1  # bump when the schema below changes: older indexes are then rebuilt
+INDEX_VERSION = 2  # bump when the schema below changes: older indexes are then rebuilt
 READ_CHUNK = 8 << 20  # bytes of JSONL read at once while indexing
 INSERT_BATCH = 10_000  # index rows inserted per executemany
 SUM_SUFFIX = ".sum"  # <index>.sum holds the sha256 of the index file as ctxwin last wrote it
+INDEX_MAX_BYTES = 4 << 30  # the index is read whole; one this large is not ctxwin's (rebuilt)
+SUM_MAX_BYTES = 256  # <index>.sum holds one sha256 in hex
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -38,19 +49,20 @@ CREATE TABLE entries (
     line INTEGER NOT NULL
 );
 CREATE TABLE jumps (seq INTEGER PRIMARY KEY, parent_seq INTEGER NOT NULL);
-CREATE TABLE problems (line INTEGER PRIMARY KEY, offset INTEGER NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);
+CREATE TABLE problems (
+    line INTEGER PRIMARY KEY,
+    offset INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    action TEXT NOT NULL,
+    entry_id TEXT,
+    parent_id TEXT,
+    parent_known INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX problems_entry ON problems (entry_id) WHERE entry_id IS NOT NULL;
 """
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """A line of the JSONL that is not a usable entry (`corrupt`, `duplicate_id`), or an entry whose
-    parent is not in the log (`orphan`). `line` is 1-based; the header is line 1."""
-
-    line: int
-    offset: int
-    kind: str
-    detail: str
+SKIPPED = "skipped; its bytes stay in the file"  # what is done with a line that is not a usable entry
+DAMAGED_KINDS = ("corrupt", "invalid_payload")  # skipped lines whose children may hang under them
 
 
 @dataclass
@@ -75,7 +87,7 @@ class Scan:
 
     coverage: Coverage
     added: int = 0
-    problems: list[Problem] = field(default_factory=list)
+    problems: list[StoreProblem] = field(default_factory=list)
 
 
 def digest(image: bytes) -> str:
@@ -87,8 +99,8 @@ def read_sum(path: Path) -> str | None:
     the values in it: a flipped byte in an offset would go unnoticed. The checksum notices any change
     not made by ctxwin, and any index write a crash cut short."""
     try:
-        return path.with_name(path.name + SUM_SUFFIX).read_text().strip()
-    except (FileNotFoundError, UnicodeDecodeError):
+        return read_store_file(path.with_name(path.name + SUM_SUFFIX), SUM_MAX_BYTES).decode().strip()
+    except (FileNotFoundError, InputError, UnicodeDecodeError):
         return None
 
 
@@ -96,7 +108,13 @@ def write_sum(path: Path) -> None:
     # Not fsync'ed: after a power loss a stale checksum only costs a rebuild.
     side = path.with_name(path.name + SUM_SUFFIX)
     tmp = side.with_name(side.name + ".tmp")
-    tmp.write_text(digest(path.read_bytes()) + "\n")
+    text = (digest(read_store_file(path, INDEX_MAX_BYTES)) + "\n").encode()
+    tmp.unlink(missing_ok=True)  # whatever is there (a FIFO would block an open for writing)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+    try:
+        os.write(fd, text)
+    finally:
+        os.close(fd)
     os.replace(tmp, side)
 
 
@@ -180,9 +198,10 @@ def index_lines(conn: sqlite3.Connection, fd: int, end: int, cov: Coverage, mtim
     scan = Scan(coverage=Coverage(**cov.__dict__))
     new = scan.coverage
     fresh_ids: dict[str, int] = {}
+    damaged: dict[str, tuple[str | None, bool]] = {}  # id read from a skipped line -> (its parent, known)
     rows: list[tuple[Any, ...]] = []
     jumps: list[tuple[int, int]] = []
-    problems: list[tuple[int, int, str, str]] = []
+    problems: list[tuple[Any, ...]] = []
 
     def seq_of(entry_id: str) -> int | None:
         if entry_id in fresh_ids:
@@ -190,9 +209,39 @@ def index_lines(conn: sqlite3.Connection, fd: int, end: int, cov: Coverage, mtim
         row = conn.execute("SELECT seq FROM entries WHERE id = ?", (entry_id,)).fetchone()
         return None if row is None else int(row[0])
 
-    def problem(line: int, offset: int, kind: str, detail: str) -> None:
-        scan.problems.append(Problem(line, offset, kind, detail))
-        problems.append((line, offset, kind, detail))
+    def damaged_parent(entry_id: str) -> tuple[str | None, bool] | None:
+        if entry_id in damaged:
+            return damaged[entry_id]
+        row = conn.execute(f"SELECT parent_id, parent_known FROM problems WHERE entry_id = ? AND kind IN "
+                           f"{DAMAGED_KINDS} ORDER BY line LIMIT 1", (entry_id,)).fetchone()
+        return None if row is None else (row[0], bool(row[1]))
+
+    def reattach(lost: str, seq: int) -> tuple[int, str | None, str]:
+        """The nearest intact ancestor of an entry whose parent `lost` is not in the log: (its seq,
+        its id, what was done)."""
+        current, seen = lost, set()
+        while current not in seen:
+            seen.add(current)
+            known = damaged_parent(current)
+            if known is None or not known[1]:
+                break
+            parent = known[0]
+            if parent is None:
+                return ROOT, None, f"made a root: the lost parent {lost} was a root"
+            found = seq_of(parent)
+            if found is not None:
+                return found, parent, f"re-attached to {parent}, the parent of the lost entry {current}"
+            current = parent
+        if seq == 0:
+            return ROOT, None, "made a root: no intact entry comes before it"
+        return seq - 1, new.last_id, f"re-attached to {new.last_id}, the intact entry before it in the file"
+
+    def problem(line: int, offset: int, kind: ProblemKind, detail: str, action: str, entry_id: str | None = None,
+                parent_id: str | None = None, parent_known: bool = False) -> None:
+        scan.problems.append(StoreProblem(kind, detail, action, line, offset, entry_id, parent_id))
+        problems.append((line, offset, kind, detail, action, entry_id, parent_id, int(parent_known)))
+        if kind in DAMAGED_KINDS and entry_id is not None and seq_of(entry_id) is None:
+            damaged.setdefault(entry_id, (parent_id, parent_known))
 
     conn.execute("BEGIN")
     try:
@@ -200,26 +249,38 @@ def index_lines(conn: sqlite3.Connection, fd: int, end: int, cov: Coverage, mtim
             new.lines += 1
             line_no = new.lines
             if not raw.strip():
-                problem(line_no, offset, "corrupt", "blank line")
+                problem(line_no, offset, "corrupt", "blank line", SKIPPED)
                 continue
             try:
                 entry = decode_entry(raw)
             except EntryFormatError as error:
-                problem(line_no, offset, "corrupt", str(error))
+                salvaged, parent, known = salvage_head(raw)
+                what = f"entry {salvaged}: " if salvaged else ""
+                problem(line_no, offset, "corrupt", f"{what}{error}", SKIPPED, salvaged, parent, known)
                 continue
             if seq_of(entry.id) is not None:
-                problem(line_no, offset, "duplicate_id", f"id {entry.id} appeared earlier; this line is ignored")
+                problem(line_no, offset, "duplicate_id", f"id {entry.id} appeared earlier; this line is ignored",
+                        "skipped; the first line with this id is the entry", entry.id)
+                continue
+            invalid = payload_problem(entry.kind, entry.payload)
+            if invalid is not None:
+                problem(line_no, offset, "invalid_payload", f"entry {entry.id}: {invalid}", SKIPPED, entry.id,
+                        entry.parent_id, True)
                 continue
             seq = new.count
-            if entry.parent_id is None:
+            parent_id = entry.parent_id
+            if parent_id is None:
                 parent_seq = ROOT
             else:
-                found = seq_of(entry.parent_id)
-                parent_seq = MISSING if found is None else found
+                found = seq_of(parent_id)
                 if found is None:
-                    problem(line_no, offset, "orphan", f"entry {entry.id}: parent {entry.parent_id} is not in the log")
+                    parent_seq, parent_id, action = reattach(parent_id, seq)
+                    problem(line_no, offset, "orphan", f"entry {entry.id}: parent {entry.parent_id} is not in the log",
+                            action, entry.id, parent_id)
+                else:
+                    parent_seq = found
             fresh_ids[entry.id] = seq
-            rows.append((seq, entry.id, entry.parent_id, parent_seq, entry.kind, entry.timestamp, offset,
+            rows.append((seq, entry.id, parent_id, parent_seq, entry.kind, entry.timestamp, offset,
                          len(raw) + 1, line_no))
             if parent_seq != seq - 1:
                 jumps.append((seq, parent_seq))
@@ -230,7 +291,7 @@ def index_lines(conn: sqlite3.Connection, fd: int, end: int, cov: Coverage, mtim
                 insert_rows(conn, rows, jumps)
                 rows, jumps = [], []
         insert_rows(conn, rows, jumps)
-        conn.executemany("INSERT OR REPLACE INTO problems VALUES (?, ?, ?, ?)", problems)
+        conn.executemany("INSERT OR REPLACE INTO problems VALUES (?, ?, ?, ?, ?, ?, ?, ?)", problems)
         new.size, new.mtime_ns = end, mtime_ns
         write_coverage(conn, new)
         conn.execute("COMMIT")
@@ -250,8 +311,15 @@ def load_jumps(conn: sqlite3.Connection) -> Jumps:
     return Jumps(seqs=[r[0] for r in rows], parents=[r[1] for r in rows])
 
 
-def load_problems(conn: sqlite3.Connection) -> list[Problem]:
-    return [Problem(*row) for row in conn.execute("SELECT line, offset, kind, detail FROM problems ORDER BY line")]
+def load_problems(conn: sqlite3.Connection) -> list[StoreProblem]:
+    rows = conn.execute("SELECT kind, detail, action, line, offset, entry_id, parent_id FROM problems ORDER BY line")
+    return [StoreProblem(*row) for row in rows]
+
+
+def damaged_ids(conn: sqlite3.Connection) -> set[str]:
+    """Ids still readable on skipped lines: never given to a new entry, so a repaired line cannot
+    collide with one appended since."""
+    return {row[0] for row in conn.execute("SELECT entry_id FROM problems WHERE entry_id IS NOT NULL")}
 
 
 def build(path: Path, fd: int, end: int, head_sha: str, mtime_ns: int) -> Scan:

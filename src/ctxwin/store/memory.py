@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from ctxwin.store.base import BlobStore, Entry, EntryKind
+from ctxwin.store.base import BlobStore, Entry, EntryKind, StoreProblem
 
 
 class MemorySessionLog:
@@ -27,6 +27,10 @@ class MemorySessionLog:
     def leaf_id(self) -> str | None:
         return self._leaf
 
+    @property
+    def problems(self) -> list[StoreProblem]:
+        return []  # built in this process from valid appends: nothing can be damaged
+
     def _now(self) -> str:
         if self._clock is not None:
             return datetime.fromtimestamp(self._clock(), UTC).isoformat()
@@ -42,8 +46,9 @@ class MemorySessionLog:
         self._leaf = entry.id
         return entry
 
-    def branch(self, entry_id: str) -> None:
-        if entry_id not in self._by_id:
+    def branch(self, entry_id: str | None) -> None:
+        """Moves the leaf to `entry_id`, so the next append forks there; `None`: a new root."""
+        if entry_id is not None and entry_id not in self._by_id:
             raise KeyError(f"no entry {entry_id!r} in session {self.session_id}")
         self._leaf = entry_id
 

@@ -3,7 +3,8 @@
 It uses the server binaries installed on the machine (Debian's `/usr/lib/postgresql/<v>/bin`, or
 `initdb` on PATH). PostgreSQL refuses to run as root, so under root the data folder is given to the
 `postgres` user and the binaries run as that user (`runuser`). The server listens on 127.0.0.1 on a
-free port with `fsync=off` (it is thrown away), and `stop()` removes everything it created.
+free port with `fsync=off` (it is thrown away; `start(fsync=True)` for measuring what a commit that
+waits for the disk costs), and `stop()` removes everything it created.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def start(bindir: Path | None = None) -> TempPostgres:
+def start(bindir: Path | None = None, *, fsync: bool = False) -> TempPostgres:
     """Initializes and starts a fresh server (from `bindir`, default the newest installed one); raises
     RuntimeError with the server's log on failure."""
     bindir = bindir or find_bindir()
@@ -85,7 +86,8 @@ def start(bindir: Path | None = None) -> TempPostgres:
         _run(run_as, [str(bindir / "initdb"), "--no-sync", "-D", str(datadir), "-A", "trust", "-U", "postgres",
                       "-E", "UTF8"])
         port = _free_port()
-        options = f"-c listen_addresses=127.0.0.1 -p {port} -k {sockdir} -c fsync=off -c full_page_writes=off"
+        durable = "-c fsync=on" if fsync else "-c fsync=off -c full_page_writes=off"
+        options = f"-c listen_addresses=127.0.0.1 -p {port} -k {sockdir} {durable}"
         _run(run_as, [str(bindir / "pg_ctl"), "-D", str(datadir), "-l", str(log), "-w", "-t", str(START_TIMEOUT_S),
                       "-o", options, "start"])
     except (subprocess.CalledProcessError, OSError) as error:

@@ -6,12 +6,14 @@ sessions. Same API and semantics as the JSONL backend (`jsonl.py`), with these e
 - One writer per session: a session-level advisory lock (`pg_try_advisory_lock`) held by the writer's
   connection from open to close; it is released by the server if the process dies.
 - `compaction_lock()`: a second advisory lock per session, so two workers never compact at once.
-- Durability `fsync`: every append is its own committed transaction (durable when append returns).
-  `batch` (group commit): appends are buffered in the client and sent together, in one transaction
-  by COPY, every BATCH_MAX_ENTRIES appends, every BATCH_MAX_DELAY_S (background thread), before any
-  read, and on flush/close. A crash of the *client process* in batch mode loses the entries appended
-  since the last send (at most BATCH_MAX_ENTRIES, or about BATCH_MAX_DELAY_S of appends); a group
-  is committed whole or not at all, so nothing half-written is ever visible.
+- Durability ("acknowledged" is defined once, in `base.py`, for every backend): in both modes every
+  append is its own committed transaction before `append` returns, so the client process dying
+  (SIGKILL included) never loses an acknowledged entry. `fsync` commits with `synchronous_commit =
+  on` (the commit waits for the server's WAL flush). `batch` commits with `synchronous_commit = off`
+  (PostgreSQL's asynchronous commit: the server acknowledges before its WAL flush), which saves the
+  disk wait, not the round trip; the bound on a crash of the machine or of the server is the entries
+  committed in the last 3 × `wal_writer_delay` (600 ms by default). `flush()` and `close()` wait for
+  the WAL flush. Blob writes on the log's connection follow the same mode.
 - Readers (`readonly=True`) take no lock and see the log as it was when they opened it.
 
 Needs the `postgres` extra (psycopg 3).
@@ -30,12 +32,14 @@ from typing import Any
 
 from ctxwin.errors import InputError
 from ctxwin.store.base import (
+    BlobCorruptedError,
     BlobInfo,
     BlobNotFoundError,
     Entry,
     EntryKind,
     SessionFormatError,
     SessionLockedError,
+    StoreProblem,
 )
 from ctxwin.store.blobs import (
     HANDLE_MIN_HEX,
@@ -50,6 +54,7 @@ from ctxwin.store.blobs import (
 )
 from ctxwin.store.tree import (
     ROOT,
+    EntryFormatError,
     Jumps,
     TreeReads,
     check_append,
@@ -57,13 +62,13 @@ from ctxwin.store.tree import (
     entry_from_dict,
     new_id,
     now_timestamp,
+    payload_problem,
 )
 
 LOCK_POLL_S = 0.01  # how often a waiting writer retries the advisory lock (doubling up to LOCK_POLL_MAX_S)
 LOCK_POLL_MAX_S = 0.1
 LOAD_CHUNK = 2048  # entries fetched per query when iterating
-BATCH_MAX_ENTRIES = 256  # batch mode: buffered appends are sent at the latest after this many
-BATCH_MAX_DELAY_S = 0.05  # batch mode: ... or this long after an append (background thread)
+SYNCHRONOUS_COMMIT = {"fsync": "on", "batch": "off"}  # the server setting each durability commits with
 MIGRATION_LOCK = 0x637478_77696E  # pg_advisory_xact_lock key serializing migrations ("ctxwin")
 DURABILITIES: tuple[str, ...] = ("fsync", "batch")
 
@@ -234,11 +239,18 @@ class PostgresBlobStore(BlobReads):
 
     def _get(self, handle: str) -> bytes:
         digest = self._resolve(handle)
-        row = self.conn.execute("SELECT data FROM ctxwin_blobs WHERE session_id = %s AND sha256 = %s",
+        # bytes past the recorded size are never shipped: a row larger than its size is corrupt
+        row = self.conn.execute("SELECT CASE WHEN octet_length(data) = size THEN data END, octet_length(data), size "
+                                "FROM ctxwin_blobs WHERE session_id = %s AND sha256 = %s",
                                 (self.session_id, digest)).fetchone()
         if row is None:
             raise BlobNotFoundError(f"no blob {handle} in this store", "check the handle")
-        return verify(handle, digest, bytes(row[0]), f"table ctxwin_blobs, session {self.session_id}")
+        where = f"table ctxwin_blobs, session {self.session_id}"
+        if row[0] is None:
+            raise BlobCorruptedError(f"blob {handle} is corrupted: its stored bytes ({where}) are {int(row[1]):,} "
+                                     f"bytes, not its recorded size of {int(row[2]):,}",
+                                     "put the original bytes again to repair it")
+        return verify(handle, digest, bytes(row[0]), where)
 
     def infos(self) -> list[BlobInfo]:
         with self._lock:
@@ -271,21 +283,15 @@ class PostgresSessionLog(TreeReads):
         self.readonly = readonly
         self._closed = False
         self._compacting = False
-        self._mutex = threading.RLock()  # one connection, shared with the group-commit thread
-        self._pending: list[tuple[Any, ...]] = []  # batch mode: rows appended but not yet sent
-        self._ids: set[str] | None = None  # batch mode: every id, so a buffered id is known unique
-        self._stop = threading.Event()
-        self._flusher: threading.Thread | None = None
+        self._mutex = threading.RLock()  # the connection may be shared between threads
         self.conn = connect(dsn)
         try:
+            self.conn.execute("SELECT set_config('synchronous_commit', %s, false)", (SYNCHRONOUS_COMMIT[durability],))
             self._open(lock_timeout, meta)
         except BaseException:
             self.conn.close()
             raise
         self.blobs = PostgresBlobStore(self.conn, session_id, self._mutex)
-        if durability == "batch" and not readonly:
-            self._flusher = threading.Thread(target=self._flush_loop, name="ctxwin-pg-group-commit", daemon=True)
-            self._flusher.start()
 
     def _open(self, lock_timeout: float | None, meta: dict[str, Any] | None) -> None:
         conn = self.conn
@@ -300,7 +306,7 @@ class PostgresSessionLog(TreeReads):
             if self.readonly:
                 raise InputError(f"no session {self.session_id!r} in the database", "check the session id")
             conn.execute("INSERT INTO ctxwin_sessions VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                         (self.session_id, now_timestamp(), dumps(meta or {})))
+                         (self.session_id, now_timestamp(), dumps(meta or {}, "meta")))
             row = conn.execute("SELECT created, meta FROM ctxwin_sessions WHERE session_id = %s",
                                (self.session_id,)).fetchone()
         self.header = {"session_id": self.session_id, "created": row[0], "meta": json.loads(row[1])}
@@ -323,78 +329,50 @@ class PostgresSessionLog(TreeReads):
         return self._count
 
     @property
-    def problems(self) -> list[Any]:
-        return []  # rows are typed and constrained: nothing to report
+    def problems(self) -> list[StoreProblem]:
+        """Rows are typed and constrained, and payloads are checked on append: nothing is found on
+        open. (A payload edited in the database behind ctxwin's back is refused when read, with a
+        SessionFormatError naming the entry.)"""
+        return []
 
     # ---- writing
 
     def append(self, kind: EntryKind, payload: dict[str, Any], *, parent_id: str | None = None,
                timestamp: str | None = None) -> Entry:
-        """Appends under `parent_id` (default: the current leaf). `fsync`: returns once committed.
-        `batch`: returns at once; the entry is sent with its group (see the module docstring)."""
+        """Appends under `parent_id` (default: the current leaf) and returns once the entry is committed
+        (see the module docstring for what each durability waits for)."""
         self._check_writable()
         check_append(kind, payload)
-        try:
-            text = dumps(payload)
-        except (TypeError, ValueError) as error:
-            raise InputError(f"entry payload is not JSON: {error}", "payloads hold plain JSON data only") from None
+        text = dumps(payload, "payload")
         with self._mutex:
             parent = self._leaf if parent_id is None else (self._seq_of(parent_id), parent_id)
             parent_seq = ROOT if parent is None else parent[0]
             parent_ref = None if parent is None else parent[1]
             ts = timestamp or now_timestamp()
             seq = self._count
-            if self.durability == "batch":
-                if self._ids is None:
-                    self._ids = {r[0] for r in self.conn.execute(
-                        "SELECT id FROM ctxwin_entries WHERE session_id = %s", (self.session_id,))}
-                entry_id = new_id(self._ids.__contains__)
-                self._ids.add(entry_id)
-                self._pending.append((self.session_id, seq, entry_id, parent_ref, parent_seq, kind, ts, text))
-                if len(self._pending) >= BATCH_MAX_ENTRIES:
-                    self._send_pending()
-            else:
-                while True:
-                    entry_id = new_id(lambda _candidate: False)  # the unique constraint catches a collision
-                    inserted = self.conn.execute(
-                        "INSERT INTO ctxwin_entries VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
-                        "ON CONFLICT (session_id, id) DO NOTHING RETURNING seq",
-                        (self.session_id, seq, entry_id, parent_ref, parent_seq, kind, ts, text),
-                    ).fetchone()
-                    if inserted is not None:
-                        break
+            while True:
+                entry_id = new_id(lambda _candidate: False)  # the unique constraint catches a collision
+                inserted = self.conn.execute(
+                    "INSERT INTO ctxwin_entries VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                    "ON CONFLICT (session_id, id) DO NOTHING RETURNING seq",
+                    (self.session_id, seq, entry_id, parent_ref, parent_seq, kind, ts, text),
+                ).fetchone()
+                if inserted is not None:
+                    break
             self._count += 1
             self._jumps.add(seq, parent_seq)
             self._leaf = (seq, entry_id)
         return Entry(id=entry_id, parent_id=parent_ref, kind=kind, timestamp=ts, payload=json.loads(text))
-
-    def _send_pending(self) -> None:
-        """One transaction with every buffered row (COPY: the fastest way in)."""
-        if not self._pending:
-            return
-        columns = "session_id, seq, id, parent_id, parent_seq, kind, ts, payload"
-        with (self.conn.transaction(), self.conn.cursor() as cursor,
-              cursor.copy(f"COPY ctxwin_entries ({columns}) FROM STDIN") as copy):
-            for row in self._pending:
-                copy.write_row(row)
-        self._pending = []
-
-    def _flush_loop(self) -> None:
-        while not self._stop.wait(BATCH_MAX_DELAY_S):
-            with self._mutex:
-                if not self.conn.closed:
-                    self._send_pending()
 
     def branch(self, entry_id: str | None) -> None:
         self._check_open()
         with self._mutex:
             self._leaf = None if entry_id is None else (self._seq_of(entry_id), entry_id)
 
-    # ---- reading (each read first sends what is buffered, so it sees every append)
+    # ---- reading
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._mutex:
-            self._send_pending()
             return list(self.conn.execute(sql, params).fetchall())
 
     def _seq_of(self, entry_id: str) -> int:
@@ -405,11 +383,25 @@ class PostgresSessionLog(TreeReads):
         return int(rows[0][0])
 
     def _load(self, first: int, last: int) -> list[Entry]:
-        rows = self._query("SELECT id, parent_id, kind, ts, payload FROM ctxwin_entries "
+        rows = self._query("SELECT seq, id, parent_id, kind, ts, payload FROM ctxwin_entries "
                            "WHERE session_id = %s AND seq BETWEEN %s AND %s ORDER BY seq",
                            (self.session_id, first, last))
-        return [entry_from_dict({"id": r[0], "parent_id": r[1], "kind": r[2], "timestamp": r[3],
-                                 "payload": json.loads(r[4])}) for r in rows]
+        return [self._entry(r) for r in rows]
+
+    def _entry(self, row: tuple[Any, ...]) -> Entry:
+        """A row as an entry, or a SessionFormatError naming it (a row changed behind ctxwin's back)."""
+        seq, entry_id = row[0], row[1]
+        try:
+            entry = entry_from_dict({"id": entry_id, "parent_id": row[2], "kind": row[3], "timestamp": row[4],
+                                     "payload": json.loads(row[5])})
+            problem = payload_problem(entry.kind, entry.payload)
+        except (EntryFormatError, ValueError, RecursionError) as error:
+            problem = str(error)
+        if problem is not None:
+            raise SessionFormatError(f"entry {entry_id} (seq {seq}) of session {self.session_id} is not readable: "
+                                     f"{problem}", "repair or delete that row of ctxwin_entries; ctxwin never "
+                                     "writes one like it")
+        return entry
 
     def __contains__(self, entry_id: object) -> bool:
         if not isinstance(entry_id, str):
@@ -470,18 +462,22 @@ class PostgresSessionLog(TreeReads):
             raise InputError(f"session {self.session_id} is open read-only", "open it for writing to append")
 
     def flush(self) -> None:
-        """Sends and commits everything appended so far (batch mode sends early)."""
+        """Waits until everything appended so far survives a crash of the machine too (in batch mode:
+        the server's WAL flush; in fsync mode every commit waited for it already)."""
         self._check_open()
-        with self._mutex:
-            self._send_pending()
+        if self.readonly or self.durability == "fsync":
+            return
+        with self._mutex, self.conn.transaction():
+            # A commit that wrote WAL, made with synchronous_commit on, waits for the WAL flush up to
+            # its own record, which covers every asynchronous commit before it. The no-op update is the
+            # cheapest write that makes one.
+            self.conn.execute("SET LOCAL synchronous_commit = on")
+            self.conn.execute("UPDATE ctxwin_sessions SET created = created WHERE session_id = %s",
+                              (self.session_id,))
 
     def close(self) -> None:
         if self._closed:
             return
-        self._stop.set()
-        if self._flusher is not None:
-            self._flusher.join()
-            self._flusher = None
         try:
             if not self.conn.closed:
                 self.flush()

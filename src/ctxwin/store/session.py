@@ -13,8 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxwin.errors import InputError
-from ctxwin.store.jsonl import BLOB_DIR, SESSION_FILE, WRITER_LOCK, Durability, FileLock, JsonlSessionLog
+from ctxwin.errors import CtxwinError, InputError
+from ctxwin.store.base import StoreProblem
+from ctxwin.store.jsonl import BLOB_DIR, SESSION_FILE, Durability, JsonlSessionLog, writer_lock
 
 if TYPE_CHECKING:  # psycopg is an optional extra, imported only when a PostgreSQL session is opened
     from ctxwin.store.postgres import PostgresSessionLog
@@ -57,24 +58,32 @@ class SessionInfo:
     created: str | None
     last_activity: str | None  # timestamp of the newest entry (for imports: the original time)
     modified: str  # when the log file last changed on this disk
-    problems: int  # corrupt lines, torn tail, orphans (open it to see them)
+    problems: int  # how many problems (corrupt lines, orphans re-attached, bad payloads, torn tail)
+    problem_list: tuple[StoreProblem, ...] = ()  # each of them: what is wrong and what was done
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(self) | {"problem_list": [p.to_dict() for p in self.problem_list]}
 
 
 def is_session_dir(path: Path) -> bool:
-    return (path / SESSION_FILE).is_file()
+    """A folder holding a session.jsonl (of any file type: one that is not a regular file is listed
+    as unreadable, never skipped in silence)."""
+    return os.path.lexists(path / SESSION_FILE)
 
 
 def session_info(path: str | Path) -> SessionInfo:
-    """Facts about one JSONL session, read without a lock (it may be in use)."""
+    """Facts about one JSONL session, read without a lock (it may be in use). A session that cannot
+    be opened at all is described by one `unreadable` problem rather than an error, so one broken
+    session never hides the others in a listing."""
     folder = Path(path)
-    with JsonlSessionLog(folder, readonly=True) as log:
-        entries = len(log)
-        newest = log.newest_timestamp()
-        problems = len(log.report.problems) + (1 if log.report.torn_tail_bytes else 0)
-        header = log.header
+    try:
+        with JsonlSessionLog(folder, readonly=True) as log:
+            entries = len(log)
+            newest = log.newest_timestamp()
+            problems = tuple(log.problems)
+            header = log.header
+    except CtxwinError as error:
+        return _unreadable(folder, error)
     stat = (folder / SESSION_FILE).stat()
     return SessionInfo(
         path=str(folder),
@@ -85,9 +94,22 @@ def session_info(path: str | Path) -> SessionInfo:
         blobs=_count_blobs(folder / BLOB_DIR),
         created=header.get("created"),
         last_activity=newest or header.get("created"),
-        modified=datetime.fromtimestamp(stat.st_mtime, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-        problems=problems,
+        modified=_utc(stat.st_mtime),
+        problems=len(problems),
+        problem_list=problems,
     )
+
+
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _unreadable(folder: Path, error: CtxwinError) -> SessionInfo:
+    stat = os.lstat(folder / SESSION_FILE)
+    problem = StoreProblem("unreadable", str(error), "not opened; nothing was changed")
+    return SessionInfo(path=str(folder), session_id=folder.name, entries=0, size_bytes=_tree_size(folder),
+                       log_bytes=stat.st_size, blobs=_count_blobs(folder / BLOB_DIR), created=None, last_activity=None,
+                       modified=_utc(stat.st_mtime), problems=1, problem_list=(problem,))
 
 
 def _tree_size(folder: Path) -> int:
@@ -129,7 +151,7 @@ def delete_session(path: str | Path) -> dict[str, Any]:
         raise InputError(f"{folder} is not a ctxwin session folder (no {SESSION_FILE})", "check the path")
     with JsonlSessionLog(folder, readonly=True) as log:  # refuses anything that is not a session file
         entries = len(log)
-    lock = FileLock(folder / WRITER_LOCK)
+    lock = writer_lock(folder)
     lock.acquire(0, f"session {folder} is open for writing", "close it before deleting it")
     try:
         size = _tree_size(folder)

@@ -13,21 +13,23 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
+import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, get_args, overload
 
-from ctxwin.errors import InputError
+from ctxwin.errors import CtxwinError, InputError
+from ctxwin.messages import Message
 from ctxwin.store.base import Entry, EntryKind
 
 ENTRY_KINDS: frozenset[str] = frozenset(get_args(EntryKind))
 ID_BYTES = 4  # entry ids are 8 hex digits; uniqueness within a session is checked on append
 ID_ATTEMPTS = 64  # fresh ids tried before giving up (a full 32-bit space would be needed to fail)
 CHUNK = 512  # entries an EntryPath reads at once
-ROOT = -1  # parent_seq of an entry with no parent
-MISSING = -2  # parent_seq of an entry whose parent is not in the log (its line was lost)
+ROOT = -1  # parent_seq of an entry with no parent (an orphan is re-attached, never left dangling)
 
 
 class EntryFormatError(ValueError):
@@ -52,6 +54,24 @@ def check_append(kind: str, payload: Any) -> None:
         raise InputError(f"unknown entry kind {kind!r}", f"use one of: {', '.join(sorted(ENTRY_KINDS))}")
     if not isinstance(payload, dict):
         raise InputError(f"an entry payload must be a dict, not {type(payload).__name__}")
+    problem = payload_problem(kind, payload)
+    if problem is not None:
+        raise InputError(f"a message entry's payload is not a message: {problem}",
+                         "append Message.to_dict() (or pass the Message to the engine)")
+
+
+def payload_problem(kind: str, payload: dict[str, Any]) -> str | None:
+    """Why the payload of a `kind` entry cannot be read back as what it claims to be, or None. A
+    `message` payload that carries message fields (`role`, `blocks`) must parse with
+    `Message.from_dict`; one with neither is opaque data this check leaves alone."""
+    if kind != "message" or ("role" not in payload and "blocks" not in payload):
+        return None
+    try:
+        Message.from_dict(payload)
+    except (CtxwinError, ValueError, TypeError, KeyError, AttributeError, RecursionError) as error:
+        # the message model signals a bad shape with whatever its parsing trips over
+        return str(error) or type(error).__name__
+    return None
 
 
 def entry_to_dict(entry: Entry) -> dict[str, Any]:
@@ -59,31 +79,81 @@ def entry_to_dict(entry: Entry) -> dict[str, Any]:
             "payload": entry.payload}
 
 
-# Built once: json.dumps with options builds a new encoder on every call.
-_UTF8_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-_ASCII_JSON = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+# Built once: json.dumps with options builds a new encoder on every call. NaN and infinities are
+# refused: they are not JSON, and other readers of the log (PostgreSQL's json, jq, JavaScript) reject them.
+_UTF8_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_ASCII_JSON = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
 
 
-def dumps(data: Any) -> str:
+def dumps(data: Any, what: str = "value") -> str:
     """Compact JSON, UTF-8 where possible; text holding lone surrogates (which UTF-8 cannot carry) is
-    written with \\u escapes instead, so every line stays valid UTF-8 and round-trips exactly."""
-    return encode_line(data).decode("utf-8")
+    written with \\u escapes instead, so every line stays valid UTF-8 and round-trips exactly.
+    Raises InputError for data JSON cannot hold, naming the field (`what` names the root)."""
+    return encode_line(data, what).decode("utf-8")
 
 
-def encode_line(data: Any) -> bytes:
+def encode_line(data: Any, what: str = "value") -> bytes:
     """`data` as compact JSON in UTF-8 bytes (see `dumps`)."""
     try:
-        return _UTF8_JSON.encode(data).encode("utf-8")
-    except UnicodeEncodeError:
-        return _ASCII_JSON.encode(data).encode("utf-8")
+        try:
+            return _UTF8_JSON.encode(data).encode("utf-8")
+        except UnicodeEncodeError:
+            return _ASCII_JSON.encode(data).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as error:
+        raise _not_json(data, what, error) from None
+
+
+def _not_json(data: Any, what: str, error: Exception) -> InputError:
+    field, value = _first_non_json(data, what)
+    if isinstance(value, float):
+        return InputError(f"{field} is {value!r}, not JSON (JSON has no NaN or infinity)",
+                          "replace it with null, a finite number or a string before appending")
+    if field is not None:
+        return InputError(f"{field} is not JSON (a Python {type(value).__name__})",
+                          "payloads hold plain JSON data only: dict, list, str, int, float, bool, None")
+    if isinstance(error, RecursionError):
+        return InputError(f"{what} is not JSON it can write: nested too deeply", "flatten the data")
+    return InputError(f"{what} is not JSON: {error}", "payloads hold plain JSON data only")
+
+
+def _first_non_json(data: Any, root: str) -> tuple[str | None, Any]:
+    """The path (like `payload.blocks[0].arguments.x`) and value of the first thing in `data` JSON
+    cannot hold: a NaN or infinity, a key that is not a string, or an object of another type. Walks
+    with an explicit stack, so depth is no risk; runs only after encoding has already failed."""
+    stack: list[tuple[str, Any]] = [(root, data)]
+    seen: set[int] = set()
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                return path, value
+        elif isinstance(value, dict):
+            if id(value) in seen:
+                continue  # looked at already (shared, or a cycle: the encoder's own message names those)
+            seen.add(id(value))
+            for key in reversed(list(value)):
+                if not isinstance(key, str | int | float | bool) and key is not None:
+                    return f"{path} key {key!r}", key
+                stack.append((f"{path}.{key}" if isinstance(key, str) and key.isidentifier() else f"{path}[{key!r}]",
+                              value[key]))
+        elif isinstance(value, list | tuple):
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+        elif not isinstance(value, str | int | bool) and value is not None:
+            return path, value
+    return None, None
 
 
 def encode_entry(entry: Entry) -> bytes:
-    """One JSONL line, newline included. Raises InputError for payloads JSON cannot hold."""
+    """One JSONL line, newline included. Raises InputError for payloads JSON cannot hold, naming the
+    field (`payload.…`, as the PostgreSQL backend does)."""
     try:
         return encode_line(entry_to_dict(entry)) + b"\n"
-    except (TypeError, ValueError) as error:
-        raise InputError(f"entry payload is not JSON: {error}", "payloads hold plain JSON data only") from None
+    except InputError as error:
+        # only the payload can hold what JSON cannot (id, kind and timestamp are ours): name it from there
+        raise _not_json(entry.payload, "payload", error) from None
 
 
 def entry_from_dict(data: Any) -> Entry:
@@ -94,6 +164,9 @@ def entry_from_dict(data: Any) -> Entry:
     timestamp, payload = data.get("timestamp"), data.get("payload")
     if not isinstance(entry_id, str) or not entry_id:
         raise EntryFormatError("missing or empty 'id'")
+    if "parent_id" not in data:
+        # every writer writes it (null for a root): without it, a damaged entry would pass for a root
+        raise EntryFormatError("missing 'parent_id'")
     if parent_id is not None and not isinstance(parent_id, str):
         raise EntryFormatError("'parent_id' is neither a string nor null")
     if kind not in ENTRY_KINDS:
@@ -110,7 +183,26 @@ def decode_entry(line: bytes | str) -> Entry:
         data = json.loads(line)
     except (ValueError, UnicodeDecodeError) as error:
         raise EntryFormatError(f"not JSON ({error})") from None
+    except RecursionError:
+        raise EntryFormatError("not JSON (nested too deeply)") from None
     return entry_from_dict(data)
+
+
+# Writers put "id" and "parent_id" first, so they usually survive a cut or a flipped byte further on.
+_HEAD = re.compile(rb'\A\s*\{\s*"id"\s*:\s*"([^"\\]{1,128})"\s*,\s*"parent_id"\s*:\s*(?:null|"([^"\\]{1,128})")\s*[,}]')
+_HEAD_ID = re.compile(rb'\A\s*\{\s*"id"\s*:\s*"([^"\\]{1,128})"')
+
+
+def salvage_head(raw: bytes) -> tuple[str | None, str | None, bool]:
+    """From a line that is not a valid entry: its id, its parent id, and whether the parent is known
+    (a root's parent is known to be None). Used to re-attach the damaged entry's children."""
+    head = _HEAD.match(raw)
+    if head is not None:
+        parent = head.group(2)
+        return (head.group(1).decode("utf-8", "replace"), None if parent is None else parent.decode("utf-8", "replace"),
+                True)
+    only_id = _HEAD_ID.match(raw)
+    return (None if only_id is None else only_id.group(1).decode("utf-8", "replace")), None, False
 
 
 # --------------------------------------------------------------------------------------------------
@@ -131,8 +223,7 @@ class Jumps:
 
 
 def path_ranges(jumps: Jumps, leaf_seq: int) -> list[tuple[int, int]]:
-    """The path from the root to `leaf_seq` as inclusive seq ranges, root first. Stops at a parent
-    that is missing from the log (the caller reports those)."""
+    """The path from the root to `leaf_seq` as inclusive seq ranges, root first."""
     ranges: list[tuple[int, int]] = []
     seq = leaf_seq
     while seq >= 0:

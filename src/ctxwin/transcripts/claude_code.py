@@ -106,6 +106,8 @@ def _sort_records(records: list[Record], log: ImportLog) -> tuple[dict[str, list
             groups[key].append(record)
         elif kind in SKIPPED_RECORD_TYPES:
             log.skip(kind)
+            if kind == "queue-operation":
+                _queued_prompt(data, record.line, facts)
         elif isinstance(kind, str):
             log.skip(f"other:{kind}")  # a record type this reader does not know; not sent to the model
         else:
@@ -139,6 +141,15 @@ def _dedupe(records: list[Record]) -> list[Record]:
     return out
 
 
+def _queued_prompt(data: dict[str, Any], line: int, facts: dict[str, Any]) -> None:
+    """A prompt the user typed while the agent was busy: never sent as a message of its own, so kept
+    apart (`metadata["queued_prompts"]`) for scoring what the user asked."""
+    content = data.get("content")
+    if data.get("operation") == "enqueue" and isinstance(content, str) and content.strip():
+        facts.setdefault("queued_prompts", []).append(
+            {"line": line, "timestamp": data.get("timestamp"), "text": content})
+
+
 def _collect_facts(data: dict[str, Any], facts: dict[str, Any]) -> None:
     timestamp = data.get("timestamp")
     if isinstance(timestamp, str):
@@ -149,6 +160,9 @@ def _collect_facts(data: dict[str, Any], facts: dict[str, Any]) -> None:
         value = data.get(key)
         if isinstance(value, str) and value:
             facts.setdefault(name, value)
+    cwd = data.get("cwd")
+    if isinstance(cwd, str) and cwd and cwd not in facts.setdefault("cwds", []):
+        facts["cwds"].append(cwd)
 
 
 @dataclass

@@ -9,6 +9,10 @@ from typing import Any
 from ctxwin import policy as policies
 from ctxwin.engine import ContextEngine
 from ctxwin.messages.pairing import validate
+from ctxwin.policy.model import compaction_for
+from ctxwin.store.memory import MemorySessionLog
+from ctxwin.store.session import Session, is_session_dir
+from ctxwin.transcripts import load_transcript
 
 
 def compact(source: str | Path, *, focus: str | None = None, strategy: str | None = None,
@@ -18,21 +22,15 @@ def compact(source: str | Path, *, focus: str | None = None, strategy: str | Non
     a compaction entry appended to its log; a transcript file is read into memory and left untouched.
     Returns what happened: tokens before and after, the strategy, whether the compacted view is valid
     for Anthropic and OpenAI, and how many messages the summary covers."""
-    from ctxwin.store.session import Session, is_session_dir
-
     chosen = policies.get(policy)
     if strategy is not None:
-        chosen = chosen.model_copy(update={"compaction": chosen.compaction.model_copy(
-            update={"strategy": strategy, "enabled": True})})
+        chosen = chosen.model_copy(update={"compaction": compaction_for(strategy, chosen.compaction, enabled=True)})
     path = Path(source)
     stored = path.is_dir() and is_session_dir(path)
     if stored:
         session = Session.open(path)
         transcript_model = None
     else:
-        from ctxwin.store.memory import MemorySessionLog
-        from ctxwin.transcripts import load_transcript
-
         transcript = load_transcript(path, format=format)
         session = MemorySessionLog(session_id=transcript.session_id or path.stem)
         transcript_model = transcript.model

@@ -1,0 +1,24 @@
+"""ctxwin's compaction: compact early to a small view. The kept tail is sized to what is left of
+`target_ratio` of the window after the system prompt and the summary, so a harness with a 26K system
+prompt keeps little verbatim and one with a small prompt keeps much more; `keep_recent_tokens` is the
+floor. The whole span is read at once by the extractive summarizer, so a turn is never split."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ctxwin.compaction.pi import PiStrategy
+from ctxwin.compaction.strategy import summary_budget
+from ctxwin.pipeline.view import StageContext
+
+
+class CtxwinStrategy(PiStrategy):
+    name: ClassVar[str] = "ctxwin"
+    split_turns: ClassVar[bool] = False
+
+    def keep_tokens(self, policy: Any, ctx: StageContext, factor: float) -> int:
+        keep = policy.keep_recent_tokens
+        if policy.target_ratio is None:
+            return keep
+        target = int(ctx.window * policy.target_ratio / factor)
+        return max(keep, target - ctx.system_tokens - summary_budget(policy, ctx.window, factor))

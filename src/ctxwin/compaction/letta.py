@@ -1,0 +1,48 @@
+"""Letta's compaction: a sliding window that evicts 30 % of the messages, then 10 % more per step,
+each time snapping back to an assistant message, until the rest fits `target_ratio` of the window;
+or, in `all` mode, everything but the system prompt."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from ctxwin.compaction.cuts import CutPlan, first_content, plan_at
+from ctxwin.compaction.strategy import AgentSummary, Strategy
+from ctxwin.pipeline.view import Item, StageContext, total_tokens
+
+START_EVICT = 0.3
+STEP = 0.1
+DEFAULT_TARGET = 0.7
+
+
+def letta_cut(items: Sequence[Item], start: int, target: int, fixed: int) -> int:
+    """Letta's sliding window: starting from 30 %, evict 10 % more of the messages per step (so the
+    first cut tried is at 40 %, as in Letta's code), each time snapping back to an assistant message,
+    until the rest fits `target` tokens (`fixed`: tokens that stay whatever is evicted)."""
+    n = len(items) - start
+    evict = START_EVICT
+    cut = start
+    while evict < 1.0:
+        evict += STEP
+        index = start + round(evict * n)
+        candidate = next((i for i in range(min(index, len(items) - 1), start, -1)
+                          if items[i].message.role == "assistant"), None)
+        if candidate is None:
+            continue
+        cut = candidate
+        if fixed + total_tokens(items[cut:]) < target:
+            return cut
+    return len(items)
+
+
+class LettaStrategy(Strategy):
+    name: ClassVar[str] = "letta"
+
+    def plan(self, items: Sequence[Item], policy: Any, ctx: StageContext, pins: set[str],
+             factor: float = 1.0, agent_summary: AgentSummary | None = None) -> CutPlan:
+        if policy.mode == "all":
+            return plan_at(items, len(items), pins, split_turns=False)
+        target = int(ctx.window * (policy.target_ratio or DEFAULT_TARGET) / factor)
+        cut = letta_cut(items, first_content(items), target, ctx.system_tokens)
+        return plan_at(items, cut, pins, split_turns=False)

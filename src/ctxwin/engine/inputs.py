@@ -1,0 +1,55 @@
+"""What the engine accepts from its callers, checked once at the door: messages in any of the forms
+`append` takes, tool schemas, limits. Each refusal is an `InputError` that says what to pass."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ctxwin.errors import InputError
+from ctxwin.messages import Message
+from ctxwin.messages.providers import from_provider_dict
+
+
+def as_messages(value: Any) -> list[Message]:
+    if isinstance(value, Message):
+        return [value]
+    if isinstance(value, str | bytes):
+        raise InputError("append() takes messages, not text",
+                         'wrap it: Message("user", (Text(...),)) or {"role": "user", "content": ...}')
+    if isinstance(value, Mapping):
+        return from_provider_dict(value)
+    if not isinstance(value, Iterable):
+        raise InputError(f"append() takes a message, a provider dict or a list of them, not {type(value).__name__}",
+                         'pass Message("user", (Text(...),)) or {"role": "user", "content": ...}')
+    out: list[Message] = []
+    for item in value:
+        out.extend(as_messages(item))
+    return out
+
+
+def tool_schema(tool: Any) -> dict[str, Any]:
+    if not isinstance(tool, Mapping) or not isinstance(tool.get("name", tool.get("function")), str | Mapping):
+        raise InputError(f"a tool schema is a dict with a name, not {tool!r:.80}",
+                         'pass provider tool schemas, e.g. {"name": "read", "description": ..., "input_schema": {...}}')
+    return dict(tool)
+
+
+def check_limit(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise InputError(f"{name} must be a positive number of tokens (got {value!r})",
+                         f"leave {name} unset to take the model registry's value")
+
+
+def describe_error(error: object) -> str:
+    try:
+        return str(error)[:200]
+    except Exception:  # an exception whose __str__ raises must not escape recover()
+        return f"<{type(error).__name__}>"
+
+
+def short_tokens(tokens: int) -> str:
+    return f"{tokens / 1000:.0f}K" if tokens >= 1000 else str(tokens)

@@ -1,0 +1,48 @@
+"""Overflow recovery, decided purely: from the provider's error and the current budget, what the
+engine learns (the real window, the provider's count), the budget it keeps from now on, and the
+event that reports it. Bounded: the caller counts attempts and this refuses past the limit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ctxwin.compaction.overflow import OverflowMatch
+from ctxwin.errors import ContextOverflowError, CtxwinError
+from ctxwin.pipeline.view import Event
+from ctxwin.policy.model import Policy
+from ctxwin.store.entries import RecoveryEntry
+
+from .budget import Budget
+from .inputs import describe_error
+
+MAX_RECOVERY_ATTEMPTS = 3
+"""Overflow recoveries allowed in a row before `recover` gives up (OpenClaw's 3 attempts); a
+successful call (`record_usage`) resets the count."""
+
+
+@dataclass(frozen=True)
+class Recovery:
+    match: OverflowMatch
+    entry: RecoveryEntry
+    event: Event
+
+
+def plan_recovery(error: object, match: OverflowMatch | None, budget: Budget, policy: Policy,
+                  attempt: int) -> Recovery:
+    """The recovery for attempt number `attempt` (1-based) after `error`."""
+    if match is None:
+        raise CtxwinError(f"not a context overflow error: {describe_error(error)}",
+                          "recover() handles overflow errors only; retry or surface other errors")
+    if attempt > MAX_RECOVERY_ATTEMPTS:
+        raise ContextOverflowError(
+            f"the provider still rejects the request as too long after {MAX_RECOVERY_ATTEMPTS} recoveries "
+            f"({match.provider}: {match.pattern})",
+            "start a new session with a summary (engine.compact), use a model with a larger window, "
+            "or shorten the system prompt and tool schemas")
+    after = budget.after_overflow(policy, match.limit_tokens)
+    entry = RecoveryEntry(after.window, after.max_output, after.scale, match.provider, match.observed_tokens,
+                          match.limit_tokens)
+    event = Event("recovery", "overflow", (), match.observed_tokens or 0, 0,
+                  f"{match.provider} overflow ({'silent' if match.silent else match.pattern}); "
+                  f"attempt {attempt} of {MAX_RECOVERY_ATTEMPTS}")
+    return Recovery(match, entry, event)

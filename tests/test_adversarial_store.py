@@ -1,0 +1,403 @@
+"""Issue 17, the store's items (18-22, and the NaN part of 25): each hostile or unlucky input that
+broke the session store, as the smallest reproduction, kept fixed. Where an input could hang, it runs
+in a subprocess with a timeout; where an item applies to both backends, it runs on both."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from ctxwin.cli.main import app
+from ctxwin.errors import InputError
+from ctxwin.messages import ToolCall, assistant, user
+from ctxwin.store import BlobCorruptedError, Session, SessionFormatError, SessionLockedError, StoreProblem
+from ctxwin.store.blobs import FileBlobStore
+from ctxwin.store.jsonl import SESSION_FILE, WRITER_LOCK
+from ctxwin.store.session import list_sessions
+from ctxwin.tools.spilled import read_spilled
+from store_backends import BACKENDS, LOG_BACKENDS, make_blob_store, unique_id
+
+HANG_TIMEOUT_S = 30  # a subprocess that could hang gets this long (it needs well under a second)
+Opener = Callable[..., Any]
+
+
+@pytest.fixture(params=LOG_BACKENDS)
+def open_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """`open_log(name="s", **options)` on the backend under test; every log is closed at the end."""
+    opened: list[Any] = []
+    dsn = request.getfixturevalue("postgres_dsn") if request.param == "postgres" else None
+    prefix = unique_id("adv")
+
+    def opener(name: str = "s", **options: Any) -> Any:
+        log = Session.open(tmp_path / name, **options) if dsn is None else \
+            Session.postgres(dsn, f"{prefix}-{name}", **options)
+        opened.append(log)
+        return log
+
+    opener.dsn = dsn  # type: ignore[attr-defined]
+    opener.prefix = prefix  # type: ignore[attr-defined]
+    yield opener
+    for log in opened:
+        log.close()
+
+
+def conversation(folder: Path, n: int = 6) -> list[str]:
+    """A session of `n` alternating user/assistant messages saying m0, m1, …; returns the entry ids."""
+    with Session.open(folder, durability="batch") as log:  # synced on close: no need to wait per append
+        return [log.append("message", (user if i % 2 == 0 else assistant)(f"m{i}").to_dict()).id for i in range(n)]
+
+
+def file_lines(folder: Path) -> list[bytes]:
+    return (folder / SESSION_FILE).read_bytes().splitlines(keepends=True)
+
+
+def run_python(code: str, *args: str, timeout: float = HANG_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """Runs `code` in a fresh interpreter; a hang fails the test at `timeout` instead of blocking it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    try:
+        return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True,
+                              text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"hung for more than {timeout} s")
+
+
+# --------------------------------------------------------------------------------------------------
+# 18. Silent history loss
+
+
+def test_item_18_a_damaged_middle_line_costs_one_entry_not_the_history(tmp_path: Path) -> None:
+    from ctxwin.engine import ContextEngine
+
+    folder = tmp_path / "s"
+    ids = conversation(folder)
+    lines = file_lines(folder)
+    lines[3] = lines[3][:-10] + b"\n"  # a few bytes cut off the line of the third entry (m2)
+    (folder / SESSION_FILE).write_bytes(b"".join(lines))
+    with Session.open(folder) as log:
+        assert [e.id for e in log.path()] == [ids[0], ids[1], ids[3], ids[4], ids[5]]
+        # re-attached to the damaged entry's own parent (its id and parent survive at the line's head)
+        assert log.get(ids[3]).parent_id == ids[1]
+        kinds = [(p.kind, p.line, p.entry_id) for p in log.problems]
+        assert ("corrupt", 4, ids[2]) in kinds and ("orphan", 5, ids[3]) in kinds
+        orphan = next(p for p in log.problems if p.kind == "orphan")
+        assert isinstance(orphan, StoreProblem) and orphan.parent_id == ids[1] and "re-attached" in orphan.action
+        engine = ContextEngine(log)
+        sent = [m.text for m in engine.prepare().messages if m.role != "system"]
+        assert sent == ["m0", "m1", "m3", "m4", "m5"]  # not only what came after the damage
+    info = list_sessions(folder)[0]
+    assert info.problems == 2 and {p.kind for p in info.problem_list} == {"corrupt", "orphan"}
+    shown = CliRunner().invoke(app, ["sessions", str(folder)])
+    assert shown.exit_code == 0 and "line 5: orphan" in shown.output and "re-attached" in shown.output, shown.output
+
+
+def test_item_18_a_deleted_line_reattaches_to_the_entry_before_it(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    ids = conversation(folder)
+    lines = file_lines(folder)
+    del lines[3]  # nothing of the lost entry survives: its child goes under the entry before it in the file
+    (folder / SESSION_FILE).write_bytes(b"".join(lines))
+    with Session.open(folder) as log:
+        assert [e.id for e in log.path()] == [ids[0], ids[1], ids[3], ids[4], ids[5]]
+        orphan, truncated = log.problems
+        assert (orphan.kind, orphan.entry_id, orphan.parent_id) == ("orphan", ids[3], ids[1])
+        assert "before it in the file" in orphan.action
+        assert truncated.kind == "truncated" and "1 line fewer" in truncated.detail  # the index remembers
+
+
+_damage = st.lists(
+    st.tuples(st.sampled_from(["cut", "flip", "delete"]), st.integers(min_value=0, max_value=10**6),
+              st.integers(min_value=1, max_value=40)),
+    min_size=1, max_size=4,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(damage=_damage, readonly=st.booleans())
+def test_item_18_random_damage_never_loses_an_intact_entry_silently(tmp_path: Path, damage: list[tuple[str, int, int]],
+                                                                    readonly: bool) -> None:
+    """Cut bytes, flipped bytes and deleted lines anywhere after the header of a linear session log:
+    every entry whose line survived intact is still on the path from the newest entry, and whenever
+    the damage changed what the log holds, a problem says so."""
+    folder = tmp_path / unique_id("d")
+    ids = conversation(folder, 12)
+    original = file_lines(folder)
+    header, data = original[0], bytearray(b"".join(original[1:]))
+    for how, where, size in damage:
+        if not data:
+            break
+        at = where % len(data)
+        if how == "cut":
+            del data[at : at + size]
+        elif how == "flip":
+            data[at] ^= 1 << (size % 8)
+        else:  # delete the whole line holding byte `at`
+            start = data.rfind(b"\n", 0, at) + 1
+            end = data.find(b"\n", at)
+            del data[start : len(data) if end < 0 else end + 1]
+    damaged = header + bytes(data)
+    (folder / SESSION_FILE).write_bytes(damaged)
+    survivors = set(damaged.splitlines(keepends=True)[1:])
+    intact = [entry_id for entry_id, line in zip(ids, original[1:], strict=True) if line in survivors]
+    with Session.open(folder, readonly=readonly) as log:
+        on_path = [e.id for e in log.path()]
+        assert [i for i in on_path if i in intact] == intact  # all there, in their order
+        assert len(on_path) == len(log) or log.problems  # nothing off the path without a word
+        if len(log) != len(ids) or on_path != [e.id for e in log]:
+            assert log.problems, "entries lost or moved without a reported problem"
+
+
+# --------------------------------------------------------------------------------------------------
+# 19. Stored entries that are not messages
+
+
+@pytest.mark.parametrize("broken", [{"role": "wizard"}, {"blocks": "x"}])
+def test_item_19_a_stored_message_that_is_not_a_message_is_a_problem_not_a_traceback(
+        tmp_path: Path, broken: dict[str, Any]) -> None:
+    from ctxwin.engine import ContextEngine
+
+    folder = tmp_path / "s"
+    ids = conversation(folder, 4)
+    lines = file_lines(folder)
+    entry = json.loads(lines[2])  # the second entry (m1)
+    entry["payload"].update(broken)
+    lines[2] = json.dumps(entry).encode() + b"\n"
+    (folder / SESSION_FILE).write_bytes(b"".join(lines))
+    (info,) = list_sessions(folder)
+    assert info.problems == 2  # the bad payload, and its child re-attached
+    bad = next(p for p in info.problem_list if p.kind == "invalid_payload")
+    assert (bad.line, bad.entry_id) == (3, ids[1])
+    with Session.open(folder) as log:
+        assert [e.id for e in log.path()] == [ids[0], ids[2], ids[3]]  # skipped, and reported
+        assert [m.text for m in ContextEngine(log).prepare().messages] == ["m0", "m2", "m3"]
+    assert b'"wizard"' in (folder / SESSION_FILE).read_bytes() or b'"x"' in (folder / SESSION_FILE).read_bytes()
+
+
+@pytest.mark.parametrize("broken", [{"role": "wizard"}, {"role": "user", "blocks": "x"}])
+def test_item_19_such_a_payload_is_refused_on_append_and_on_load(open_log: Opener,
+                                                                  broken: dict[str, Any]) -> None:
+    log = open_log()
+    good = log.append("message", user("hi").to_dict())
+    with pytest.raises(InputError, match="not a message"):
+        log.append("message", broken)
+    assert len(log) == 1
+    if open_log.dsn is not None:  # a row edited behind ctxwin's back: a typed error naming it
+        log.conn.execute("UPDATE ctxwin_entries SET payload = %s WHERE session_id = %s AND id = %s",
+                         (json.dumps(broken), log.session_id, good.id))
+        again = open_log(readonly=True)
+        with pytest.raises(SessionFormatError, match=f"entry {good.id}"):
+            list(again.path())
+
+
+# --------------------------------------------------------------------------------------------------
+# 20. Special files inside a store
+
+SPECIAL_FILES = r'''
+import json, os, sys
+from pathlib import Path
+from ctxwin.store import Session
+from ctxwin.store.session import list_sessions
+from ctxwin.tools.spilled import read_spilled
+from ctxwin.tools.spilled import read_spilled
+
+root = Path(sys.argv[1])
+def outcome(fn):
+    try:
+        fn()
+        return "ok"
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+
+fifo_log = root / "fifo-log"
+fifo_log.mkdir()
+os.mkfifo(fifo_log / "session.jsonl")
+out = {"open_writer": outcome(lambda: Session.open(fifo_log)),
+       "open_reader": outcome(lambda: Session.open(fifo_log, readonly=True)),
+       "listed": [p.kind for p in list_sessions(fifo_log)[0].problem_list]}
+
+with Session.open(root / "s") as log:
+    handles = {name: log.blobs.put(f"{name} output\n".encode() * 100).handle for name in ("fifo", "zero", "grown")}
+blob_dir = root / "s" / "blobs"
+digests = {handle: log.blobs.stat(handle).sha256 for handle in handles.values()}
+def data_file(handle):
+    return blob_dir / digests[handle][:2] / digests[handle][2:]
+os.unlink(data_file(handles["fifo"])); os.mkfifo(data_file(handles["fifo"]))
+os.unlink(data_file(handles["zero"])); os.symlink("/dev/zero", data_file(handles["zero"]))
+with open(data_file(handles["grown"]), "ab") as f:
+    f.write(b"x" * (1 << 20))
+with Session.open(root / "s", readonly=True) as log:
+    for name, handle in handles.items():
+        out["get_" + name] = outcome(lambda: log.blobs.get(handle))
+    out["read_spilled_fifo"] = read_spilled(log.blobs, handles["fifo"]).text
+
+linked = root / "linked"
+with Session.open(root / "elsewhere") as log:
+    log.append("custom", {})
+linked.mkdir()
+os.symlink(root / "elsewhere" / "session.jsonl", linked / "session.jsonl")
+out["symlinked_log"] = outcome(lambda: Session.open(linked, readonly=True))
+
+os.unlink(root / "s" / "index.sqlite"); os.mkfifo(root / "s" / "index.sqlite")
+os.unlink(root / "s" / "writer.lock"); os.mkfifo(root / "s" / "writer.lock")
+os.unlink(root / "s" / "index.sqlite.sum"); os.mkfifo(root / "s" / "index.sqlite.sum")
+def reopen():
+    with Session.open(root / "s") as log:
+        log.append("custom", {})
+        return log.report.index
+out["fifo_index_and_lock"] = reopen()
+print(json.dumps(out))
+'''
+
+
+def test_item_20_special_files_in_a_store_are_refused_without_blocking(tmp_path: Path) -> None:
+    result = run_python(SPECIAL_FILES, str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.splitlines()[-1])
+    for key in ("open_writer", "open_reader"):
+        assert out[key].startswith("NotARegularFileError") and "not a regular file" in out[key], out[key]
+    assert out["listed"] == ["unreadable"]  # listed with its problem, not skipped, not hanging
+    for name in ("fifo", "zero", "grown"):  # a FIFO, a link to /dev/zero, a file past its recorded size
+        assert out["get_" + name].startswith("BlobCorruptedError"), out["get_" + name]
+    assert "larger than its recorded size" in out["get_grown"]
+    assert "symbolic link" in out["get_zero"]
+    assert "corrupted" in out["read_spilled_fifo"]  # the tool answers with the refusal
+    assert out["symlinked_log"].startswith("NotARegularFileError") and "symbolic link" in out["symlinked_log"]
+    assert out["fifo_index_and_lock"] == "rebuilt"  # a FIFO index (or checksum) is rebuilt, a FIFO lock replaced
+
+
+def test_item_20_a_blob_put_again_repairs_a_special_file(tmp_path: Path) -> None:
+    with Session.open(tmp_path / "s") as log:
+        info = log.blobs.put(b"spilled\n")
+        path = log.blobs.directory / info.sha256[:2] / info.sha256[2:]
+        path.unlink()
+        os.symlink("/dev/zero", path)
+        with pytest.raises(BlobCorruptedError):
+            log.blobs.get(info.handle)
+        assert log.blobs.put(b"spilled\n").handle == info.handle
+        assert log.blobs.get(info.handle) == b"spilled\n" and not path.is_symlink()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_item_20_a_blob_larger_than_its_recorded_size_is_refused_unread(backend: str, tmp_path: Path,
+                                                                       request: pytest.FixtureRequest) -> None:
+    store = make_blob_store(backend, tmp_path, request)
+    info = store.put(b"spilled output\n")
+    if isinstance(store, FileBlobStore):
+        with open(store.directory / info.sha256[:2] / info.sha256[2:], "ab") as f:
+            f.write(b"\0" * (1 << 20))
+    else:
+        store.conn.execute("UPDATE ctxwin_blobs SET data = data || %s WHERE session_id = %s AND sha256 = %s",
+                           (b"\0" * (1 << 20), store.session_id, info.sha256))
+    with pytest.raises(BlobCorruptedError, match="recorded size"):
+        store.get(info.handle)
+    assert "recorded size" in read_spilled(store, info.handle).text  # the tool refuses, it does not raise
+
+
+# --------------------------------------------------------------------------------------------------
+# 21. Deleting writer.lock
+
+HOLDER = r'''
+import sys
+from ctxwin.store import Session
+log = Session.open(sys.argv[1])
+log.append("custom", {"n": 1})
+print("holding", flush=True)
+sys.stdin.readline()  # the test deletes writer.lock meanwhile
+log.append("custom", {"n": 2})  # an fsync append notices the deletion
+print(";".join(p.kind for p in log.problems), flush=True)
+sys.stdin.readline()
+log.close()
+'''
+
+def test_item_21_deleting_writer_lock_lets_no_second_writer_in(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "holding"
+        (folder / WRITER_LOCK).unlink()
+        with pytest.raises(SessionLockedError, match="already open for writing"):
+            Session.open(folder)  # this process is the second writer: still refused
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == "lock_file_removed"  # the writer noticed
+        assert (folder / WRITER_LOCK).read_text().strip() == str(holder.pid)  # and wrote it again
+        with pytest.raises(SessionLockedError, match=f"by process {holder.pid}"):
+            Session.open(folder, lock_timeout=0.2)
+        holder.stdin.write("done\n")
+        holder.stdin.flush()
+        assert holder.wait(timeout=HANG_TIMEOUT_S) == 0, holder.stderr.read() if holder.stderr else ""
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    with Session.open(folder) as log:  # free once the holder closed
+        assert len(log.leaves()) == 1 and len(log.path()) == 2  # the log never forked
+
+
+# --------------------------------------------------------------------------------------------------
+# 22. What "acknowledged" means
+
+ACK_THEN_DIE = r'''
+import os, signal, sys
+from ctxwin.store import Session
+backend, target, session_id = sys.argv[1:4]
+log = Session.open(target, durability="batch") if backend == "jsonl" else \
+    Session.postgres(target, session_id, durability="batch")
+for n in range(300):
+    entry = log.append("custom", {"n": n})
+    os.write(1, f"{entry.id}\n".encode())
+os.kill(os.getpid(), signal.SIGKILL)  # at once after the last acknowledgement: no flush, no close
+'''
+
+
+def test_item_22_batch_mode_loses_no_acknowledged_entry_to_sigkill(open_log: Opener, tmp_path: Path) -> None:
+    backend, target = ("jsonl", str(tmp_path / "s")) if open_log.dsn is None else ("postgres", open_log.dsn)
+    session_id = f"{open_log.prefix}-s"
+    result = run_python(ACK_THEN_DIE, backend, target, session_id)
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    acked = result.stdout.split()
+    assert len(acked) == 300
+    log = open_log(readonly=True)
+    assert [e.id for e in log] == acked  # every acknowledged entry, in order: 0 lost
+
+
+# --------------------------------------------------------------------------------------------------
+# 25 (part). NaN and infinities
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_item_25_nan_is_never_written_and_the_error_names_the_field(open_log: Opener, tmp_path: Path,
+                                                                     value: float) -> None:
+    log = open_log()
+    log.append("custom", {"ok": 1.5})
+    with pytest.raises(InputError, match=r"payload\.usage\[1\]\.ratio is (nan|inf|-inf), not JSON"):
+        log.append("custom", {"usage": [1, {"ratio": value}]})
+    with pytest.raises(InputError, match=r"payload\.blocks\[0\]\.arguments\.timeout"):  # a model's tool call
+        log.append("message", assistant("", ToolCall("c1", "shell", {"timeout": value})).to_dict())
+    assert len(log) == 1
+    log.close()
+    if open_log.dsn is None:
+        text = (tmp_path / "s" / SESSION_FILE).read_text()
+        assert "NaN" not in text and "Infinity" not in text
+        for line in text.splitlines():
+            json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in the log"))
+    assert [e.payload for e in open_log(readonly=True)] == [{"ok": 1.5}]
+
+
+def test_item_25_meta_with_nan_is_refused_too(open_log: Opener) -> None:
+    with pytest.raises(InputError, match=r"meta\.x is nan"):
+        open_log("m", meta={"x": math.nan})
