@@ -668,3 +668,13 @@ def test_minilm_embedder_in_numpy() -> None:
                               "The weather in Oslo is cold"])
     assert vectors.shape == (3, 384) and abs(float(np.linalg.norm(vectors[0])) - 1) < 1e-5
     assert float(vectors[0] @ vectors[1]) > 0.5 > float(vectors[0] @ vectors[2])
+
+
+def test_special_files_never_block_indexing(tmp_path: Path) -> None:
+    root = workspace(tmp_path)
+    os.mkfifo(root / "pipe.txt")
+    os.mkfifo(root / "memory" / "pipe.md")
+    with MemoryIndex.open(tmp_path / "i.sqlite", HashEmbedder(32)) as index:
+        assert index.index_workspace(root).files_indexed == 3  # the FIFO among the notes is not a note
+        report = index.index_workspace(root, include_files=True)
+        assert any(p.startswith("pipe.txt:") for p in report.problems)

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from ctxwin.cli.app import app, console, handle_errors, print_json
 from ctxwin.errors import InputError
+from ctxwin.files import read_text
 from ctxwin.memory import SearchResult, embedder_from_spec, memory_files, open_workspace_index, startup_context
 from ctxwin.memory.index import index_path
 from ctxwin.memory.recall import ConversationHit, search_log
@@ -108,7 +109,7 @@ def search_cmd(
     """Search MEMORY.md and memory/*.md by meaning and by words."""
     if (query is None) == (queries is None):
         raise InputError("give either a QUERY or --queries FILE", "ctxwin memory search 'staging port'")
-    lines = [query or ""] if queries is None else [q for q in queries.read_text().splitlines() if q.strip()]
+    lines = [query or ""] if queries is None else [q for q in read_text(queries).splitlines() if q.strip()]
     index, _report = open_workspace_index(workspace, embedder_from_spec(embedder), include_files=files)
     sources = ["memory", "files"] if files else ["memory"]
     with index:

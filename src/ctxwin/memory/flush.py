@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ctxwin.compaction.base import Summarizer
+from ctxwin.files import read_text
 from ctxwin.memory.files import MEMORY_DIR, daily_note_path, is_writable
 from ctxwin.messages import Message
 
@@ -77,7 +78,7 @@ class DailyNotes:
         keys = set(self.flushed)
         record = self.workspace / MEMORY_DIR / FLUSHED_FILE
         if record.is_file():
-            keys.update(record.read_text(encoding="utf-8", errors="replace").split())
+            keys.update(read_text(record, errors="replace").split())
         return keys
 
     def __call__(self, span: Sequence[Message]) -> Path | None:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ctxwin.errors import InputError, MemoryIndexError
+from ctxwin.files import FileLimits, read_bytes
 from ctxwin.memory.backend import IDENTIFIER, Backend, Filters, SqliteBackend
 from ctxwin.memory.chunks import Chunk, entry_chunks, file_chunks, snippet, text_hash
 from ctxwin.memory.embed import Embedder, default_embedder
@@ -42,6 +43,8 @@ from ctxwin.memory.scoring import (
 )
 from ctxwin.store.base import Entry
 
+FILE_LIMITS = FileLimits(max_bytes=64 * 1024 * 1024)
+"""The largest file the index reads (memory notes are small; a larger file is reported and skipped)."""
 EMBED_BATCH = 512
 """Chunks embedded per call while indexing."""
 MAX_RESULTS = 100
@@ -174,7 +177,10 @@ class MemoryIndex:
         for rel in wanted:
             report.files_seen += 1
             try:
-                data = (base / rel).read_bytes()
+                data = read_bytes(base / rel, limits=FILE_LIMITS)  # regular files only, never blocking
+            except InputError as error:  # a FIFO, a file over the cap, a folder: reported, skipped
+                report.problems.append(f"{rel}: {error.message}")
+                continue
             except OSError as error:
                 report.problems.append(f"{rel}: {error.strerror or error}")
                 continue
