@@ -153,9 +153,13 @@ def search_session(
         log: Any = Session.open(session, readonly=True)
         kind = "session"
     elif session.is_file():
+        from ctxwin.engine.replay import timestamp
+
         transcript = load_transcript(session)
-        log = MemorySessionLog(session_id=transcript.session_id or session.stem)
+        when = [0.0]  # each message logged at its recorded time, so --since/--until work on transcripts
+        log = MemorySessionLog(session_id=transcript.session_id or session.stem, clock=lambda: when[0])
         for message in transcript.messages:
+            when[0] = timestamp(message) or when[0]
             log.append("message", message.to_dict())
         kind = "transcript"
     else:
