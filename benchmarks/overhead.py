@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from ctxwin.engine import iter_replay
+from ctxwin.evaluation.replay import iter_replay
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.tokens import counter_for
 from ctxwin.transcripts import load_transcript

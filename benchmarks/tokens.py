@@ -34,11 +34,12 @@ from pathlib import Path
 import numpy as np
 
 from ctxwin.messages import Message
-from ctxwin.tokens import CachedCounter, Calibrator, EstimatorCounter, TiktokenCounter, usage_observations
+from ctxwin.tokens import CachedCounter, Calibrator, EstimatorCounter, TiktokenCounter
 from ctxwin.tokens.encodings import get_encoding
 from ctxwin.tokens.estimator import TYPES
 from ctxwin.tokens.framing import count_message_with
 from ctxwin.transcripts import Transcript, load_transcript
+from ctxwin.transcripts.health import transcript_observations
 from token_corpus import CJK_DIR, _dense, _Sampler, cjk_samples, halves, transcript_files, transcript_items
 
 ENCODINGS = {"cl100k": "cl100k_base", "o200k": "o200k_base"}
@@ -130,7 +131,7 @@ def claude_calibration(sessions: list[tuple[Path, Transcript]]) -> dict[str, obj
     for path, transcript in sessions:
         if not (transcript.model or "").startswith("claude"):
             continue
-        pairs = usage_observations(transcript, estimator)
+        pairs = transcript_observations(transcript, estimator)
         if len(pairs) < 2:
             continue
         half = len(pairs) // 2

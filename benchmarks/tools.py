@@ -4,6 +4,9 @@
   in the same run, for a rare and a common pattern; median of several warm runs each. Target: ratio <= 1.5.
 - The pure-Python grep fallback on the same tree, for reference.
 - read: paging through a large text file by following the notices, in MB/s.
+- grep memory: twelve 40 MB one-line files (issue 17 item 15); peak RSS of the Python process running
+  grep (each engine in its own child process) and of ripgrep. Target: the Python side well under the
+  files' size (it was 1.47 GB before ripgrep's output was streamed and capped).
 
 Prints one JSON object on its last line.
 """
@@ -11,6 +14,7 @@ Prints one JSON object on its last line.
 from __future__ import annotations
 
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -87,6 +91,51 @@ def interleaved(
     return a, b
 
 
+MEMORY_FILES = 12  # one-line files for the grep memory measurement
+MEMORY_FILE_MB = 40
+# The Python side's peak is VmHWM (per address space, so reset at exec; ru_maxrss is not: it would carry
+# the benchmark's own peak into the child). ripgrep's is its ru_maxrss, an upper bound for the same reason.
+MEMORY_CHILD = """
+import json, resource, sys, time
+from ctxwin.tools import Workspace, grep
+
+def hwm_mb():
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmHWM:"))
+    return round(int(line.split()[1]) / 1024, 1)
+
+ws = Workspace([sys.argv[1]])
+baseline = hwm_mb()
+started = time.perf_counter()
+out = grep(ws, "needle", engine=sys.argv[2])
+elapsed = time.perf_counter() - started
+print(json.dumps({
+    "python_baseline_mb": baseline, "python_peak_mb": hwm_mb(),
+    "rg_peak_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+    "seconds": round(elapsed, 2), "output_bytes": len(out.text.encode()), "matches": out.details.get("matches"),
+}))
+"""
+
+
+def grep_memory(folder: Path, engines: list[str]) -> dict[str, object]:
+    """Peak RSS of grep over MEMORY_FILES one-line files of MEMORY_FILE_MB each, per engine."""
+    folder.mkdir()
+    line = b"x" * (MEMORY_FILE_MB * 1024 * 1024 - 8) + b" needle\n"
+    for n in range(MEMORY_FILES):
+        (folder / f"one-line-{n}.txt").write_bytes(line)
+    out: dict[str, object] = {"grep_memory_files": MEMORY_FILES, "grep_memory_file_mb": MEMORY_FILE_MB}
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    for engine in engines:
+        done = subprocess.run(
+            [sys.executable, "-c", MEMORY_CHILD, str(folder), engine], capture_output=True, check=True,
+            env={**os.environ, "PYTHONPATH": src},
+        )
+        facts = json.loads(done.stdout.decode().strip().splitlines()[-1])
+        for key, value in facts.items():
+            out[f"grep_memory_{engine}_{key}"] = value
+    return out
+
+
 def page_through(ws: Workspace, name: str) -> int:
     offset: int | None = 1
     pages = 0
@@ -151,6 +200,8 @@ def main() -> None:
         )
         first = median_seconds(lambda: read(read_ws, "big.txt", offset=1, limit=2000))
         result["read_first_page_ms"] = round(first * 1000, 2)
+        big.unlink()
+        result.update(grep_memory(Path(tmp) / "one-line", ["rg", "python"] if rg else ["python"]))
     print(json.dumps(result), file=sys.stdout)
 
 

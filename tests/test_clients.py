@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from ctxwin.compaction.overflow import CATALOG, is_overflow_error
 from ctxwin.messages import Message, Text, ToolCall, assistant, tool_result, user
 from ctxwin.providers import AnthropicClient, OpenAIChatClient, OpenAIResponsesClient, ProviderError, Usage
+from ctxwin.providers.overflow import CATALOG, is_overflow_error
 from ctxwin.testing import FakeProvider, ForcedResponse
 from ctxwin.testing.fake_provider import CHAT, MESSAGES, RESPONSES
 
@@ -122,7 +122,7 @@ def test_anthropic_cache_usage_and_count_tokens(fake: FakeProvider) -> None:
 def test_responses_client_reports_an_incomplete_answer(fake: FakeProvider) -> None:
     fake.reply("word " * 400)
     with client_for("responses", fake) as client:
-        completion = client.complete([user("go")], max_tokens=10)
+        completion = client.complete([user("go")], max_tokens=16)  # the Responses API's minimum
     assert completion.stop_reason == "max_output_tokens"
     assert fake.requests[-1].body["store"] is False
 
@@ -174,7 +174,7 @@ def test_a_non_json_success_is_an_error(fake: FakeProvider) -> None:
 def test_silent_overflow_from_a_completions_usage(fake: FakeProvider, kind: str) -> None:
     fake.report_usage(WINDOW + 1, output_tokens=2)
     with client_for(kind, fake) as client:
-        completion = client.complete([user("hi")], max_tokens=10)
+        completion = client.complete([user("hi")], max_tokens=16)
     match = is_overflow_error(completion, context_window=WINDOW)
     assert match is not None and match.silent and match.observed_tokens == WINDOW + 1
     assert is_overflow_error(completion.usage, context_window=WINDOW).silent

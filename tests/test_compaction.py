@@ -341,3 +341,22 @@ def test_checkpoint_strategy_falls_back_when_the_agent_does_not_answer() -> None
     assert compactions and all(c.payload["summarizer"] == "extractive" for c in compactions)
     assert 1 <= len(requests) <= len(compactions) + 1  # once per compaction cycle, not on every call
     assert all(p.valid and p.tokens <= p.budget for p in prepared)
+
+
+@pytest.mark.parametrize("strategy", ["ctxwin", "pi", "openclaw", "checkpoint"])
+def test_a_compaction_inside_a_tool_loop_keeps_the_result_just_asked_for(strategy: str) -> None:
+    """One user turn, a long tool loop: a compaction between two calls must keep the newest round (the
+    call and the result the model is about to read), whatever the kept budget, or the agent loses its
+    place. (Claude Code summarizes everything by design; its preset does too.)"""
+    engine = engine_for(strategy, window=30_000)
+    engine.append(Message("user", (Text("fix every module"),)))
+    compacted = False
+    for n in range(60):
+        engine.append(round_messages(n, size=400))
+        prepared = engine.prepare()
+        compacted = compacted or any(e.stage == "compaction" and e.action == strategy for e in prepared.events)
+        # (The checkpoint strategy may add its request for a summary after the result.)
+        tail = [m for m in prepared.messages[-3:] if m.tool_calls or m.tool_results]
+        assert [b.id for b in tail[-2].tool_calls] == [f"c{n}_0"], (n, prepared.messages[-3:])
+        assert [r.call_id for r in tail[-1].tool_results] == [f"c{n}_0"]
+    assert compacted

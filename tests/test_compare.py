@@ -109,7 +109,7 @@ def test_latest_session_picks_the_newest_file(tmp_path) -> None:
 
 
 def test_a_replay_keeps_one_prompt_cache_per_model() -> None:
-    from ctxwin.engine.replay import replay
+    from ctxwin.evaluation.replay import replay
     from ctxwin.messages import Message, Text, user
     from ctxwin.transcripts.model import Transcript
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from conftest import TRANSCRIPTS, shared_path
 from ctxwin import policy as policies
-from ctxwin.engine import ContextEngine, iter_replay
+from ctxwin.engine import ContextEngine
+from ctxwin.evaluation.replay import iter_replay
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.messages.pairing import validate
 from ctxwin.pipeline.validate import IncrementalValidator

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxwin.compaction.overflow import CATALOG, is_overflow_error
+from ctxwin.providers.overflow import CATALOG, is_overflow_error
 from ctxwin.testing import FakeProvider, ForcedResponse
 from ctxwin.testing.fake_provider import (
     CHAT,
@@ -268,7 +268,8 @@ def test_responses_rejects_broken_tool_pairs(fake: FakeProvider, http: httpx.Cli
 def test_unknown_paths_and_streaming(fake: FakeProvider, http: httpx.Client) -> None:
     assert http.post(fake.base_url + "/v1/embeddings", json={}).status_code == 404
     streamed = chat(fake, http, {"stream": True, "messages": [{"role": "user", "content": "hi"}]})
-    assert streamed.status_code == 400 and "does not stream" in streamed.json()["error"]["message"]
+    assert streamed.status_code == 200 and streamed.headers["content-type"] == "text/event-stream"
+    assert streamed.text.rstrip().endswith("data: [DONE]")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from conftest import shared_path
 from ctxwin import ContextEngine
 from ctxwin import policy as policies
-from ctxwin.engine import iter_replay
 from ctxwin.errors import InputError
+from ctxwin.evaluation.replay import iter_replay
 from ctxwin.messages import Message, Text
 from ctxwin.messages.pairing import validate
 from ctxwin.policy.model import compaction_for

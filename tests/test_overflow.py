@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxwin.compaction.overflow import CATALOG, MAX_HAYSTACK_CHARS, is_overflow_error, parse_token_counts
 from ctxwin.messages import assistant
 from ctxwin.providers import Completion, ProviderError, Usage
+from ctxwin.providers.overflow import CATALOG, MAX_HAYSTACK_CHARS, is_overflow_error, parse_token_counts
 from ctxwin.transcripts.model import UsageRecord
 
 REQUIRED_PROVIDERS = {

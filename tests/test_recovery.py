@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from ctxwin.compaction.overflow import CATALOG
 from ctxwin.engine import ContextEngine
 from ctxwin.engine.engine import MAX_RECOVERY_ATTEMPTS, ContextOverflowError
 from ctxwin.errors import CtxwinError
@@ -14,6 +13,7 @@ from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.providers.anthropic import AnthropicClient
 from ctxwin.providers.base import ProviderError
 from ctxwin.providers.openai import OpenAIChatClient
+from ctxwin.providers.overflow import CATALOG
 from ctxwin.testing.fake_provider import FakeProvider
 
 

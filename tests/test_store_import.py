@@ -11,8 +11,9 @@ from typer.testing import CliRunner
 from conftest import shared_path
 from ctxwin.cli.main import app
 from ctxwin.messages import Message
-from ctxwin.store import Session, import_transcript
+from ctxwin.store import Session
 from ctxwin.transcripts import load_transcript
+from ctxwin.transcripts.importer import import_transcript
 
 runner = CliRunner()
 

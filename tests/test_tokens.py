@@ -234,7 +234,7 @@ def test_image_messages_cost_the_priced_image_whatever_the_counter() -> None:
         assert counter.count_message(Message("user", (big,))) == expected
         assert counter.count_message(Message("user", (sized,))) == expected
     # the base64 text of an image is never counted as text: a 1 MB image costs what its size says
-    huge = Image(media_type="image/png", data=base64.b64encode(_png(2000, 2000)).decode() + "A" * 1_000_000)
+    huge = Image(media_type="image/png", data=base64.b64encode(_png(2000, 2000) + b"\0" * 750_000).decode())
     assert EstimatorCounter("claude").count_message(Message("user", (huge,))) == MESSAGE_TOKENS + 1600
     # an image inside a tool result is priced too; an image of unknown size gets the default price
     result = Message("tool", (ToolResult("c1", (Text("screenshot"), sized)),))

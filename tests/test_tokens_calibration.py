@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import shared_path
-from ctxwin.tokens import CalibratedCounter, Calibrator, EstimatorCounter, usage_observations
+from ctxwin.tokens import CalibratedCounter, Calibrator, EstimatorCounter
 from ctxwin.tokens.calibration import MAX_OBSERVATIONS, MAX_RATIO, MIN_COUNTED
 from ctxwin.transcripts import load_transcript
+from ctxwin.transcripts.health import transcript_observations
 
 
 def _stream(rng: random.Random, factor: float, n: int, noise: float = 0.03,
@@ -126,7 +127,7 @@ def test_pairs_from_a_real_session_give_the_claude_ratio() -> None:
     is already within 15 % of what Claude billed, and calibrating on the first half brings the
     second half within 5 %."""
     transcript = load_transcript(shared_path("claude-code", "8463c716-a2ea-4c14-9efa-87158ebd9f20.jsonl"))
-    pairs = usage_observations(transcript, EstimatorCounter("claude"))
+    pairs = transcript_observations(transcript, EstimatorCounter("claude"))
     assert len(pairs) >= 10
     assert all(p.counted > 0 and p.reported >= 500 and p.end > p.first for p in pairs)
     assert 0.85 < statistics.median(p.reported / p.counted for p in pairs) < 1.15

@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 from conftest import shared_path
 from ctxwin.cli.main import app
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
-from ctxwin.tokens import CATEGORIES, PRESSURE_LEVELS, EstimatorCounter, health, model_info, usage_breakdown
+from ctxwin.tokens import CATEGORIES, PRESSURE_LEVELS, EstimatorCounter, model_info, usage_breakdown
 from ctxwin.tokens.breakdown import COMPACT_SHARE, SYSTEM_MESSAGE_TOKENS, WARN_SHARE, pressure_level, short_tokens
+from ctxwin.transcripts.health import health
 
 EXAMPLE = Path(__file__).parents[1] / "src" / "ctxwin" / "examples" / "claude-code-session.jsonl"
 HEADLINE = re.compile(r"^Token usage: \d+(\.\d)?[KM]? / \d+(\.\d)?[KM]? \(\d+%\)")
@@ -121,6 +122,8 @@ def test_cli_json_is_the_breakdown(path: Path | str) -> None:
     assert data["pressure"] in PRESSURE_LEVELS
     assert data["used"] == sum(data["categories"][c]["tokens"] for c in CATEGORIES[:6])
     assert data["used"] + data["reserved_output"] + data["free"] >= data["context_window"]
+    read = data.pop("read")
+    assert read["damaged_files"] == 0 and read["warnings"] == 0  # the read report every session command adds
     assert data == health(str(file)).to_dict()  # the command prints the library's result
 
 

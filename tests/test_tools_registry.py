@@ -5,14 +5,29 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated, Literal
 
 import pytest
+from annotated_types import Ge, Le
 from jsonschema import Draft202012Validator
 from typer.testing import CliRunner
 
 from ctxwin.cli.main import app
+from ctxwin.errors import ToolDefinitionError
 from ctxwin.store.blobs import FileBlobStore
-from ctxwin.tools import TOOLS, ReadState, Workspace, available, run_tool, schemas
+from ctxwin.tools import (
+    TOOLS,
+    ReadState,
+    Registry,
+    ToolOutput,
+    Workspace,
+    available,
+    default_registry,
+    run_tool,
+    schemas,
+    spec_of,
+    tool,
+)
 
 runner = CliRunner()
 
@@ -117,3 +132,119 @@ def test_cli_options_json_grep_and_errors(tmp_path: Path) -> None:
     assert shell_off.exit_code == 2 and "disabled" in shell_off.output
     shell_on = runner.invoke(app, ["tool", "shell", "echo hi; exit 4", "--allow-shell", "--root", str(tmp_path)])
     assert shell_on.exit_code == 1 and shell_on.stdout == "hi\n\nCommand exited with code 4\n"
+
+
+# --------------------------------------------------------------------------------------------------
+# Schemas generated from the functions; a registry users add their own tools to
+
+
+def test_user_tools_get_schemas_from_signature_and_docstring(tmp_path: Path) -> None:
+    # (The hints are evaluated in the module's globals, as typing.get_type_hints does: Annotated, Ge,
+    # Le and Literal are imported at the top of this file.)
+    registry = default_registry()
+
+    @registry.register
+    @tool(facts={"most": 7})
+    def forecast(
+        ws: Workspace, city: str, days: Annotated[int, Ge(1), Le(7)] = 3, unit: Literal["c", "f"] = "c",
+        detailed: bool = False, state: ReadState | None = None,
+    ) -> ToolOutput:
+        """Weather forecast for a city, at most {most} days.
+
+        Args:
+            city: The city's name.
+            days: How many days, 1 to {most}.
+            unit: Degrees Celsius or Fahrenheit.
+            detailed: Hour by hour.
+        """
+        return ToolOutput(f"{city}: {days} days in {unit}{' (hourly)' if detailed else ''}, state={state is not None}")
+
+    def shout(ws: Workspace, text: str) -> str:
+        """Repeat the text in capitals.
+
+        Args:
+            text: What to repeat; any text, even a long one that is
+                described over two lines.
+        """
+        return text.upper()
+
+    registry.register(shout)  # a plain function: decorated with the defaults
+    spec = registry.get("forecast")
+    assert spec is not None and spec.description == "Weather forecast for a city, at most 7 days."
+    assert spec.parameters == {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "description": "The city's name."},
+            "days": {"type": "integer", "minimum": 1, "maximum": 7, "description": "How many days, 1 to 7.",
+                     "default": 3},
+            "unit": {"type": "string", "enum": ["c", "f"], "description": "Degrees Celsius or Fahrenheit.",
+                     "default": "c"},
+            "detailed": {"type": "boolean", "description": "Hour by hour.", "default": False},
+        },
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+    assert registry.get("shout").parameters["properties"]["text"]["description"].endswith(  # type: ignore[union-attr]
+        "described over two lines."
+    )
+    ws = Workspace([tmp_path])
+    names = [s["name"] for s in registry.schemas("anthropic", ws=ws)]
+    assert names[-2:] == ["forecast", "shout"] and "read" in names and "shell" not in names
+    for document in registry.schemas("jsonschema"):
+        Draft202012Validator.check_schema(document)
+    ok = registry.run("forecast", '{"city": "Oslo", "days": "2", "detailed": "true"}', ws, ReadState())
+    assert ok.text == "Oslo: 2 days in c (hourly), state=True"
+    assert registry.run("shout", {"text": "hi"}, ws).text == "HI"
+    assert run_tool("shout", {"text": "hi"}, ws, registry=registry).text == "HI"
+    assert "forecast" not in TOOLS and run_tool("forecast", {"city": "x"}, ws).details["error"] == "unknown_tool"
+    for bad in ({"city": "Oslo", "days": 8}, {"city": "Oslo", "unit": "k"}, {"days": 2}, "{not json", "[1, 2]"):
+        out = registry.run("forecast", bad, ws)  # type: ignore[arg-type]
+        assert out.is_error and out.details["error"] == "bad_argument", (bad, out.text)
+    assert "at most 7" in registry.run("forecast", {"city": "x", "days": 9}, ws).text
+
+
+def test_functions_that_cannot_be_tools_are_refused_with_the_reason() -> None:
+    def no_doc(ws: Workspace, x: str) -> str:
+        return x
+
+    def undocumented_parameter(ws: Workspace, x: str) -> str:
+        """Something."""
+        return x
+
+    def untyped(ws, x):  # type: ignore[no-untyped-def]
+        """Something.
+
+        Args:
+            x: A value.
+        """
+
+    def object_typed(ws: Workspace, x: object) -> str:
+        """Something.
+
+        Args:
+            x: A value.
+        """
+        return ""
+
+    for func, words in ((no_doc, "no docstring"), (undocumented_parameter, "no line in the docstring"),
+                        (untyped, "no type hint"), (object_typed, "cannot be a tool argument")):
+        with pytest.raises(ToolDefinitionError, match=words):
+            spec_of(func)
+    with pytest.raises(ToolDefinitionError, match="not valid"):
+        tool(name="has space")(undocumented_parameter)
+    registry = Registry()
+    registry.register(TOOLS["read"])
+    with pytest.raises(ToolDefinitionError, match="already registered"):
+        registry.register(TOOLS["read"])
+    registry.register(TOOLS["read"], replace=True)
+    assert registry.names() == ["read"]
+
+
+def test_the_read_tool_list_is_defined_once_and_known_below() -> None:
+    """The tools that read files are marked on their specs; compaction's list of read-tool names
+    (a lower layer, which cannot import tools) must name every one of them."""
+    from ctxwin.compaction.identifiers import READ_TOOLS
+    from ctxwin.tools import READ_TOOL_NAMES
+
+    assert {"read"} == READ_TOOL_NAMES
+    assert READ_TOOL_NAMES <= READ_TOOLS

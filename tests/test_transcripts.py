@@ -285,7 +285,7 @@ def test_pi_v1_first_kept_index_and_aborted_empty_message() -> None:
     transcript = load_transcript(FIXTURES / "pi_v1.jsonl")
     assert transcript.metadata["version"] == 1
     assert [m.text for m in transcript.messages if m.role == "user"] == ["count the TODOs", "and in the archive?"]
-    assert transcript.skipped["empty_assistant"] == 1  # an aborted call with no content
+    assert transcript.skipped["unsent_answer:aborted"] == 1  # an aborted call: Pi does not send it again
     (compaction,) = transcript.compactions
     # firstKeptEntryIndex 5 is the 6th line (the header is entry 0): "and in the archive?".
     assert transcript.messages[compaction.first_kept_index].text == "and in the archive?"

@@ -3,10 +3,15 @@
 
     CtxwinError
     ├── InputError                 a file, argument or message ctxwin cannot use as given (exit 2)
-    │   └── EntryFormatError       a stored log entry without the shape its kind promises
+    │   ├── EntryFormatError       a stored log entry without the shape its kind promises
+    │   ├── NotARegularFileError   a FIFO, device, socket or folder where a file was needed
+    │   ├── FileTooLargeError      a file, or what it decompresses to, over the cap
+    │   ├── JSONTooDeepError       JSON nested deeper than the limit
+    │   └── MalformedJSONError     text that does not parse as JSON (with the position)
     ├── ContextBudgetError         no request can be made to fit (the system prompt alone is too large)
     ├── ContextOverflowError       the provider keeps rejecting the request as too long after recovery
-    └── CompactionFailed           a compaction that did not happen; history is untouched
+    ├── CompactionFailed           a compaction that did not happen; history is untouched
+    └── ToolDefinitionError        a function that cannot be registered as a tool (tools.spec)
 
 Catch `CtxwinError` for everything, or the one leaf you care about. Errors of the other packages
 (store, tools, providers) derive from these too and live here as well, so that one import finds any.
@@ -67,7 +72,9 @@ class EntryFormatError(InputError):
     """A stored log entry whose payload does not have the shape its kind promises."""
 
 
-# files: the guarded reader (ctxwin.files)
+# --- files: the guarded reader (ctxwin.files)
+
+
 class NotARegularFileError(InputError):
     """A path that is a FIFO, a device, a socket or a directory where a regular file was needed."""
 
@@ -90,6 +97,34 @@ class MalformedJSONError(InputError):
         self.pos = pos
         self.lineno = lineno
         self.colno = colno
+
+
+# -- providers: model clients, streaming, images ------------------------------------------------------
+
+
+class ModelCallCancelled(CtxwinError):
+    """A model call (or its stream, or the wait before a retry) stopped because its cancel event was set."""
+
+
+class ImageError(InputError):
+    """An image no provider would accept: data that is not base64, a media type that is not png, jpeg,
+    gif or webp (or does not match the bytes), or more bytes than the per-image limit."""
+
+
+# --- agent (the loop and sub-agents)
+
+
+class SubagentError(InputError):
+    """A sub-agent request that cannot run as asked (a fork of a fork, another model for a fork, too
+    deep, too many at once); the model gets it as a tool error."""
+
+
+# ---- tools
+
+
+class ToolDefinitionError(CtxwinError):
+    """A function registered as a tool cannot become one (no docstring line or type for a parameter,
+    a type JSON Schema cannot state, a name providers refuse, a name already taken)."""
 
 
 # memory (memory files, the hybrid index, memory tools)

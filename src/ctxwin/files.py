@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 from ctxwin.errors import (
     FileTooLargeError,
@@ -35,6 +35,7 @@ DEFAULT_MAX_JSON_DEPTH = 200  # nesting beyond this is refused before anything r
 READ_CHUNK_BYTES = 1 << 20  # how much is read (or decompressed) per step
 GZIP_MAGIC = b"\x1f\x8b"  # the first two bytes of every gzip stream
 GZIP_WBITS = 47  # 32 + 15: a gzip or zlib header, the largest window
+MAX_DEFLATE_RATIO = 1032  # deflate's best compression: no stream expands more than this
 
 _BRACKET_DELTA = {"[": 1, "{": 1, "]": -1, "}": -1}
 # A JSON string, unrolled so the regex engine never backtracks: quote, runs of plain characters and
@@ -102,6 +103,15 @@ def read_file(path: str | Path, *, limits: FileLimits = FileLimits()) -> FileByt
     with open_regular(path, limits=limits) as handle:
         if not _is_gzip(handle):
             return FileBytes(_read_all(handle, path, limits), False, False)
+        if os.fstat(handle.fileno()).st_size * MAX_DEFLATE_RATIO > limits.max_decompressed_bytes:
+            # It could expand past the cap: measure first, keeping nothing, so a bomb is refused with
+            # memory flat instead of after the cap's worth of output has been collected.
+            try:
+                for _ in _gunzip_chunks(_chunks(handle, path, limits), path, limits):
+                    pass
+            except _Truncated:
+                pass
+            handle.seek(0)
         chunks: list[bytes] = []
         truncated = _gunzip_into(chunks, _chunks(handle, path, limits), path, limits)
         return FileBytes(b"".join(chunks), True, truncated)
@@ -116,7 +126,8 @@ def read_bytes(path: str | Path, *, limits: FileLimits = FileLimits()) -> bytes:
     return content.data
 
 
-def read_text(path: str | Path, *, limits: FileLimits = FileLimits(), errors: str = "strict") -> str:
+def read_text(path: str | Path, *, limits: FileLimits = FileLimits(),
+              errors: Literal["strict", "replace"] = "strict") -> str:
     """The whole file decoded as UTF-8 (a leading byte-order mark dropped). With `errors="strict"`,
     invalid UTF-8 is an `InputError` naming where; with `"replace"`, it becomes U+FFFD."""
     data = read_bytes(path, limits=limits)
@@ -131,9 +142,9 @@ def read_text(path: str | Path, *, limits: FileLimits = FileLimits(), errors: st
 
 
 def iter_lines(path: str | Path, *, limits: FileLimits = FileLimits()) -> Iterator[tuple[int, bytes]]:
-    """Each line of the file (gzip decompressed) as (1-based line number, bytes without the newline),
-    read a chunk at a time so the whole file is never held at once. A gzip stream that stops early
-    raises `InputError` after the lines before the cut have been yielded."""
+    """Each line of the file (gzip decompressed) as (1-based line number, bytes without the "\n"; a
+    "\r" before it is kept), read a chunk at a time so the whole file is never held at once. A gzip
+    stream that stops early raises `InputError` after the lines before the cut have been yielded."""
     path = Path(path)
     with open_regular(path, limits=limits) as handle:
         source = _chunks(handle, path, limits)
@@ -319,11 +330,11 @@ def _truncated(path: Path, produced: int) -> InputError:
 
 def _too_large(path: Path, size: int | None, cap: int, what: str) -> FileTooLargeError:
     actual = f" ({size:,} bytes)" if size is not None else ""
-    setting = "max_bytes" if what == "file size" else "max_decompressed_bytes"
+    setting, variable = ("max_bytes", "CTXWIN_MAX_FILE_BYTES") if what == "file size" else \
+        ("max_decompressed_bytes", "CTXWIN_MAX_DECOMPRESSED_BYTES")
     return FileTooLargeError(
         f"{path} is over the {what} cap of {cap:,} bytes{actual}",
-        f"raise FileLimits.{setting} (CTXWIN_MAX_FILE_BYTES / CTXWIN_MAX_DECOMPRESSED_BYTES on the CLI) "
-        "if the file is genuine",
+        f"if the file is genuine, raise the cap: {variable}=<bytes> for the CLI, FileLimits.{setting} in the library",
     )
 
 

@@ -6,7 +6,9 @@ library, and prints either rich output or, with `--json`, the library's result a
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -14,6 +16,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ctxwin.errors import CtxwinError
 
@@ -37,9 +40,10 @@ def print_json(data: Any) -> None:
 
 
 def fail(message: str, hint: str | None = None, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    # soft_wrap: one line per message whatever the terminal's width, so it can be grepped
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     if hint:
-        err_console.print(f"  {hint}", highlight=False)
+        err_console.print(f"  {escape(hint)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -59,7 +63,62 @@ def handle_errors(func: F) -> F:
             fail(f"is a directory: {error.filename}", "give a file")
         except PermissionError as error:
             fail(f"permission denied: {error.filename}")
+        except BrokenPipeError:
+            quiet_stdout()  # the reader went away (`| head`): nothing left to say, and nowhere to say it
+            raise typer.Exit(EXIT_BROKEN_PIPE) from None
+        except OSError as error:  # disk full, I/O error, too many symlinks, a name too long ...
+            hint = OS_ERROR_HINTS.get(error.errno or 0, "check the path and the device")
+            fail(f"{os_error_line(error)}; {hint}", code=1)  # one line: scripts read the last line of stderr
+        except UnicodeDecodeError as error:  # a binary file where text was expected (a policy TOML, a session file)
+            fail(f"a file is not UTF-8 text ({error.reason} at byte {error.start}); give a text file: policies "
+                 "are TOML, sessions JSON lines")
         except KeyboardInterrupt:
             fail("interrupted", code=130)
 
     return wrapper  # type: ignore[return-value]
+
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
+OS_ERROR_HINTS = {
+    errno.ENOSPC: "free some disk space, or write somewhere else",
+    errno.EIO: "the device reported an I/O error: check the disk or the mount",
+    errno.EROFS: "the file system is read-only: write somewhere else",
+    errno.ELOOP: "a symbolic link points to itself: fix or remove it",
+    errno.ENAMETOOLONG: "use a shorter path",
+}
+
+
+def os_error_line(error: OSError) -> str:
+    """An OS error as one line: what the OS said, its errno name, and the file when it is known."""
+    name = errno.errorcode.get(error.errno or 0, "")
+    what = error.strerror or str(error) or type(error).__name__
+    where = f": {error.filename}" if error.filename else ""
+    return f"{what}{f' ({name})' if name else ''}{where}"
+
+
+def quiet_stdout() -> None:
+    """Points stdout at /dev/null, so the interpreter's last flush of unwritable output raises nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def flush_stdout_or_fail(*, report: bool = True) -> int | None:
+    """Flushes stdout; an output that cannot be written (disk full, closed pipe) is one line on stderr
+    (unless `report` is false: the command already said what went wrong) and an exit code (None: all
+    written)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        quiet_stdout()
+        return EXIT_BROKEN_PIPE
+    except OSError as error:
+        quiet_stdout()
+        if report:
+            err_console.print(f"[bold red]error:[/] cannot write the output: {os_error_line(error)}", highlight=False,
+                              soft_wrap=True)
+        return 1
+    return None

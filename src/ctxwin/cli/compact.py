@@ -4,10 +4,12 @@ compacting a transcript file would give."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from ctxwin.cli.app import app, console, handle_errors, print_json
+from ctxwin.cli.reads import SessionReads
 
 
 @app.command("compact")
@@ -24,10 +26,18 @@ def compact_command(
     """Compact now, like /compact: summarize the older history, keep the recent tail."""
     from ctxwin.transcripts.compact import compact
 
-    result = compact(session, focus=focus, strategy=strategy, policy=policy, window=window, model=model)
+    reads = SessionReads()
+    with reads.collect():
+        result = compact(session, focus=focus, strategy=strategy, policy=policy, window=window, model=model)
     if json_output:
-        print_json({k: v for k, v in result.items() if k != "summary"} | {"summary_chars": len(result["summary"])})
-        return
+        print_json({k: v for k, v in result.items() if k != "summary"} | {"summary_chars": len(result["summary"]),
+                                                                          "read": reads.to_dict()})
+    else:
+        _print_result(result)
+    reads.finish()
+
+
+def _print_result(result: dict[str, Any]) -> None:
     if not result["compacted"]:
         reasons = [e["reason"] for e in result["events"] if e["stage"] == "compaction"]
         console.print(f"Nothing compacted: {reasons[0] if reasons else 'the history is within the kept budget'}")

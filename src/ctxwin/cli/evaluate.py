@@ -13,7 +13,8 @@ from rich.table import Table
 
 from ctxwin.cli.app import app, console, handle_errors, print_json
 from ctxwin.cli.progress import progress_bars
-from ctxwin.cli.replay import split_names, warnings_once
+from ctxwin.cli.reads import SessionReads
+from ctxwin.cli.replay import split_names
 from ctxwin.errors import InputError
 from ctxwin.evaluation.needles import AGES
 from ctxwin.evaluation.needles import DEFAULT_POLICIES as NEEDLE_POLICIES
@@ -55,16 +56,18 @@ def retention(
     """Which facts survive each policy's compaction: recall per probe type at every compaction point,
     in the view's text (the headline) and recoverable through the refs it shows (second)."""
     names = split_names(policy) or list(RETENTION_POLICIES)
-    with warnings_once(), progress_bars(not (quiet or as_json)) as progress:
+    reads = SessionReads()
+    with reads.collect(), progress_bars(not (quiet or as_json)) as progress:
         result = score_retention([str(f) for f in files], names, model=model, window=window,
                                  progress=progress, views=views)
     data = result.to_dict()
     if as_json:
-        print_json(data)
-        return
-    for session in data["sessions"]:
-        _print_point(session)
-    _print_summary(data["summary"])
+        print_json(data | {"read": reads.to_dict()})
+    else:
+        for session in data["sessions"]:
+            _print_point(session)
+        _print_summary(data["summary"])
+    reads.finish()
 
 
 def _print_point(session: dict[str, Any]) -> None:
@@ -130,13 +133,19 @@ def needles(
         age_list = [int(a) for a in split_names(ages)] or list(AGES)
     except ValueError:
         raise InputError(f"--ages {ages!r}: not a list of numbers", "for example --ages 1,10,100") from None
-    with warnings_once(), progress_bars(not (quiet or as_json)) as progress:
+    reads = SessionReads()
+    with reads.collect(), progress_bars(not (quiet or as_json)) as progress:
         result = find_needles([str(f) for f in files], names, ages=age_list, model=model, window=window,
                                         progress=progress)
     data = result.to_dict()
     if as_json:
-        print_json(data)
-        return
+        print_json(data | {"read": reads.to_dict()})
+    else:
+        _print_needles(data)
+    reads.finish()
+
+
+def _print_needles(data: dict[str, Any]) -> None:
     grid = data["policies"]
     buckets = data["age_buckets"]
     for state, label in (("in_view", "still in the view"), ("recoverable", "recoverable through a ref in the view"),

@@ -1,19 +1,20 @@
 """`ctxwin health FILE`: the token breakdown of the context a session would send next. A thin wrapper
-over `ctxwin.tokens.health`."""
+over `ctxwin.transcripts.health.health`."""
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ctxwin.cli.app import app, console, err_console, handle_errors, print_json
-from ctxwin.tokens import health as health_report
+from ctxwin.cli.app import app, console, handle_errors, print_json
+from ctxwin.cli.reads import SessionReads
 from ctxwin.tokens.breakdown import LABELS
 from ctxwin.transcripts import FORMATS
+from ctxwin.transcripts.health import HealthReport
+from ctxwin.transcripts.health import health as health_report
 
 PRESSURE_STYLES = {"ok": "green", "warn": "yellow", "compact_due": "bold yellow", "over": "bold red"}
 
@@ -29,14 +30,17 @@ def health(
                                       show_default=False),
 ) -> None:
     """Show where the tokens of the context a session would send next go, and the pressure level."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    reads = SessionReads()
+    with reads.collect():
         report = health_report(str(file), model=model, format=format)
-    for warning in caught:
-        err_console.print(f"[yellow]warning:[/] {escape(str(warning.message))}", highlight=False)
     if as_json:
-        print_json(report.to_dict())
-        return
+        print_json(report.to_dict() | {"read": reads.to_dict()})
+    else:
+        _print_health(report)
+    reads.finish()
+
+
+def _print_health(report: HealthReport) -> None:
     b = report.breakdown
     style = PRESSURE_STYLES[b.pressure]
     console.print(f"[bold]{b.headline()}[/] [{style}]{b.pressure.replace('_', ' ')}[/]", highlight=False)

@@ -10,12 +10,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ctxwin.cli.app import app, console, err_console, handle_errors, print_json
+from ctxwin.cli.app import app, console, handle_errors, print_json
+from ctxwin.cli.reads import SessionReads
 from ctxwin.transcripts import FORMATS, load_transcript
 from ctxwin.transcripts.inspect import inspect_transcript
 
-EXIT_WARNINGS = 3  # the file was read, but malformed parts were skipped (listed on stderr)
-WARNINGS_SHOWN = 20  # warnings printed on stderr; the rest are counted
 TOOLS_SHOWN = 15  # rows of the per-tool table
 
 
@@ -38,18 +37,15 @@ def inspect(
 
     3: the report was printed, but malformed lines were skipped; the warnings, with line numbers, are on stderr.
     """
-    transcript = load_transcript(file, format)
-    report = inspect_transcript(transcript)
+    reads = SessionReads()
+    with reads.collect():
+        transcript = load_transcript(file, format)
+        report = inspect_transcript(transcript)
     if as_json:
-        print_json(report)
+        print_json(report | {"read": reads.to_dict()})
     else:
         _print_report(report)
-    if transcript.warnings:
-        for warning in transcript.warnings[:WARNINGS_SHOWN]:
-            err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
-        if len(transcript.warnings) > WARNINGS_SHOWN:
-            err_console.print(f"[yellow]warning:[/] … and {len(transcript.warnings) - WARNINGS_SHOWN} more")
-        raise typer.Exit(EXIT_WARNINGS)
+    reads.finish()
 
 
 def _print_report(report: dict[str, Any]) -> None:

@@ -4,9 +4,6 @@ model call of a real session, and what it would have cost. A thin wrapper over
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,26 +12,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from ctxwin import policy as policies
-from ctxwin.cli.app import app, console, err_console, handle_errors, print_json
+from ctxwin.cli.app import app, console, handle_errors, print_json
 from ctxwin.cli.progress import progress_bars
+from ctxwin.cli.reads import SessionReads
 from ctxwin.errors import InputError
 from ctxwin.evaluation.compare import HARNESS_FOLDERS, RECORDED, compare, latest_session
 from ctxwin.evaluation.cost import SCHEMES, TTLS
 from ctxwin.transcripts import FORMATS, load_transcript
 
 EVENTS_SHOWN = 3  # events named per row of the per-call table
-
-
-@contextmanager
-def warnings_once() -> Iterator[None]:
-    """Library warnings (an unknown model, for one) printed once each on stderr, not once per replay."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            yield
-        finally:
-            for message in dict.fromkeys(str(w.message) for w in caught):
-                err_console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
 
 
 def split_names(value: str | None) -> list[str]:
@@ -80,19 +66,21 @@ def replay(
 ) -> None:
     """Replay a real session under a policy: tokens sent and cached at every model call, events, cost."""
     path = resolve_file(file, latest)
-    transcript = load_transcript(path, format)
     names = list(dict.fromkeys([policy, *split_names(compare_with)]))
-    with warnings_once(), progress_bars(not (quiet or as_json)) as progress:
+    reads = SessionReads()
+    with reads.collect(), progress_bars(not (quiet or as_json)) as progress:
+        transcript = load_transcript(path, format)
         result = compare(transcript, names, model=model, window=window, pricing=pricing, cache_ttl=cache_ttl,
                          progress=progress)
     data = result.to_dict()
     if as_json:
-        print_json(data)
-        return
-    _print_header(data)
-    if calls:
-        _print_calls(policy, data["policies"][policy])
-    _print_summary(data)
+        print_json(data | {"read": reads.to_dict()})
+    else:
+        _print_header(data)
+        if calls:
+            _print_calls(policy, data["policies"][policy])
+        _print_summary(data)
+    reads.finish()
 
 
 def _print_header(data: dict[str, Any]) -> None:

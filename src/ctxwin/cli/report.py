@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from ctxwin.cli.app import app, console, handle_errors, print_json
 from ctxwin.cli.progress import progress_bars
+from ctxwin.cli.reads import SessionReads
 from ctxwin.cli.replay import split_names
 from ctxwin.evaluation.report import report as write_html_report
 from ctxwin.tools import format_size
@@ -39,13 +40,15 @@ def report(
         if value is not None:
             args += [flag, str(value)]
     command = shlex.join(["ctxwin", "report", *args, *([] if retention else ["--no-retention"])])
-    with progress_bars(not (quiet or as_json)) as progress:
+    reads = SessionReads()
+    with reads.collect(), progress_bars(not (quiet or as_json)) as progress:
         result = write_html_report(files, output, policies=split_names(policy) or None, model=model, window=window,
                                    with_retention=retention, progress=progress, command=command)
     if as_json:
-        print_json(result.to_dict())
-        return
-    console.print(f"Wrote [bold]{escape(result.path)}[/] ({format_size(result.bytes)}): "
-                  f"{len(result.sessions)} session(s), {len(result.policies)} policies, "
-                  f"{result.retention_points} retention point(s), in {result.seconds['total']:.1f} s. "
-                  "Open it in a browser; it loads nothing from the network.", highlight=False)
+        print_json(result.to_dict() | {"read": reads.to_dict()})
+    else:
+        console.print(f"Wrote [bold]{escape(result.path)}[/] ({format_size(result.bytes)}): "
+                      f"{len(result.sessions)} session(s), {len(result.policies)} policies, "
+                      f"{result.retention_points} retention point(s), in {result.seconds['total']:.1f} s. "
+                      "Open it in a browser; it loads nothing from the network.", highlight=False)
+    reads.finish()

@@ -89,9 +89,12 @@ def tool(
         roots=root or [Path.cwd()], blobs=FileBlobStore(blobs) if blobs else None, allow_shell=allow_shell
     )
     output = run_tool(name, args, workspace)
+    # A refusal is only a message and a hint; other errors (a failed command, a query stopped after
+    # too many results) carry output worth printing.
+    refusal = output.is_error and set(output.details) == {"error"}
     if json_out:
         print_json(output.to_dict())
-    elif output.is_error and "error" in output.details:
+    elif refusal:
         message, _, hint = output.text.partition("\n")
         fail(message, hint or None, code=2)
     else:

@@ -48,8 +48,10 @@ def first_content(items: Sequence[Item]) -> int:
 
 def find_cut(items: Sequence[Item], start: int, keep_tokens: int) -> int:
     """Pi's rule: walk back from the newest message until `keep_tokens` are kept, then move forward
-    to the nearest cut point. Returns `start` when everything fits (nothing to summarize) and
-    `len(items)` when no cut point is left (summarize everything)."""
+    to the nearest cut point. When there is none ahead (the budget ran out inside the last round),
+    move back to the round's start instead: the newest round, the results the model just asked
+    for, is always kept, or an agent in a tool loop would lose its place. Returns `start` when
+    everything fits (nothing to summarize)."""
     kept = 0
     for index in range(len(items) - 1, start - 1, -1):
         kept += items[index].tokens
@@ -57,7 +59,10 @@ def find_cut(items: Sequence[Item], start: int, keep_tokens: int) -> int:
             for cut in range(index, len(items)):
                 if is_cut_point(items, cut):
                     return max(cut, start)
-            return len(items)
+            for cut in range(index - 1, start, -1):
+                if is_cut_point(items, cut):
+                    return cut
+            return start
     return start
 
 
@@ -69,6 +74,8 @@ def shrinking_cut(items: Sequence[Item], start: int, keep: int, fixed_tokens: in
     while fixed_tokens + total_tokens(items[cut:]) > limit and keep > 0:
         keep //= 2
         cut = find_cut(items, start, keep)
+    if fixed_tokens + total_tokens(items[cut:]) > limit:
+        return len(items)  # the newest round alone is past the trigger: it cannot stay verbatim
     return cut
 
 

@@ -19,13 +19,13 @@ from typing import Any
 from ctxwin import policy as policies
 from ctxwin.compaction.base import Summarizer
 from ctxwin.compaction.compact import strategy_for
-from ctxwin.compaction.overflow import is_overflow_error, reported_context_tokens
 from ctxwin.compaction.strategy import BY_TURNS
 from ctxwin.errors import ContextOverflowError, CtxwinError, InputError
 from ctxwin.messages import Message
 from ctxwin.pipeline import bootstrap
 from ctxwin.pipeline.view import Event, StageContext
 from ctxwin.policy.model import Policy
+from ctxwin.providers.overflow import is_overflow_error, reported_context_tokens
 from ctxwin.store.base import SessionLog
 from ctxwin.store.entries import (
     CalibrationEntry,

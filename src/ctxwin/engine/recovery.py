@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ctxwin.compaction.overflow import OverflowMatch
 from ctxwin.errors import ContextOverflowError, CtxwinError
 from ctxwin.pipeline.view import Event
 from ctxwin.policy.model import Policy
+from ctxwin.providers.overflow import OverflowMatch
 from ctxwin.store.entries import RecoveryEntry
 
 from .budget import Budget

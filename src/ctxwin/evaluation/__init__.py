@@ -8,6 +8,10 @@
   `probes.py`).
 - `needles(transcripts, policies)`: unique values injected into real tool outputs: still in view,
   recoverable through a verified handle, or lost (`needles.py`).
+- `replay(transcript, policy)` / `iter_replay`: feed a transcript to an engine and prepare a request
+  at every point the real agent called the model (`replay.py`).
+
+An edge: imports anything below it (the engine, tools, transcripts), never the CLI.
 """
 
 from ctxwin.evaluation.compare import (

@@ -27,7 +27,6 @@ from typing import Any
 from ctxwin import policy as policies
 from ctxwin.engine import ContextEngine
 from ctxwin.engine.engine import UNLIMITED_WINDOW
-from ctxwin.engine.replay import CallRecord, PrefixCaches, call_model, call_record, iter_replay, model_calls
 from ctxwin.errors import InputError
 from ctxwin.evaluation.cost import (
     CallCost,
@@ -39,10 +38,12 @@ from ctxwin.evaluation.cost import (
     recorded_cost,
     summarize,
 )
+from ctxwin.evaluation.replay import CallRecord, PrefixCaches, call_model, call_record, iter_replay, model_calls
 from ctxwin.pipeline.view import Event
 from ctxwin.store.blobs import FileBlobStore
-from ctxwin.tokens import Calibrator, counter_for, model_info, usage_observations
+from ctxwin.tokens import Calibrator, counter_for, model_info
 from ctxwin.transcripts import load_transcript
+from ctxwin.transcripts.health import transcript_observations
 from ctxwin.transcripts.model import Transcript
 
 RECORDED = "recorded"
@@ -104,7 +105,8 @@ def calibration_factor(transcript: Transcript, model: str | None = None) -> tupl
     if counter.exact or not transcript.usage:
         return 1.0, 0, counter.name
     calibrator = Calibrator()
-    used = sum(1 for pair in usage_observations(transcript, counter) if calibrator.observe(pair.counted, pair.reported))
+    pairs = transcript_observations(transcript, counter)
+    used = sum(1 for pair in pairs if calibrator.observe(pair.counted, pair.reported))
     return (calibrator.factor if used else 1.0), used, counter.name
 
 

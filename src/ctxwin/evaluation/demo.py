@@ -1,10 +1,12 @@
 """`ctxwin demo`: the main job with no file at hand.
 
-A scripted agent works on a copy of the installed ctxwin package with ctxwin's own budgeted tools
-(ls, find, grep, read, shell, read_spilled, grep_spilled, plus a small exact-replace edit of its
-own): it maps the code, pages through large modules, re-reads files, runs commands (one fails, one
-prints a long listing, one dumps more than the shell shows and is paged back from its blob handle),
-edits two files, and answers user turns that carry instructions and identifiers (a ticket id, a
+A scripted agent works on a copy of the installed ctxwin package through ctxwin's agent loop
+(`ctxwin.agent`: the script plays the model, the loop prepares every call, runs the tools and logs
+the session), with ctxwin's own budgeted tools (ls, find, grep, read, shell, read_spilled,
+grep_spilled, plus a small exact-replace edit of its own, given to the loop as a user tool): it
+maps the code, pages through large modules, re-reads files, runs commands (one fails, one prints a
+long listing, one dumps more than the shell shows and is paged back from its blob handle), edits two
+files, and answers user turns that carry instructions and identifiers (a ticket id, a
 commit hash, a URL). The result is a canonical `Transcript` of about two hundred model calls that
 grows far past a 200K window, which is then replayed under every policy, scored for retention and
 rendered as the HTML report.
@@ -17,10 +19,12 @@ where the copy lives.
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import stat
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -31,14 +35,16 @@ from typing import Any
 
 import ctxwin
 from ctxwin import policy as presets
-from ctxwin.errors import InputError
+from ctxwin.agent import Agent, AgentConfig, FunctionModel, create_agent
+from ctxwin.errors import CtxwinError, InputError
 from ctxwin.evaluation.compare import compare
 from ctxwin.evaluation.report import check_output, render_report, write_report
 from ctxwin.evaluation.retention import retention
-from ctxwin.messages import Message, Text, ToolCall, assign_ids
+from ctxwin.messages import Message, Text, ToolCall, ToolResult, assign_ids
+from ctxwin.providers import Completion
 from ctxwin.store.blobs import FileBlobStore
 from ctxwin.tokens import counter_for
-from ctxwin.tools import ToolOutput, Workspace, run_tool
+from ctxwin.tools import ToolOutput, ToolSpec, Workspace
 from ctxwin.tools.base import ToolError, refusals_as_output
 from ctxwin.transcripts.model import Transcript
 
@@ -139,54 +145,113 @@ def edit(ws: Workspace, path: str, old_text: str, new_text: str) -> ToolOutput:
 # The scripted agent
 
 
+EDIT_TOOL = ToolSpec(
+    "edit", "Replace one exact occurrence of old_text with new_text in a workspace file.",
+    {"type": "object", "additionalProperties": False, "required": ["path", "old_text", "new_text"],
+     "properties": {"path": {"type": "string"}, "old_text": {"type": "string"}, "new_text": {"type": "string"}}},
+    lambda ws, args, state, call_id: edit(ws, **args),
+)
+"""The scripted agent's own tool, given to the loop beside the registry's (a user tool, as any harness has)."""
+
+
+class _DemoLoop(Agent):
+    """The agent loop, with the scripted clock's timestamps on the tool results and the outputs handed
+    back to the script (which reads their details, e.g. a spilled output's handle)."""
+
+    script: ScriptedAgent
+
+    def tool_message(self, results: list[ToolResult]) -> Message:
+        return Message("tool", tuple(results), meta=self.script._stamp(TOOL_S * len(results)))
+
+    def execute(self, calls: list[ToolCall]) -> list[ToolResult]:
+        results = super().execute(calls)
+        self.script._outputs.put(list(self.last_outputs))
+        return results
+
+
 class ScriptedAgent:
-    """Appends canonical messages the way a harness logs them: a user turn, then model calls (an
-    assistant message with text and tool calls), each followed by the tools' results."""
+    """The scripted model in front of ctxwin's agent loop: a user turn starts a run of the loop, and
+    each model call of the loop gets the script's next assistant message (text and tool calls); the loop
+    runs the tools (the registry's and the scripted agent's own `edit`), logs everything to the engine's
+    session, and hands the outputs back to the script. The loop runs in a thread of its own, in lockstep
+    with the script (one side waits while the other works), so the session is deterministic."""
 
     def __init__(self, ws: Workspace, *, start: float = DEMO_START) -> None:
         self.ws = ws
-        self.messages: list[Message] = []
         self.clock = start
         self.model_calls = 0
         self.tool_errors = 0
         self.tools_used: dict[str, int] = {}
         self.counter = counter_for(DEMO_MODEL)
-        self.tokens = 0
+        self._tokens = self._counted = 0
+        self._turns: queue.Queue[Message | None] = queue.Queue()
+        self._replies: queue.Queue[Message | None] = queue.Queue()
+        self._outputs: queue.Queue[list[ToolOutput] | BaseException] = queue.Queue()
+        model = FunctionModel(self._respond, DEMO_MODEL)
+        self.loop = create_agent(model, workspace=ws, extra_tools=[EDIT_TOOL], agent_type=_DemoLoop,
+                                 config=AgentConfig(system="You are working on the ctxwin repository.",
+                                                    max_steps=10_000, max_repeats=100))
+        self.loop.script = self
+        self._thread = threading.Thread(target=self._drive, name="demo-agent-loop", daemon=True)
+        self._thread.start()
+
+    # ---- the loop's side
+
+    def _drive(self) -> None:
+        try:
+            while (turn := self._turns.get()) is not None:
+                result = self.loop.run(turn)
+                if result.stop != "done":
+                    raise CtxwinError(f"the demo's agent loop stopped: {result.stop} ({result.text[:200]})")
+        except BaseException as error:  # handed to the script, which is waiting for outputs
+            self._outputs.put(error)
+
+    def _respond(self, prepared: Any) -> Completion:
+        message = self._replies.get()
+        if message is None:
+            raise CtxwinError("the demo script ended in the middle of a turn")
+        return Completion(message)
+
+    # ---- the script's side
 
     def _stamp(self, seconds: float) -> dict[str, Any]:
         self.clock += seconds
         return {"timestamp": datetime.fromtimestamp(self.clock, UTC).isoformat(timespec="milliseconds")}
 
-    def _add(self, message: Message) -> None:
-        self.messages.append(message)
-        self.tokens += self.counter.count_message(message)
+    @property
+    def messages(self) -> list[Message]:
+        return self.loop.engine.messages
+
+    @property
+    def tokens(self) -> int:
+        """The whole session by the model's estimator (what an unmanaged agent would send at the end);
+        counted once per message (the log only grows)."""
+        messages = self.messages
+        self._tokens += sum(self.counter.count_message(m) for m in messages[self._counted:])
+        self._counted = len(messages)
+        return self._tokens
 
     def user(self, text: str, pause: float = USER_PAUSE_S) -> None:
-        self._add(Message("user", (Text(text),), meta=self._stamp(pause)))
+        self._turns.put(Message("user", (Text(text),), meta=self._stamp(pause)))
 
     def say(self, text: str) -> None:
         """A model call that answers in text only (the end of a turn)."""
         self.model_calls += 1
-        self._add(Message("assistant", (Text(text),), meta=self._stamp(THINK_S)))
+        self._replies.put(Message("assistant", (Text(text),), meta=self._stamp(THINK_S)))
 
     def act(self, text: str, *calls: tuple[str, dict[str, Any]]) -> list[ToolOutput]:
-        """A model call that asks for tools; runs them and logs each result. Returns the outputs."""
+        """A model call that asks for tools; the loop runs them and logs the results. Returns the outputs."""
         self.model_calls += 1
         blocks: list[Any] = [Text(text)] if text else []
-        ids = []
-        for name, args in calls:
-            call_id = f"toolu_demo_{sum(self.tools_used.values()) + len(ids) + 1:04d}"
-            ids.append(call_id)
-            blocks.append(ToolCall(call_id, name, dict(args)))
-        self._add(Message("assistant", tuple(blocks), meta=self._stamp(THINK_S)))
-        outputs = []
-        for call_id, (name, args) in zip(ids, calls, strict=True):
-            output = edit(self.ws, **args) if name == "edit" else run_tool(name, args, self.ws)
+        for n, (name, args) in enumerate(calls):
+            blocks.append(ToolCall(f"toolu_demo_{sum(self.tools_used.values()) + n + 1:04d}", name, dict(args)))
+        self._replies.put(Message("assistant", tuple(blocks), meta=self._stamp(THINK_S)))
+        outputs = self._outputs.get()
+        if isinstance(outputs, BaseException):
+            raise outputs
+        for (name, _), output in zip(calls, outputs, strict=True):
             self.tools_used[name] = self.tools_used.get(name, 0) + 1
             self.tool_errors += output.is_error
-            result = output.to_tool_result(call_id, name)
-            self._add(Message("tool", (result,), meta=self._stamp(TOOL_S)))
-            outputs.append(output)
         return outputs
 
     def one(self, text: str, name: str, **args: Any) -> ToolOutput:
@@ -200,6 +265,16 @@ class ScriptedAgent:
         for offset in range(1, lines + 1, PAGE_LINES):
             text = why if offset == 1 else f"Continuing {path} from line {offset}."
             self.one(text, "read", path=path, offset=offset, limit=PAGE_LINES)
+
+    def finish(self) -> None:
+        """End the script: the loop thread returns once its last turn is done."""
+        self._turns.put(None)
+        self._replies.put(None)  # unblocks a loop still waiting for a reply (a script that stopped early)
+        self._thread.join()
+        if not self._outputs.empty():
+            error = self._outputs.get()
+            if isinstance(error, BaseException):
+                raise error
 
     @property
     def full(self) -> bool:
@@ -414,10 +489,13 @@ def build_session(ws: Workspace, *, progress: Progress | None = None) -> Scripte
     """Runs the scripted agent in `ws` (from `demo_workspace`) and returns it with its messages."""
     agent = ScriptedAgent(ws)
     sizes: dict[str, int] = {}
-    for done, (_label, phase) in enumerate(PHASES, 1):
-        phase(agent, sizes)
-        if progress is not None:
-            progress("scripted session", done, len(PHASES))
+    try:
+        for done, (_label, phase) in enumerate(PHASES, 1):
+            phase(agent, sizes)
+            if progress is not None:
+                progress("scripted session", done, len(PHASES))
+    finally:
+        agent.finish()
     return agent
 
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from ctxwin.engine import ContextEngine
-from ctxwin.engine.replay import iter_replay, model_calls
 from ctxwin.errors import CtxwinError, InputError
 from ctxwin.evaluation.compare import Progress, ReplaySetup, as_transcript, blob_store, check_policies, replay_setup
 from ctxwin.evaluation.probes import message_text
+from ctxwin.evaluation.replay import iter_replay, model_calls
 from ctxwin.evaluation.retention import entry_messages, resolve_refs
 from ctxwin.messages import Message, Text, ToolResult
 from ctxwin.transcripts.model import Transcript

@@ -37,7 +37,6 @@ from ctxwin import policy as policies
 from ctxwin.compaction.compact import summary_message
 from ctxwin.engine import ContextEngine
 from ctxwin.engine.prepared import Prepared
-from ctxwin.engine.replay import iter_replay, model_calls
 from ctxwin.errors import CtxwinError, InputError
 from ctxwin.evaluation.compare import (
     RECORDED,
@@ -49,6 +48,7 @@ from ctxwin.evaluation.compare import (
     replay_setup,
 )
 from ctxwin.evaluation.probes import PROBE_TYPES, ProbeSet, Score, extract, haystack, message_text, score
+from ctxwin.evaluation.replay import iter_replay, model_calls
 from ctxwin.messages import Message
 from ctxwin.tokens import counter_for
 from ctxwin.transcripts.model import Transcript

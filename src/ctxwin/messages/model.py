@@ -10,6 +10,8 @@ putting them inside user messages is undone by its converter (and redone on the 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -53,6 +55,85 @@ class Image:
     height: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     type: Literal["image"] = field(default="image", init=False, repr=False)
+
+
+# What every provider accepts inline: Anthropic takes exactly these four types and at most 5 MB per
+# image; OpenAI the same types up to 20 MB. The stricter limits hold, so an image valid here is valid
+# for every API ctxwin writes to.
+IMAGE_MEDIA_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+MAX_IMAGE_BYTES = 5 * 1024 * 1024  # decoded bytes of one inline image (Anthropic's per-image limit)
+IMAGE_PLACEHOLDER = "[image omitted: {problem}]"  # what a request carries instead of an invalid image
+
+
+def sniff_image_type(head: bytes) -> str | None:
+    """The media type the first bytes of an image say it is (PNG, JPEG, GIF, WebP), else None."""
+    if head[:8] == b"\x89PNG\r\n\x1a\n":
+        return "image/png"
+    if head[:3] == b"\xff\xd8\xff":
+        return "image/jpeg"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def image_problem(image: Image) -> str | None:
+    """Why a provider would refuse this image, or None when it is fine: inline data that is not base64,
+    a media type that is not png/jpeg/gif/webp or does not match the bytes, more than MAX_IMAGE_BYTES,
+    a URL that is neither http(s) nor a data URL, or no data and no URL at all. (A URL's target cannot
+    be checked offline; the provider fetches it.)"""
+    data, media_type = image.data, image.media_type
+    if data is None:
+        url = image.url or ""
+        if url.startswith(("http://", "https://")):
+            return None
+        if not url.startswith("data:"):
+            return "no image data and no http(s) URL" if not url else f"unsupported image URL scheme: {url[:20]!r}"
+        data = url
+    if data.startswith("data:"):
+        header, _, data = data.partition(",")
+        if ";base64" not in header:
+            return "a data URL that is not base64"
+        media_type = media_type or header[5:].split(";", 1)[0] or None
+    if media_type not in IMAGE_MEDIA_TYPES:
+        return f"media type {media_type!r} is not one of {', '.join(IMAGE_MEDIA_TYPES)}"
+    compact = "".join(data.split()) if any(c.isspace() for c in data[:4096]) or len(data) % 4 else data
+    if len(compact) // 4 * 3 > MAX_IMAGE_BYTES + 2:
+        return f"{len(compact) // 4 * 3:,} bytes, over the {MAX_IMAGE_BYTES:,}-byte limit per image"
+    try:
+        raw = base64.b64decode(compact, validate=True)
+    except (binascii.Error, ValueError):
+        return "the data is not valid base64"
+    if not raw:
+        return "the image is empty"
+    if len(raw) > MAX_IMAGE_BYTES:
+        return f"{len(raw):,} bytes, over the {MAX_IMAGE_BYTES:,}-byte limit per image"
+    actual = sniff_image_type(raw[:16])
+    if actual is None:
+        return f"the bytes are not a PNG, JPEG, GIF or WebP image (declared {media_type})"
+    if actual != media_type:
+        return f"the bytes are {actual}, not the declared {media_type}"
+    return None
+
+
+def image_problems(messages: Iterable[Message]) -> list[tuple[str, int, str]]:
+    """(message id, block index, problem) of every image the provider writers will replace by a
+    placeholder, tool-result images included: what an engine reports as an event for a request."""
+    found = []
+    for message in messages:
+        for index, block in enumerate(message.blocks):
+            parts = block.content if isinstance(block, ToolResult) else (block,)
+            for part in parts:
+                problem = image_problem(part) if isinstance(part, Image) else None
+                if problem is not None:
+                    found.append((message.id, index, problem))
+    return found
+
+
+def image_placeholder(problem: str) -> Text:
+    """The text part a request carries in place of an image no provider would accept."""
+    return Text(IMAGE_PLACEHOLDER.format(problem=problem))
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,10 +22,16 @@ matching `to_*` converter writes, and one repair that fixes what a cut leaves be
   after the writer's merging once these two and the pairing rules hold.
 - Responses only: `dangling_reasoning`, a reasoning item whose next non-reasoning item is not an
   assistant message or call (the API rejects "reasoning without its required following item").
+- With `request=True` (the messages are the request for the model's next answer, as `prepare()` and a
+  replay's model calls build them), also `ends_with_assistant`: the last message is an assistant message
+  without tool calls (with calls, it is `missing_result`). The model would not answer: Anthropic takes
+  it as a prefill to continue (which models with thinking refuse), OpenAI gets a request with nothing to
+  answer. In a replayed session it is what two assistant messages in a row give. A history, as stored or
+  shown, may well end with an answer, so this is not checked without `request`.
 It is one O(n) pass over messages and blocks that builds only id tables (about 1 ms for 2,000 messages
 with 800 calls; `benchmarks/pairing.py`). An empty conversation is not reported: the caller adds the
 user's turn. Not checked: ids longer than a provider allows, images in assistant or system messages,
-and Anthropic's rules that depend on request options (thinking enabled, a prefilled final message).
+and Anthropic's rules that depend on request options (thinking enabled).
 
 `repair(messages, provider)` returns the input list's contents unchanged (same objects, no changes)
 when `validate` finds nothing. Otherwise it applies, in order, recording every change as a
@@ -55,6 +61,8 @@ it does not change stay the same objects):
    call (and then an assistant message left empty).
 7. Anthropic: `insert_user`: when the first non-system message is an assistant message, a user message
    with the text `LEADING_USER_TEXT` is inserted before it.
+8. With `request=True`, `append_user`: when the conversation ends with an assistant message without
+   calls, a user message with the text `TRAILING_USER_TEXT` is appended (the assistant's text is kept).
 No user or assistant text is ever dropped: only empty text, thinking, misplaced calls, and orphan or
 duplicate results are. The result validates for the same provider, so repairing twice changes nothing.
 """
@@ -78,6 +86,8 @@ SYNTHETIC_RESULT_TEXT = (
 )  # the text of the error result repair gives an unanswered call
 # opens (for Anthropic) a history whose first message is an assistant message
 LEADING_USER_TEXT = "[ctxwin] The earlier part of this conversation is omitted."
+# closes a history that ends with an assistant message, so the model answers instead of continuing it
+TRAILING_USER_TEXT = "[ctxwin] Continue."
 DUPLICATE_SUFFIX = "_dup"  # a reused call id becomes <id>_dup2, <id>_dup3, ...
 
 _ANTHROPIC_ID = re.compile(r"[a-zA-Z0-9_-]+")
@@ -126,8 +136,9 @@ def _invalid_id(call_id: str, anthropic: bool) -> bool:
 # -- validate ---------------------------------------------------------------------------------------
 
 
-def validate(messages: Sequence[Message], provider: Provider = "anthropic") -> list[Problem]:
-    """The problems the provider would reject; [] means valid."""
+def validate(messages: Sequence[Message], provider: Provider = "anthropic", *, request: bool = False) -> list[Problem]:
+    """The problems the provider would reject; [] means valid. `request`: the messages are a request for
+    the next answer (then one ending with an answer is a problem too)."""
     _check(provider)
     problems: list[Problem] = []
     add = problems.append
@@ -219,7 +230,15 @@ def validate(messages: Sequence[Message], provider: Provider = "anthropic") -> l
     if provider == OPENAI_RESPONSES:
         for index, _ in _dangling_reasoning(messages):
             add(Problem("dangling_reasoning", index, None, "a reasoning item not followed by its output item"))
+    if request and messages and _ends_with_answer(messages[-1]):
+        add(Problem("ends_with_assistant", len(messages) - 1, None,
+                    "the request ends with an assistant message, so the model would continue it, not answer"))
     return problems
+
+
+def _ends_with_answer(message: Message) -> bool:
+    """An assistant message that closes the conversation (one with calls waits for their results)."""
+    return message.role == "assistant" and not any(type(b) is ToolCall for b in message.blocks)
 
 
 def _dangling_reasoning(messages: Sequence[Message]) -> list[tuple[int, int]]:
@@ -248,9 +267,9 @@ def _dangling_reasoning(messages: Sequence[Message]) -> list[tuple[int, int]]:
 # -- repair -----------------------------------------------------------------------------------------
 
 
-def repair(messages: Sequence[Message], provider: Provider = "anthropic") -> RepairResult:
+def repair(messages: Sequence[Message], provider: Provider = "anthropic", *, request: bool = False) -> RepairResult:
     """The messages with pairing and role problems fixed, and what was changed (see the module doc)."""
-    if not validate(messages, provider):
+    if not validate(messages, provider, request=request):
         return RepairResult(list(messages), [])
     changes: list[RepairChange] = []
     note = changes.append
@@ -260,6 +279,8 @@ def repair(messages: Sequence[Message], provider: Provider = "anthropic") -> Rep
         staged = _drop_dangling_reasoning(staged, note)
     if provider == "anthropic":
         staged = _lead_with_user(staged, note)
+    if request:
+        staged = _close_with_user(staged, note)
     return RepairResult([message for _, message in staged], changes)
 
 
@@ -572,6 +593,14 @@ def _drop_dangling_reasoning(staged: Staged, note: Note) -> Staged:
                 continue
         out.append((index, message))
     return out
+
+
+def _close_with_user(staged: Staged, note: Note) -> Staged:
+    if not staged or not _ends_with_answer(staged[-1][1]):
+        return staged
+    index = staged[-1][0]
+    note(RepairChange("append_user", None, index, "a user message now follows the final assistant message"))
+    return [*staged, (index, Message("user", (Text(TRAILING_USER_TEXT),), id="repair-trailing-user"))]
 
 
 def _lead_with_user(staged: Staged, note: Note) -> Staged:

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from ctxwin import files
 from ctxwin.errors import InputError
 from ctxwin.policy.levels import LEVELS, at_level
 from ctxwin.policy.model import (
@@ -72,7 +73,7 @@ def _base(name: str, seen: tuple[str, ...]) -> Policy:
     if name.endswith(".toml") or "/" in name:
         path = Path(name)
         try:
-            data = tomllib.loads(path.read_text("utf-8"))
+            data = tomllib.loads(files.read_text(path))  # a regular file only: a FIFO would hang the read
         except (OSError, tomllib.TOMLDecodeError) as error:
             raise InputError(f"cannot read base policy {name}: {error}", "check the `base` path") from None
         return from_dict(data, source=name, _seen=seen)
@@ -81,7 +82,7 @@ def _base(name: str, seen: tuple[str, ...]) -> Policy:
 
 def load(path: Path) -> Policy:
     try:
-        data = tomllib.loads(path.read_text("utf-8"))
+        data = tomllib.loads(files.read_text(path))  # a regular file only: a FIFO would hang the read
     except tomllib.TOMLDecodeError as error:
         raise InputError(f"{path}: not valid TOML: {error}",
                          "fix the file; `ctxwin policies --show pi` prints an example") from None

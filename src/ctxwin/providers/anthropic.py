@@ -1,5 +1,5 @@
 """An httpx client for Anthropic's Messages API (and the servers that speak it: Bedrock and Vertex
-gateways, MiniMax, Kimi, z.ai's Anthropic endpoints). No SDK: one POST per call.
+gateways, MiniMax, Kimi, z.ai's Anthropic endpoints). No SDK: one POST per call, streamed or not.
 
 Usage keeps Anthropic's own split: `input_tokens` is the uncached input, cache reads and cache writes
 are counted separately, so `Usage.context_tokens` is what the model read.
@@ -7,23 +7,57 @@ are counted separately, so `Usage.context_tokens` is what the model read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+import random
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
 
 from ctxwin.messages import Message, Text
-from ctxwin.providers.base import DEFAULT_TIMEOUT, Completion, HttpClient, Usage
+from ctxwin.providers.base import (
+    DEFAULT_TIMEOUT,
+    MALFORMED,
+    NO_RETRY,
+    SSE,
+    Completion,
+    Done,
+    HttpClient,
+    ProviderError,
+    Retrying,
+    RetryPolicy,
+    Stream,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallStarted,
+    ToolChoice,
+    ToolDef,
+    Usage,
+    UsageReported,
+    guarded_events,
+    guarded_parse,
+    malformed,
+    stream_error,
+    text_field,
+    token_count,
+)
+from ctxwin.providers.tools import add_tools
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"  # the SDK convention: the base URL excludes /v1
 ANTHROPIC_VERSION = "2023-06-01"  # the API version header every request must carry
+PROVIDER = "anthropic"
 
 
 class AnthropicClient(HttpClient):
-    """`POST {base_url}/v1/messages` with `x-api-key` and `anthropic-version` headers.
-    `count_tokens()` asks `/v1/messages/count_tokens` for the exact input count."""
+    """`POST {base_url}/v1/messages` with `x-api-key` (default: $ANTHROPIC_API_KEY) and
+    `anthropic-version` headers. `complete()` and `stream()` take tools; `count_tokens()` asks
+    `/v1/messages/count_tokens` for the exact input count."""
 
-    provider = "anthropic"
+    provider = PROVIDER
+    key_env = "ANTHROPIC_API_KEY"
 
     def __init__(
         self,
@@ -36,10 +70,15 @@ class AnthropicClient(HttpClient):
         extra_body: Mapping[str, Any] | None = None,
         version: str = ANTHROPIC_VERSION,
         timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy = NO_RETRY,
+        on_retry: Callable[[Retrying], None] | None = None,
+        rng: random.Random | None = None,
+        prompt_cache: bool = False,
     ) -> None:
         super().__init__(base_url, api_key, model, http_client, headers=headers, extra_body=extra_body,
-                         timeout=timeout)
+                         timeout=timeout, retry=retry, on_retry=on_retry, rng=rng)
         self.version = version
+        self.prompt_cache = prompt_cache  # mark cache breakpoints (see `with_cache_breakpoints`)
 
     def request_headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json", "anthropic-version": self.version}
@@ -48,7 +87,8 @@ class AnthropicClient(HttpClient):
         return {**headers, **self.headers}
 
     def build_request(self, messages: Sequence[Message], *, system: str | None = None,
-                      max_tokens: int | None = 4096) -> dict[str, Any]:
+                      max_tokens: int | None = 4096, tools: Sequence[ToolDef | Mapping[str, Any]] | None = None,
+                      tool_choice: ToolChoice | None = None, stream: bool = False) -> dict[str, Any]:
         from ctxwin.messages.providers import to_anthropic
 
         head = [Message("system", (Text(system),))] if system else []
@@ -58,41 +98,184 @@ class AnthropicClient(HttpClient):
             payload["system"] = converted["system"]
         if max_tokens is not None:
             payload["max_tokens"] = max_tokens
+        add_tools("anthropic", payload, tools, tool_choice)
+        if stream:
+            payload["stream"] = True
+        if self.prompt_cache:
+            payload = with_cache_breakpoints(payload)
         return {**payload, **self.extra_body}
 
-    def complete(self, messages: list[Message], *, system: str | None = None, max_tokens: int = 4096,
-                 timeout: float | None = None) -> Completion:
-        payload = self.build_request(messages, system=system, max_tokens=max_tokens)
-        return parse_anthropic_message(self._post("/v1/messages", payload, timeout))
+    def complete(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
+                 timeout: float | None = None, tools: Sequence[ToolDef | Mapping[str, Any]] | None = None,
+                 tool_choice: ToolChoice | None = None, cancel: threading.Event | None = None) -> Completion:
+        payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
+                                     tool_choice=tool_choice)
+        return self._complete(self.base_url + "/v1/messages", payload, timeout, cancel, parse_anthropic_message)
 
-    def count_tokens(self, messages: list[Message], *, system: str | None = None,
+    def stream(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
+               tools: Sequence[ToolDef | Mapping[str, Any]] | None = None, tool_choice: ToolChoice | None = None,
+               timeout: float | None = None, cancel: threading.Event | None = None) -> Stream:
+        payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
+                                     tool_choice=tool_choice, stream=True)
+        return Stream(self._stream_from(self.base_url + "/v1/messages", payload, timeout, cancel,
+                                        anthropic_stream_events, parse_anthropic_message))
+
+    def count_tokens(self, messages: Sequence[Message], *, system: str | None = None,
+                     tools: Sequence[ToolDef | Mapping[str, Any]] | None = None,
                      timeout: float | None = None) -> int:
-        payload = self.build_request(messages, system=system, max_tokens=None)
+        payload = self.build_request(messages, system=system, max_tokens=None, tools=tools)
         payload.pop("max_tokens", None)
-        return int(self._post("/v1/messages/count_tokens", payload, timeout).get("input_tokens") or 0)
+        data = self._post_to(self.base_url + "/v1/messages/count_tokens", payload, timeout)
+        count = data.get("input_tokens")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise malformed(PROVIDER, 200, data, "input_tokens is not a count")
+        return count
 
-    def _post(self, path: str, payload: Mapping[str, Any], timeout: float | None) -> dict[str, Any]:
-        return self._post_to(self.base_url + path, payload, timeout)
+
+CACHE_CONTROL = {"type": "ephemeral"}  # Anthropic's 5-minute prompt cache
+
+
+def with_cache_breakpoints(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The request with `cache_control` breakpoints on the last tool, the last system block and the
+    last block of the last message (3 of the 4 Anthropic allows): each call then writes the whole
+    prompt to the cache and reads the previous call's prefix back, the incremental caching Claude Code
+    does. Blocks that already carry a breakpoint keep theirs."""
+    out = dict(payload)
+    if out.get("tools"):
+        out["tools"] = [*out["tools"][:-1], {"cache_control": CACHE_CONTROL, **out["tools"][-1]}]
+    system = out.get("system")
+    if isinstance(system, str) and system:
+        system = [{"type": "text", "text": system}]
+    if isinstance(system, list) and system:
+        out["system"] = [*system[:-1], {"cache_control": CACHE_CONTROL, **system[-1]}]
+    messages = list(out.get("messages") or [])
+    if messages:
+        last = dict(messages[-1])
+        content = last.get("content")
+        if isinstance(content, str) and content:
+            content = [{"type": "text", "text": content}]
+        if isinstance(content, list) and content:
+            last["content"] = [*content[:-1], {"cache_control": CACHE_CONTROL, **content[-1]}]
+            messages[-1] = last
+        out["messages"] = messages
+    return out
 
 
 def parse_anthropic_message(data: Mapping[str, Any]) -> Completion:
-    """A Messages API response as a `Completion`."""
+    """A Messages API response as a `Completion`; one that is not what the API documents (content not a
+    list of blocks, usage counts that are not numbers) is a `ProviderError`."""
+    return guarded_parse(PROVIDER, data, _parse_message)
+
+
+def _parse_message(data: Mapping[str, Any]) -> Completion:
     from ctxwin.messages.providers import from_anthropic
 
-    content = data.get("content") or []
+    content = data.get("content")
+    if content is None:
+        content = []
+    if not isinstance(content, list) or not all(isinstance(b, Mapping) for b in content):
+        raise malformed(PROVIDER, 200, dict(data), "content is not a list of blocks")
     converted = from_anthropic([{"role": "assistant", "content": content}]) if content else []
     blocks = tuple(b for m in converted if m.role == "assistant" for b in m.blocks)
+    stop = data.get("stop_reason")
     return Completion(message=Message("assistant", blocks), usage=usage_from_anthropic(data.get("usage")),
-                      stop_reason=data.get("stop_reason"), raw=dict(data))
+                      stop_reason=stop if isinstance(stop, str) else None, raw=dict(data))
 
 
 def usage_from_anthropic(usage: Any) -> Usage | None:
     if not isinstance(usage, Mapping):
         return None
-    return Usage(input_tokens=int(usage.get("input_tokens") or 0), output_tokens=int(usage.get("output_tokens") or 0),
-                 cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
-                 cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0))
+    return Usage(input_tokens=token_count(usage, "input_tokens"), output_tokens=token_count(usage, "output_tokens"),
+                 cache_read_tokens=token_count(usage, "cache_read_input_tokens"),
+                 cache_write_tokens=token_count(usage, "cache_creation_input_tokens"))
 
 
-__all__ = ["ANTHROPIC_BASE_URL", "ANTHROPIC_VERSION", "AnthropicClient", "parse_anthropic_message",
-           "usage_from_anthropic"]
+def anthropic_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
+    """Messages API server-sent events (message_start, content_block_start/delta/stop, message_delta,
+    message_stop, ping, error) as typed events, ending with `Done`; the completion is built from the
+    accumulated message exactly as a non-streamed answer is parsed. A stream that is not what the API
+    documents is a `ProviderError`."""
+    return guarded_events(PROVIDER, _anthropic_events(source))
+
+
+def _anthropic_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
+    message: dict[str, Any] = {}
+    blocks: dict[int, dict[str, Any]] = {}
+    partial: dict[int, list[str]] = {}
+    calls: dict[int, int] = {}  # content index -> tool call index
+    stopped = False
+    for sse in source:
+        try:
+            data = sse.json()
+        except (ValueError, RecursionError) as problem:
+            raise malformed(PROVIDER, 200, sse.data, problem) from None
+        if not isinstance(data, Mapping):
+            raise malformed(PROVIDER, 200, data, "an event that is not a JSON object")
+        kind = data.get("type", sse.event)
+        try:
+            if kind == "error":
+                raise stream_error(PROVIDER, data)
+            if kind == "message_start":
+                message = dict(data["message"])
+                usage = usage_from_anthropic(message.get("usage"))
+                if usage is not None:
+                    yield UsageReported(usage)
+            elif kind == "content_block_start":
+                index, block = int(data["index"]), dict(data["content_block"])
+                blocks[index] = block
+                if block.get("type") == "tool_use":
+                    calls[index] = len(calls)
+                    partial[index] = []
+                    yield ToolCallStarted(calls[index], text_field(block["id"], "tool_use.id"),
+                                          text_field(block["name"], "tool_use.name"))
+                elif block.get("type") == "text" and block.get("text"):
+                    yield TextDelta(text_field(block["text"], "text"))
+            elif kind == "content_block_delta":
+                index, delta = int(data["index"]), data["delta"]
+                block = blocks[index]
+                if delta["type"] == "text_delta":
+                    piece = text_field(delta["text"], "text_delta.text")
+                    block["text"] = text_field(block.get("text", ""), "text") + piece
+                    yield TextDelta(piece)
+                elif delta["type"] == "input_json_delta":
+                    piece = text_field(delta["partial_json"], "input_json_delta.partial_json")
+                    partial[index].append(piece)
+                    yield ToolCallDelta(calls[index], piece)
+                elif delta["type"] == "thinking_delta":
+                    piece = text_field(delta["thinking"], "thinking_delta.thinking")
+                    block["thinking"] = text_field(block.get("thinking", ""), "thinking") + piece
+                    yield ThinkingDelta(piece)
+                elif delta["type"] == "signature_delta":
+                    block["signature"] = text_field(block.get("signature", ""), "signature") + \
+                        text_field(delta["signature"], "signature_delta.signature")
+                elif delta["type"] == "citations_delta":
+                    block.setdefault("citations", []).append(delta["citation"])
+            elif kind == "content_block_stop":
+                index = int(data["index"])
+                if index in partial:
+                    text = "".join(partial.pop(index))
+                    blocks[index]["input"] = json.loads(text) if text.strip() else {}
+            elif kind == "message_delta":
+                delta = data.get("delta") or {}
+                message.update({k: v for k, v in delta.items() if k in ("stop_reason", "stop_sequence")})
+                usage = {**(message.get("usage") or {}), **{k: v for k, v in (data.get("usage") or {}).items()
+                                                            if v is not None}}
+                message["usage"] = usage
+                reported = usage_from_anthropic(usage)
+                if reported is not None:
+                    yield UsageReported(reported)
+            elif kind == "message_stop":
+                stopped = True
+                break
+        except ProviderError:
+            raise
+        except MALFORMED as problem:
+            raise malformed(PROVIDER, 200, dict(data), problem) from None
+    if not message or not stopped:
+        raise malformed(PROVIDER, 200, message or None, "the stream ended before message_stop")
+    message["content"] = [blocks[i] for i in sorted(blocks)]
+    yield Done(parse_anthropic_message(message))
+
+
+__all__ = ["ANTHROPIC_BASE_URL", "ANTHROPIC_VERSION", "AnthropicClient", "anthropic_stream_events",
+           "parse_anthropic_message", "usage_from_anthropic", "with_cache_breakpoints"]

@@ -1,5 +1,6 @@
 """httpx clients for OpenAI's Chat Completions and Responses APIs, and for every server that speaks them
-(Azure, OpenRouter, Groq, DeepSeek, vLLM, llama.cpp, LM Studio, Ollama, ...). No SDK: one POST per call.
+(Azure, OpenRouter, Groq, DeepSeek, vLLM, llama.cpp, LM Studio, Ollama, ...) by base URL. No SDK: one
+POST per call, streamed or not.
 
 Usage is reported the way ctxwin counts it everywhere: `Usage.input_tokens` is the uncached input,
 `cache_read_tokens` the cached part (OpenAI's `prompt_tokens` and Responses' `input_tokens` include the
@@ -8,19 +9,53 @@ cached tokens, so they are subtracted), so `Usage.context_tokens` is what the mo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import random
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
 
 from ctxwin.messages import Message, Text
-from ctxwin.providers.base import DEFAULT_TIMEOUT, Completion, HttpClient, Usage
+from ctxwin.providers.base import (
+    DEFAULT_TIMEOUT,
+    MALFORMED,
+    NO_RETRY,
+    SSE,
+    Completion,
+    Done,
+    HttpClient,
+    ProviderError,
+    Retrying,
+    RetryPolicy,
+    Stream,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallStarted,
+    ToolChoice,
+    ToolDef,
+    Usage,
+    UsageReported,
+    guarded_events,
+    guarded_parse,
+    malformed,
+    stream_error,
+    text_field,
+    token_count,
+)
+from ctxwin.providers.tools import add_tools
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"  # the SDK convention: the base URL includes the version
+PROVIDER = "openai"
+
+Tools = Sequence[ToolDef | Mapping[str, Any]] | None
 
 
 class _OpenAIClient(HttpClient):
-    provider = "openai"
+    provider = PROVIDER
+    key_env = "OPENAI_API_KEY"
     path = ""
 
     def __init__(
@@ -33,9 +68,12 @@ class _OpenAIClient(HttpClient):
         headers: Mapping[str, str] | None = None,
         extra_body: Mapping[str, Any] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy = NO_RETRY,
+        on_retry: Callable[[Retrying], None] | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         super().__init__(base_url, api_key, model, http_client, headers=headers, extra_body=extra_body,
-                         timeout=timeout)
+                         timeout=timeout, retry=retry, on_retry=on_retry, rng=rng)
 
     @property
     def url(self) -> str:
@@ -47,37 +85,68 @@ class _OpenAIClient(HttpClient):
             headers["authorization"] = f"Bearer {self.api_key}"
         return {**headers, **self.headers}
 
-    def _post(self, payload: Mapping[str, Any], timeout: float | None) -> dict[str, Any]:
-        return self._post_to(self.url, payload, timeout)
+    def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
+                      tools: Tools = None, tool_choice: ToolChoice | None = None,
+                      stream: bool = False) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def parse(self, data: Mapping[str, Any]) -> Completion:
+        raise NotImplementedError
+
+    def stream_events(self, source: Iterator[SSE]) -> Iterator[StreamEvent]:
+        raise NotImplementedError
+
+    def complete(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
+                 timeout: float | None = None, tools: Tools = None, tool_choice: ToolChoice | None = None,
+                 cancel: threading.Event | None = None) -> Completion:
+        payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
+                                     tool_choice=tool_choice)
+        return self._complete(self.url, payload, timeout, cancel, self.parse)
+
+    def stream(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
+               tools: Tools = None, tool_choice: ToolChoice | None = None, timeout: float | None = None,
+               cancel: threading.Event | None = None) -> Stream:
+        payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
+                                     tool_choice=tool_choice, stream=True)
+        return Stream(self._stream_from(self.url, payload, timeout, cancel, self.stream_events, self.parse))
 
 
 class OpenAIChatClient(_OpenAIClient):
-    """`POST {base_url}/chat/completions`. `max_tokens_field` is the name the output cap is sent under:
-    OpenAI's own models want `max_completion_tokens` (reasoning models reject `max_tokens`), older
-    compatible servers only know `max_tokens`."""
+    """`POST {base_url}/chat/completions` with `authorization: Bearer` (default: $OPENAI_API_KEY).
+    `max_tokens_field` is the name the output cap is sent under: OpenAI's own models want
+    `max_completion_tokens` (reasoning models reject `max_tokens`), older compatible servers only know
+    `max_tokens`. Streams ask for the usage chunk (`stream_options.include_usage`)."""
 
     path = "/chat/completions"
 
     def __init__(self, base_url: str = OPENAI_BASE_URL, api_key: str | None = None, model: str = "gpt-4o-mini",
                  http_client: httpx.Client | None = None, *, max_tokens_field: str = "max_completion_tokens",
                  headers: Mapping[str, str] | None = None, extra_body: Mapping[str, Any] | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = NO_RETRY,
+                 on_retry: Callable[[Retrying], None] | None = None, rng: random.Random | None = None) -> None:
         super().__init__(base_url, api_key, model, http_client, headers=headers, extra_body=extra_body,
-                         timeout=timeout)
+                         timeout=timeout, retry=retry, on_retry=on_retry, rng=rng)
         self.max_tokens_field = max_tokens_field
 
-    def build_request(self, messages: Sequence[Message], *, system: str | None = None,
-                      max_tokens: int = 4096) -> dict[str, Any]:
+    def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
+                      tools: Tools = None, tool_choice: ToolChoice | None = None,
+                      stream: bool = False) -> dict[str, Any]:
         from ctxwin.messages.providers import to_openai_chat
 
         head = [Message("system", (Text(system),))] if system else []
-        return {"model": self.model, "messages": to_openai_chat([*head, *messages]),
-                self.max_tokens_field: max_tokens, **self.extra_body}
+        payload: dict[str, Any] = {"model": self.model, "messages": to_openai_chat([*head, *messages]),
+                                   self.max_tokens_field: max_tokens}
+        add_tools("chat", payload, tools, tool_choice)
+        if stream:
+            payload["stream"] = True
+            payload["stream_options"] = {"include_usage": True}
+        return {**payload, **self.extra_body}
 
-    def complete(self, messages: list[Message], *, system: str | None = None, max_tokens: int = 4096,
-                 timeout: float | None = None) -> Completion:
-        return parse_chat_completion(self._post(self.build_request(messages, system=system, max_tokens=max_tokens),
-                                                timeout))
+    def parse(self, data: Mapping[str, Any]) -> Completion:
+        return parse_chat_completion(data)
+
+    def stream_events(self, source: Iterator[SSE]) -> Iterator[StreamEvent]:
+        return chat_stream_events(source)
 
 
 class OpenAIResponsesClient(_OpenAIClient):
@@ -86,46 +155,76 @@ class OpenAIResponsesClient(_OpenAIClient):
 
     path = "/responses"
 
-    def build_request(self, messages: Sequence[Message], *, system: str | None = None,
-                      max_tokens: int = 4096) -> dict[str, Any]:
+    def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
+                      tools: Tools = None, tool_choice: ToolChoice | None = None,
+                      stream: bool = False) -> dict[str, Any]:
         from ctxwin.messages.providers import to_openai_responses
 
         payload: dict[str, Any] = {"model": self.model, "input": to_openai_responses(list(messages)),
                                    "max_output_tokens": max_tokens, "store": False}
         if system:
             payload["instructions"] = system
+        add_tools("responses", payload, tools, tool_choice)
+        if stream:
+            payload["stream"] = True
         return {**payload, **self.extra_body}
 
-    def complete(self, messages: list[Message], *, system: str | None = None, max_tokens: int = 4096,
-                 timeout: float | None = None) -> Completion:
-        return parse_responses_response(self._post(self.build_request(messages, system=system,
-                                                                      max_tokens=max_tokens), timeout))
+    def parse(self, data: Mapping[str, Any]) -> Completion:
+        return parse_responses_response(data)
+
+    def stream_events(self, source: Iterator[SSE]) -> Iterator[StreamEvent]:
+        return responses_stream_events(source)
+
+
+# --------------------------------------------------------------------------------------------------
+# Whole answers
 
 
 def parse_chat_completion(data: Mapping[str, Any]) -> Completion:
-    """A Chat Completions response as a `Completion` (the first choice)."""
+    """A Chat Completions response as a `Completion` (the first choice); one that is not what the API
+    documents (choices not a list of objects, usage counts that are not numbers) is a `ProviderError`."""
+    return guarded_parse(PROVIDER, data, _parse_chat)
+
+
+def _parse_chat(data: Mapping[str, Any]) -> Completion:
     from ctxwin.messages.providers import from_openai_chat
 
-    choices = data.get("choices") or [{}]
-    choice = choices[0] if isinstance(choices[0], Mapping) else {}
+    choices = data.get("choices")
+    if choices is None or choices == []:
+        choices = [{}]
+    if not isinstance(choices, list) or not isinstance(choices[0], Mapping):
+        raise malformed(PROVIDER, 200, dict(data), "choices is not a list of objects")
+    choice = choices[0]
     raw_message = choice.get("message") or {"role": "assistant", "content": ""}
+    if not isinstance(raw_message, Mapping):
+        raise malformed(PROVIDER, 200, dict(data), "choices[0].message is not an object")
     messages = from_openai_chat([{**raw_message, "role": "assistant"}])
     message = messages[0] if messages else Message("assistant", ())
+    stop = choice.get("finish_reason")
     return Completion(message=message, usage=usage_from_openai(data.get("usage")),
-                      stop_reason=choice.get("finish_reason"), raw=dict(data))
+                      stop_reason=stop if isinstance(stop, str) else None, raw=dict(data))
 
 
 def parse_responses_response(data: Mapping[str, Any]) -> Completion:
     """A Responses API response as a `Completion`: every assistant item of `output` (reasoning, text,
     function calls) in one assistant message."""
+    return guarded_parse(PROVIDER, data, _parse_responses)
+
+
+def _parse_responses(data: Mapping[str, Any]) -> Completion:
     from ctxwin.messages.providers import from_openai_responses
 
-    blocks = tuple(b for m in from_openai_responses(list(data.get("output") or [])) if m.role == "assistant"
-                   for b in m.blocks)
+    output = data.get("output")
+    if output is None:
+        output = []
+    if not isinstance(output, list) or not all(isinstance(item, Mapping) for item in output):
+        raise malformed(PROVIDER, 200, dict(data), "output is not a list of items")
+    blocks = tuple(b for m in from_openai_responses(output) if m.role == "assistant" for b in m.blocks)
     details = data.get("incomplete_details")
     stop = details.get("reason") if isinstance(details, Mapping) else None
+    status = data.get("status")
     return Completion(message=Message("assistant", blocks), usage=usage_from_openai(data.get("usage")),
-                      stop_reason=stop or data.get("status"), raw=dict(data))
+                      stop_reason=stop or (status if isinstance(status, str) else None), raw=dict(data))
 
 
 def usage_from_openai(usage: Any) -> Usage | None:
@@ -134,17 +233,156 @@ def usage_from_openai(usage: Any) -> Usage | None:
     if not isinstance(usage, Mapping):
         return None
     details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
-    cached = int(details.get("cached_tokens") or 0) if isinstance(details, Mapping) else 0
-    prompt = int(usage.get("prompt_tokens", usage.get("input_tokens")) or 0)
-    output = int(usage.get("completion_tokens", usage.get("output_tokens")) or 0)
+    cached = token_count(details, "cached_tokens") if isinstance(details, Mapping) else 0
+    prompt = token_count(usage, "prompt_tokens" if "prompt_tokens" in usage else "input_tokens")
+    output = token_count(usage, "completion_tokens" if "completion_tokens" in usage else "output_tokens")
     return Usage(input_tokens=max(0, prompt - cached), output_tokens=output, cache_read_tokens=cached)
+
+
+# --------------------------------------------------------------------------------------------------
+# Streams
+
+
+def _event_json(sse: SSE) -> Mapping[str, Any]:
+    try:
+        data = sse.json()
+    except (ValueError, RecursionError) as problem:
+        raise malformed(PROVIDER, 200, sse.data, problem) from None
+    if not isinstance(data, Mapping):
+        raise malformed(PROVIDER, 200, data, "an event that is not a JSON object")
+    return data
+
+
+def chat_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
+    """Chat Completions chunks (`delta.content`, `delta.tool_calls` by index, `finish_reason`, the final
+    usage chunk, `[DONE]`, an `{"error": ...}` chunk) as typed events, ending with `Done`. A stream that
+    is not what the API documents is a `ProviderError`."""
+    return guarded_events(PROVIDER, _chat_events(source))
+
+
+def _chat_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
+    head: dict[str, Any] = {}
+    text: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    finish: str | None = None
+    usage: Any = None
+    done = False
+    for sse in source:
+        if sse.data.strip() == "[DONE]":
+            done = True
+            break
+        data = _event_json(sse)
+        try:
+            if data.get("error") is not None:
+                raise stream_error(PROVIDER, data)
+            head = head or {k: data.get(k) for k in ("id", "model", "created", "system_fingerprint")}
+            if data.get("usage") is not None:
+                usage = data["usage"]
+                reported = usage_from_openai(usage)
+                if reported is not None:
+                    yield UsageReported(reported)
+            for choice in data.get("choices") or ():
+                if choice.get("index", 0) != 0:
+                    continue
+                delta = choice.get("delta") or {}
+                if delta.get("content"):
+                    text.append(text_field(delta["content"], "delta.content"))
+                    yield TextDelta(delta["content"])
+                if delta.get("reasoning_content"):  # DeepSeek, vLLM, llama.cpp
+                    yield ThinkingDelta(text_field(delta["reasoning_content"], "delta.reasoning_content"))
+                for piece in delta.get("tool_calls") or ():
+                    index = int(piece.get("index", len(calls)))
+                    function = piece.get("function") or {}
+                    call = calls.get(index)
+                    if call is None:
+                        call = calls[index] = {
+                            "id": text_field(piece.get("id") or "", "tool_calls.id"), "type": "function",
+                            "function": {"name": text_field(function.get("name") or "", "function.name"),
+                                         "arguments": ""}}
+                        yield ToolCallStarted(index, call["id"], call["function"]["name"])
+                    if function.get("arguments"):
+                        call["function"]["arguments"] += text_field(function["arguments"], "function.arguments")
+                        yield ToolCallDelta(index, function["arguments"])
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"]
+        except ProviderError:
+            raise
+        except MALFORMED as problem:
+            raise malformed(PROVIDER, 200, dict(data), problem) from None
+    if not done and finish is None:
+        raise malformed(PROVIDER, 200, None, "the stream ended before its last chunk")
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    completion = {**head, "object": "chat.completion",
+                  "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
+    yield Done(parse_chat_completion(completion))
+
+
+def responses_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
+    """Responses API events (response.created, response.output_item.added/done,
+    response.output_text.delta, response.function_call_arguments.delta, response.completed /
+    incomplete / failed, error) as typed events, ending with `Done` built from the final response. A
+    stream that is not what the API documents is a `ProviderError`."""
+    return guarded_events(PROVIDER, _responses_events(source))
+
+
+def _responses_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
+    items: dict[int, dict[str, Any]] = {}
+    calls: dict[int, int] = {}  # output index -> tool call index
+    final: Mapping[str, Any] | None = None
+    for sse in source:
+        data = _event_json(sse)
+        kind = data.get("type", sse.event)
+        try:
+            if kind == "error":
+                raise stream_error(PROVIDER, {"error": {"type": data.get("code") or "server_error",
+                                                        "message": data.get("message") or "stream error",
+                                                        "param": data.get("param")}})
+            if kind == "response.failed":
+                error = (data.get("response") or {}).get("error") or {}
+                raise stream_error(PROVIDER, {"error": {"type": error.get("code") or "server_error",
+                                                        "message": error.get("message") or "the response failed"}})
+            if kind == "response.output_item.added":
+                index, item = int(data["output_index"]), dict(data["item"])
+                items[index] = item
+                if item.get("type") == "function_call":
+                    calls[index] = len(calls)
+                    yield ToolCallStarted(calls[index], text_field(item.get("call_id"), "function_call.call_id"),
+                                          text_field(item.get("name"), "function_call.name"))
+            elif kind == "response.output_text.delta":
+                yield TextDelta(text_field(data["delta"], "output_text.delta"))
+            elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+                yield ThinkingDelta(text_field(data["delta"], "reasoning delta"))
+            elif kind == "response.function_call_arguments.delta":
+                index = int(data["output_index"])
+                yield ToolCallDelta(calls[index], text_field(data["delta"], "function_call_arguments.delta"))
+            elif kind == "response.output_item.done":
+                items[int(data["output_index"])] = dict(data["item"])
+            elif kind in ("response.completed", "response.incomplete"):
+                final = dict(data["response"])
+                reported = usage_from_openai(final.get("usage"))
+                if reported is not None:
+                    yield UsageReported(reported)
+                break
+        except ProviderError:
+            raise
+        except MALFORMED as problem:
+            raise malformed(PROVIDER, 200, dict(data), problem) from None
+    if final is None:
+        raise malformed(PROVIDER, 200, None, "the stream ended before response.completed")
+    if not final.get("output") and items:  # some servers leave the final output empty: use what streamed
+        final = {**final, "output": [items[i] for i in sorted(items)]}
+    yield Done(parse_responses_response(final))
 
 
 __all__ = [
     "OPENAI_BASE_URL",
     "OpenAIChatClient",
     "OpenAIResponsesClient",
+    "chat_stream_events",
     "parse_chat_completion",
     "parse_responses_response",
+    "responses_stream_events",
     "usage_from_openai",
 ]

@@ -14,7 +14,6 @@ from ctxwin.store.base import (
     StoreProblem,
 )
 from ctxwin.store.blobs import FileBlobStore
-from ctxwin.store.importer import import_transcript
 from ctxwin.store.jsonl import JsonlSessionLog, OpenReport
 from ctxwin.store.session import DEFAULT_ROOT, Session, SessionInfo, delete_session, list_sessions
 from ctxwin.store.tree import EntryPath
@@ -38,6 +37,5 @@ __all__ = [
     "SessionLog",
     "StoreProblem",
     "delete_session",
-    "import_transcript",
     "list_sessions",
 ]

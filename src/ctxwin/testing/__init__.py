@@ -1,5 +1,36 @@
-"""Test helpers that run real components: a fake model provider over real HTTP on 127.0.0.1."""
+"""Test helpers that run real components: a fake model provider over real HTTP on 127.0.0.1, and the
+scripted models that drive it."""
 
 from ctxwin.testing.fake_provider import FakeProvider, ForcedResponse, RecordedRequest
+from ctxwin.testing.scripted import (
+    Call,
+    Fault,
+    ModelFn,
+    ModelRequest,
+    Reply,
+    Script,
+    demo_model,
+    faults_at,
+    overflow,
+    overloaded,
+    rate_limited,
+    server_error,
+)
 
-__all__ = ["FakeProvider", "ForcedResponse", "RecordedRequest"]
+__all__ = [
+    "Call",
+    "FakeProvider",
+    "Fault",
+    "ForcedResponse",
+    "ModelFn",
+    "ModelRequest",
+    "RecordedRequest",
+    "Reply",
+    "Script",
+    "demo_model",
+    "faults_at",
+    "overflow",
+    "overloaded",
+    "rate_limited",
+    "server_error",
+]

@@ -14,9 +14,17 @@ It behaves like the real services where context management is concerned:
   summary of the request (the first line of every user message, every file path seen), so tests can
   check what survived a compaction; anything else gets a short deterministic reply.
 
-Tests script it: `fail(...)`, `fail_with(pattern)` (serve a `CATALOG` entry's real body and status),
-`report_usage(...)` (silent overflow), `reply(...)`, or any `ForcedResponse`, consumed in order. Every
-request it received is in `requests`.
+- it streams like the real APIs when asked (`stream: true`): Anthropic's SSE events, OpenAI Chat chunks
+  (with the usage chunk under `stream_options.include_usage`) and Responses events, paced by
+  `stream_delay`, which the official SDKs' stream parsers read;
+- it answers every malformed request (bad framing, deep JSON, wrong types, out-of-range numbers, bad
+  images) with the real APIs' 400 body, never a dropped connection.
+
+What the assistant says comes from a scripted model (`model=`, see `ctxwin.testing.scripted`: a script,
+a function of the request, faults at chosen calls) or, without one, the deterministic reply. Tests can
+also force single answers: `fail(...)`, `fail_with(pattern)` (serve a `CATALOG` entry's real body and
+status), `report_usage(...)` (silent overflow), `reply(...)`, or any `ForcedResponse`, consumed in
+order. Every request it received is in `requests`.
 
     with FakeProvider(context_window=8_000, max_output=1_000) as fake:
         client = AnthropicClient(fake.anthropic_base_url, "key", "claude-test")
@@ -28,16 +36,20 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import re
+import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeAlias
 
-from ctxwin.compaction.overflow import OverflowPattern
-from ctxwin.messages import Message, Text, ToolCall, ToolResult
+from ctxwin.messages import Image, Message, Text, ToolCall, ToolResult
+from ctxwin.messages.model import image_problem
+from ctxwin.providers.overflow import OverflowPattern
+from ctxwin.testing.scripted import Fault, ModelFn, ModelRequest, Reply
 from ctxwin.tokens import counter_for
 from ctxwin.tokens.base import TokenCounter
 
@@ -45,11 +57,16 @@ DEFAULT_CONTEXT_WINDOW = 200_000  # tokens, Claude's window
 DEFAULT_MAX_OUTPUT = 8_192  # tokens a single response may ask for
 MIN_CACHEABLE_TOKENS = 1_024  # a prompt prefix shorter than this is never cached (Anthropic and OpenAI)
 OPENAI_CACHE_STEP = 128  # OpenAI caches in 128-token increments past the first 1,024
+ANTHROPIC_LOOKBACK = 20  # a breakpoint reads a cache entry written up to 20 blocks before it (Anthropic's rule)
 MAX_SUMMARY_LINE_CHARS = 200  # first lines of user messages are cut to this in the summary
 MAX_SUMMARY_FILES = 500  # file paths listed in a summary, at most
 REPLY_PREVIEW_CHARS = 80  # how much of the last user message the default reply quotes
 CREATED_AT = 1_700_000_000  # a fixed timestamp, so responses are the same bytes on every run
 SHUTDOWN_POLL_SECONDS = 0.05  # how often the server thread checks for shutdown (close() waits up to this)
+READ_TIMEOUT_SECONDS = 30.0  # a request body that stops arriving for this long is dropped
+MAX_BODY_BYTES = 32 * 1024 * 1024  # Anthropic's and OpenAI's request size limit (32 MB): 413 above
+MAX_CHUNK_LINE = 1024  # bytes of one chunk-size line of a chunked request body
+MAX_JSON_DEPTH = 100  # nesting deeper than this is refused with a 400, as the real APIs refuse it
 
 SUMMARY_REQUEST = re.compile(r"\bsummar(?:y|ies|ize|ise|ization|isation)\b", re.IGNORECASE)
 QUOTED_USER_TURN = re.compile(r"^\s*(?:\*\*|\[)?(?:user|human)(?:\*\*|\])?\s*[:>]\s*(\S.*)$",
@@ -66,6 +83,8 @@ OPENAI_NO_KEY = (
 CHAT, RESPONSES, MESSAGES, COUNT_TOKENS = (
     "/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens")
 GENERATION_PATHS = (CHAT, RESPONSES, MESSAGES)
+
+Answer: TypeAlias = tuple[int, dict[str, str], "bytes | Iterator[bytes]"]  # status, headers, body or SSE chunks
 
 
 @dataclass(frozen=True)
@@ -125,12 +144,23 @@ class FakeProvider:
         strict_alternation: bool = True,
         require_auth: bool = True,
         prompt_cache: bool = True,
+        anthropic_auto_cache: bool = False,
+        model: ModelFn | None = None,
+        port: int = 0,
+        stream_delay: float = 0.0,
     ) -> None:
         self.context_window = context_window
         self.max_output = max_output
         self.strict_alternation = strict_alternation  # Anthropic's historic "roles must alternate" rule
         self.require_auth = require_auth
         self.prompt_cache = prompt_cache
+        # Anthropic caches only up to explicit `cache_control` breakpoints, and so does the fake; with this
+        # on, every Anthropic request is treated as ending in one, so prefix reuse shows without them.
+        self.anthropic_auto_cache = anthropic_auto_cache
+        self.model = model  # the scripted model; None: the deterministic default reply
+        self.stream_delay = stream_delay  # seconds between the events of a streamed answer
+        self._port = port
+        self._calls = 0  # requests the model answered (ModelRequest.call)
         self._counter = counter
         self._lock = threading.Lock()
         self._queue: list[list[Any]] = []  # [ForcedResponse, remaining]
@@ -145,8 +175,7 @@ class FakeProvider:
 
     def start(self) -> FakeProvider:
         if self._server is None:
-            server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-            server.daemon_threads = True
+            server = _Server(("127.0.0.1", self._port), _Handler)
             server.fake = self  # type: ignore[attr-defined]
             self._server = server
             self._thread = threading.Thread(target=server.serve_forever, name="fake-provider", daemon=True,
@@ -224,6 +253,7 @@ class FakeProvider:
             self._queue.clear()
             self._requests.clear()
             self._cache.clear()
+            self._calls = 0
             self._generation += 1
 
     @property
@@ -236,15 +266,21 @@ class FakeProvider:
 
     # ------------------------------------------------------------------ handling
 
-    def handle(self, method: str, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, dict[str, str], bytes]:
-        """One request in, one response out (status, headers, body). Called from the server threads."""
+    def handle(self, method: str, path: str, headers: dict[str, str], raw: bytes) -> Answer:
+        """One request in, one response out (status, headers, body: bytes, or the SSE events of a
+        streamed answer). Called from the server threads; never raises for what a client sent."""
+        try:
+            return self._handle(method, path, headers, raw)
+        except Exception as bug:  # a bug of the fake must still be an HTTP answer, and visible as a 500
+            body = _error(_api_of(path.split("?", 1)[0].rstrip("/")), "api_error",
+                          f"fake provider internal error: {type(bug).__name__}: {bug}")
+            return 500, {"content-type": "application/json"}, json.dumps(body).encode()
+
+    def _handle(self, method: str, path: str, headers: dict[str, str], raw: bytes) -> Answer:
         path = path.split("?", 1)[0].rstrip("/")
         api = _api_of(path)
         generation = self._generation
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
+        body, unparsable = parse_body(raw)
         forced = self._peek_forced(path)
         if forced is not None and forced.delay > 0:
             time.sleep(forced.delay)
@@ -257,8 +293,11 @@ class FakeProvider:
             if method != "POST" or api is None:
                 raise _Reject(404, _not_found(api, method, path))
             _check_auth(api, headers, self.require_auth)
+            if unparsable is not None:
+                raise _Reject(400, _error(api, "invalid_request_error", unparsable))
             if not isinstance(body, Mapping):
                 raise _Reject(400, _error(api, "invalid_request_error", "the request body is not a JSON object"))
+            check_shape(api, body, for_count=path == COUNT_TOKENS)
             if path == COUNT_TOKENS:
                 tokens = self._validated_input_tokens(api, body, for_count=True)
                 return self._respond(RecordedRequest(method, path, headers, body, tokens, 200, None),
@@ -267,10 +306,63 @@ class FakeProvider:
             answer = self._answer(api, body, tokens, forced)
             if forced is not None:
                 self._consume(forced)
+            if isinstance(answer, Fault):
+                return self._serve_fault(RecordedRequest(method, path, headers, body, tokens, 200, None), api, body,
+                                         tokens, answer, generation)
+            if body.get("stream") is True:
+                return self._stream(RecordedRequest(method, path, headers, body, tokens, 200, None), api, body,
+                                    answer, generation)
             return self._respond(RecordedRequest(method, path, headers, body, tokens, 200, None), answer, generation)
         except _Reject as reject:
             return self._respond(RecordedRequest(method, path, headers, body, tokens, reject.status, None),
                                  reject.body, generation)
+
+    def refuse(self, path: str, status: int, message: str) -> Answer:
+        """The answer to a request whose body could not even be read (bad framing, over the size cap)."""
+        clean = path.split("?", 1)[0].rstrip("/")
+        api = _api_of(clean)
+        kind = "request_too_large" if status == 413 and api == "anthropic" else "invalid_request_error"
+        body = _error(api, kind, message)
+        self._record(RecordedRequest("POST", clean, {}, None, None, status, body), self._generation)
+        return status, {"content-type": "application/json"}, json.dumps(body).encode()
+
+    def _serve_fault(self, request: RecordedRequest, api: str, body: Mapping[str, Any], tokens: int, fault: Fault,
+                     generation: int) -> Answer:
+        """A scripted fault with the API's real status, body and retry headers; mid-stream faults of a
+        streamed request arrive as an error event after the stream's first events."""
+        status, error = fault_body(api, fault, tokens, self.context_window)
+        headers = {"content-type": "application/json"}
+        if fault.retry_after is not None:
+            headers["retry-after"] = _seconds(fault.retry_after)
+        if fault.retry_after_ms is not None:
+            headers["retry-after-ms"] = str(fault.retry_after_ms)
+        if api == "anthropic":
+            headers["request-id"] = str(error.get("request_id") or f"req_fake_{self._serial}")
+        if fault.mid_stream and body.get("stream") is True:
+            self._record(replace(request, response=error), generation)
+            head = stream_head(api, self._reply_dict(api, body, tokens, Reply(), None))
+            return 200, {"content-type": "text/event-stream", "cache-control": "no-cache"}, \
+                self._paced(encode_sse([*head, stream_error(api, error, len(head))]))
+        self._record(replace(request, status=status, response=error), generation)
+        return status, headers, json.dumps(error).encode()
+
+    def _stream(self, request: RecordedRequest, api: str, body: Mapping[str, Any], answer: Mapping[str, Any],
+                generation: int) -> Answer:
+        self._record(replace(request, response=answer), generation)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage")) \
+            if isinstance(body.get("stream_options"), Mapping) else False
+        events = stream_events(api, answer, include_usage=include_usage)
+        out = {"content-type": "text/event-stream", "cache-control": "no-cache"}
+        if api == "anthropic":
+            out["request-id"] = f"req_fake_{self._serial}"
+        return 200, out, self._paced(encode_sse(events))
+
+    def _paced(self, chunks: list[bytes]) -> Iterator[bytes]:
+        """The stream's chunks, `stream_delay` seconds apart (so tests can cancel a stream midway)."""
+        for i, chunk in enumerate(chunks):
+            if i and self.stream_delay > 0:
+                time.sleep(self.stream_delay)
+            yield chunk
 
     def _peek_forced(self, path: str) -> ForcedResponse | None:
         """The first scripted response for this endpoint; it is consumed only once it is used (a request
@@ -287,8 +379,7 @@ class FakeProvider:
                         self._queue.remove(item)
                     return
 
-    def _serve_forced(self, request: RecordedRequest, forced: ForcedResponse,
-                      generation: int) -> tuple[int, dict[str, str], bytes]:
+    def _serve_forced(self, request: RecordedRequest, forced: ForcedResponse, generation: int) -> Answer:
         payload = forced.body
         if isinstance(payload, Mapping):
             data = json.dumps(payload).encode()
@@ -299,8 +390,7 @@ class FakeProvider:
         self._record(replace(request, response=_decode(data)), generation)
         return forced.status, {"content-type": _content_type(data), **dict(forced.headers)}, data
 
-    def _respond(self, request: RecordedRequest, answer: Mapping[str, Any],
-                 generation: int) -> tuple[int, dict[str, str], bytes]:
+    def _respond(self, request: RecordedRequest, answer: Mapping[str, Any], generation: int) -> Answer:
         self._record(replace(request, response=answer), generation)
         out = {"content-type": "application/json"}
         if _api_of(request.path) == "anthropic":
@@ -327,9 +417,6 @@ class FakeProvider:
         if not model:
             raise _Reject(400, _error(api, "invalid_request_error", "model: Field required" if api == "anthropic"
                                       else "you must provide a model parameter"))
-        if body.get("stream"):
-            raise _Reject(400, _error(api, "invalid_request_error", "the fake provider does not stream; "
-                                      "send stream=false"))
         if api == "anthropic":
             _validate_anthropic(body, strict_alternation=self.strict_alternation, for_count=for_count)
         elif api == "chat":
@@ -337,58 +424,95 @@ class FakeProvider:
         else:
             _validate_responses(body)
         try:
+            _check_images(api, request_messages(api, body))
             return count_request_tokens(api, body, self.counter(str(model)))
         except (ValueError, TypeError, KeyError, AttributeError) as bad:  # what the converters reject, a server rejects
             raise _Reject(400, _error(api, "invalid_request_error", f"invalid request: {bad}")) from None
 
     def _answer(self, api: str, body: Mapping[str, Any], input_tokens: int,
-                forced: ForcedResponse | None) -> dict[str, Any]:
+                forced: ForcedResponse | None) -> dict[str, Any] | Fault:
+        """The answer to an accepted request: the window is enforced first, then the forced response,
+        the scripted model, or the default deterministic reply decides what the assistant says."""
         model = str(body["model"])
         max_tokens = _max_tokens(api, body)
         if max_tokens is not None and max_tokens > self.max_output:
             raise _Reject(400, _output_cap_error(api, model, max_tokens, self.max_output))
         if input_tokens + (max_tokens or 0) > self.context_window:
             raise _Reject(400, _overflow_error(api, input_tokens, max_tokens, self.context_window))
+        reply: Reply | Fault | None = None
+        if forced is not None and forced.text is not None:
+            reply = Reply(forced.text)
+        elif self.model is not None:
+            reply = self.model(self._model_request(api, body, input_tokens))
+        if isinstance(reply, Fault):
+            return reply
+        return self._reply_dict(api, body, input_tokens, reply, forced)
+
+    def _model_request(self, api: str, body: Mapping[str, Any], input_tokens: int) -> ModelRequest:
+        with self._lock:
+            call = self._calls
+            self._calls += 1
+        return ModelRequest(api=api, model=str(body["model"]),  # type: ignore[arg-type]
+                            messages=tuple(request_messages(api, body)), tools=tool_names(api, body),
+                            input_tokens=input_tokens, call=call, stream=body.get("stream") is True, body=body)
+
+    def _reply_dict(self, api: str, body: Mapping[str, Any], input_tokens: int, reply: Reply | None,
+                    forced: ForcedResponse | None) -> dict[str, Any]:
+        """The API's response object for this reply (None: the default deterministic text)."""
+        model = str(body["model"])
+        max_tokens = _max_tokens(api, body)
         counter = self.counter(model)
-        messages = request_messages(api, body)  # converted once already while counting
-        text = forced.text if forced is not None and forced.text is not None else respond_to(messages, input_tokens)
+        if reply is None:
+            reply = Reply(respond_to(request_messages(api, body), input_tokens))
         budget = max_tokens if max_tokens is not None else self.max_output
-        text, truncated = _fit(text, budget, counter)
-        output_tokens = counter.count_text(text)
+        text, truncated = _fit(reply.text, budget, counter)
+        serial = self._next_serial()
+        calls = [_OutCall(c.id or _call_id(api, serial, i), c.name,
+                          c.arguments if isinstance(c.arguments, str) else dict(c.arguments))
+                 for i, c in enumerate(reply.calls)]
+        output_tokens = counter.count_text(text) + sum(counter.count_text(c.name + c.arguments_json) for c in calls)
         cache_read, cache_write = self._cache_hits(api, model, body, counter, input_tokens) if self.prompt_cache \
             else (0, 0)
         usage = {"input_tokens": input_tokens - cache_read - cache_write, "output_tokens": output_tokens,
                  "cache_read_tokens": cache_read, "cache_write_tokens": cache_write}
         if forced is not None and forced.usage is not None:
             usage.update({k: int(v) for k, v in forced.usage.items()})
-        stop = forced.stop_reason if forced is not None and forced.stop_reason else None
-        serial = self._next_serial()
+        stop = (forced.stop_reason if forced is not None and forced.stop_reason else None) or reply.stop_reason
         if api == "anthropic":
-            return _anthropic_message(serial, model, text, usage, stop or ("max_tokens" if truncated else "end_turn"))
+            default = "max_tokens" if truncated else "tool_use" if calls else "end_turn"
+            return _anthropic_message(serial, model, text, calls, usage, stop or default)
         if api == "chat":
-            return _chat_completion(serial, model, text, usage, stop or ("length" if truncated else "stop"))
-        return _responses_response(serial, model, text, usage, stop or ("max_output_tokens" if truncated else None),
-                                   max_tokens)
+            default = "length" if truncated else "tool_calls" if calls else "stop"
+            return _chat_completion(serial, model, text, calls, usage, stop or default)
+        return _responses_response(serial, model, text, calls, usage, stop or ("max_output_tokens" if truncated
+                                                                              else None), max_tokens)
 
     def _cache_hits(self, api: str, model: str, body: Mapping[str, Any], counter: TokenCounter,
                     input_tokens: int) -> tuple[int, int]:
-        """(cache read, cache write) tokens for this request, from the prompt prefixes seen before.
-        Prefix sizes are measured on the raw JSON and scaled to the request's counted input."""
+        """(cache read, cache write) tokens for this request, from the prompt prefixes seen before: the
+        longest prefix of whole items (tool definitions, system prompt, messages) that an earlier request
+        of the same API and model wrote, at most the request's counted input."""
         items = _prompt_items(api, body)
-        raw = [counter.count_text(json.dumps(item, sort_keys=True)) for item, _ in items]
-        total = sum(raw) or 1
-        tokens_at = [input_tokens * size // total for size in itertools.accumulate(raw)]
+        texts = [json.dumps(_cache_key_form(item), sort_keys=True) for _, item, _ in items]
+        # each item counted on its own, so a shared prefix has the same size in every request that has it
+        tokens_at = [min(input_tokens, size) for size in
+                     itertools.accumulate(_item_tokens(api, kind, item, counter) for kind, item, _ in items)]
         digests, running = [], hashlib.blake2b(digest_size=16)
-        for item, _ in items:
-            running.update(json.dumps(item, sort_keys=True).encode())
+        for text in texts:  # the cache is keyed by content: where the breakpoints sit is not part of it
+            running.update(text.encode())
             digests.append(running.copy().hexdigest())
         with self._lock:
             seen = self._cache.setdefault(f"{api}:{model}", set())
             if api == "anthropic":  # explicit breakpoints: read the longest cached one, write up to the last
-                marks = [i for i, (_, marked) in enumerate(items) if marked and tokens_at[i] >= MIN_CACHEABLE_TOKENS]
+                marked_at = {i for i, (_, _, marked) in enumerate(items) if marked}
+                if self.anthropic_auto_cache and items:
+                    marked_at |= set(range(len(items)))  # every item boundary is a breakpoint
+                marks = [i for i in sorted(marked_at) if tokens_at[i] >= MIN_CACHEABLE_TOKENS]
                 if not marks:
                     return 0, 0
-                hit = max((i for i in marks if digests[i] in seen), default=None)
+                # each breakpoint also finds entries written up to ANTHROPIC_LOOKBACK items before it
+                candidates = {j for m in marks for j in range(max(0, m - ANTHROPIC_LOOKBACK + 1), m + 1)}
+                hit = max((i for i in candidates if digests[i] in seen), default=None)
                 read = tokens_at[hit] if hit is not None else 0
                 seen.update(digests[i] for i in marks)
                 return read, tokens_at[marks[-1]] - read
@@ -404,27 +528,98 @@ class FakeProvider:
 # The HTTP layer
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer (a cancelled stream) is normal; anything else is one line
+        on stderr, not a traceback."""
+        error = sys.exc_info()[1]
+        if not isinstance(error, ConnectionError | TimeoutError):
+            print(f"fake provider: {type(error).__name__}: {error}", file=sys.stderr)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the SDKs expect
     disable_nagle_algorithm = True  # headers and body go out in two writes: without this, 40 ms delayed-ACK stalls
+    timeout = READ_TIMEOUT_SECONDS  # a client that stops sending mid-body is dropped, not waited for forever
 
     def _serve(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        headers = {k.lower(): v for k, v in self.headers.items()}
         fake: FakeProvider = self.server.fake  # type: ignore[attr-defined]
-        status, out_headers, data = fake.handle(self.command, self.path, headers, raw)
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        try:
+            raw = _read_body(self.rfile, headers)
+        except _BadBody as bad:
+            self.close_connection = True  # the rest of the stream cannot be framed: answer, then hang up
+            self._write(*fake.refuse(self.path, bad.status, str(bad)))
+            return
+        self._write(*fake.handle(self.command, self.path, headers, raw))
+
+    def _write(self, status: int, out_headers: Mapping[str, str], data: bytes | Iterator[bytes]) -> None:
         self.send_response(status)
         for key, value in out_headers.items():
             self.send_header(key, value)
-        self.send_header("content-length", str(len(data)))
+        if isinstance(data, bytes):
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        self.send_header("transfer-encoding", "chunked")
         self.end_headers()
-        self.wfile.write(data)
+        try:
+            for chunk in data:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except ConnectionError:  # the client cancelled the stream
+            self.close_connection = True
 
-    do_POST = do_GET = _serve  # the names http.server dispatches to
+    do_POST = do_GET = do_PUT = do_DELETE = do_PATCH = _serve  # the names http.server dispatches to
 
     def log_message(self, format: str, *args: Any) -> None:  # the stdlib's signature
         return
+
+
+class _BadBody(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _read_body(stream: Any, headers: Mapping[str, str]) -> bytes:
+    """The request body, framed by content-length or chunked transfer encoding, at most MAX_BODY_BYTES.
+    A length that is not a non-negative integer, or a body over the cap, is a `_BadBody`."""
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        parts, total = [], 0
+        while True:
+            line = stream.readline(MAX_CHUNK_LINE)
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise _BadBody(400, "invalid chunked encoding") from None
+            if size < 0:
+                raise _BadBody(400, "invalid chunked encoding")
+            total += size
+            if total > MAX_BODY_BYTES:
+                raise _BadBody(413, "Request exceeds the maximum allowed number of bytes.")
+            if size == 0:
+                while stream.readline(MAX_CHUNK_LINE) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(parts)
+            parts.append(stream.read(size))
+            stream.readline(MAX_CHUNK_LINE)
+    declared = headers.get("content-length")
+    if declared is None:
+        return b""
+    if not declared.strip().isdigit():
+        raise _BadBody(400, f"Invalid content-length header: {declared[:40]!r}")
+    length = int(declared)
+    if length > MAX_BODY_BYTES:
+        raise _BadBody(413, "Request exceeds the maximum allowed number of bytes.")
+    raw = stream.read(length) if length else b""
+    if len(raw) < length:
+        raise _BadBody(400, f"the body ended after {len(raw)} of the {length} bytes content-length announced")
+    return raw
 
 
 # --------------------------------------------------------------------------------------------------
@@ -478,23 +673,61 @@ def _max_tokens(api: str, body: Mapping[str, Any]) -> int | None:
     return None
 
 
-def _prompt_items(api: str, body: Mapping[str, Any]) -> list[tuple[Any, bool]]:
-    """The prompt as a sequence of cacheable items, each with whether it carries a cache breakpoint."""
+def _prompt_items(api: str, body: Mapping[str, Any]) -> list[tuple[str, Any, bool]]:
+    """The prompt as a sequence of cacheable items in the order the API caches them: (kind: "tools",
+    "system" or "message", the item, whether it carries a cache breakpoint)."""
+    items: list[tuple[str, Any, bool]] = []
+    if body.get("tools"):
+        items.append(("tools", body["tools"], api == "anthropic" and _has_cache_control(body["tools"])))
     if api == "anthropic":
-        items: list[tuple[Any, bool]] = []
-        if body.get("tools"):
-            items.append((body["tools"], _has_cache_control(body["tools"])))
         if body.get("system"):
-            items.append((body["system"], _has_cache_control(body["system"])))
-        items += [(m, _has_cache_control(m)) for m in body.get("messages") or []]
-        return items
+            items.append(("system", body["system"], _has_cache_control(body["system"])))
+        return items + [("message", m, _has_cache_control(m)) for m in body.get("messages") or []]
     if api == "chat":
-        head = [(body["tools"], False)] if body.get("tools") else []
-        return head + [(m, False) for m in body.get("messages") or []]
-    items_in = body.get("input")
-    listed = [{"role": "user", "content": items_in}] if isinstance(items_in, str) else list(items_in or [])
-    head = [(body["instructions"], False)] if body.get("instructions") else []
-    return head + [(m, False) for m in listed]
+        return items + [("message", m, False) for m in body.get("messages") or []]
+    listed = body.get("input")
+    listed = [{"role": "user", "content": listed}] if isinstance(listed, str) else list(listed or [])
+    if body.get("instructions"):
+        items.append(("system", body["instructions"], False))
+    return items + [("message", m, False) for m in listed]
+
+
+def _item_tokens(api: str, kind: str, item: Any, counter: TokenCounter) -> int:
+    """Tokens of one prompt item, counted like the request's input (tool definitions as their JSON, a
+    system prompt or message through the canonical converter)."""
+    from ctxwin.messages import providers as convert
+
+    if kind == "tools":
+        return counter.count_text(json.dumps(item, sort_keys=True))
+    try:
+        if kind == "system":  # a string, or Anthropic's text blocks
+            text = item if isinstance(item, str) else "\n".join(
+                str(b.get("text", "")) for b in item if isinstance(b, Mapping))
+            return counter.count_message(Message("system", (Text(text),)))
+        if api == "anthropic":
+            messages = convert.from_anthropic([item])
+        elif api == "chat":
+            messages = convert.from_openai_chat([item])
+        else:
+            messages = convert.from_openai_responses([item])
+        return sum(counter.count_message(m) for m in messages)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return counter.count_text(json.dumps(item, sort_keys=True))
+
+
+def _cache_key_form(value: Any) -> Any:
+    """What a prompt cache keys on: the content, not where the breakpoints sit nor how it is spelled
+    (Anthropic's string content is the same prompt as one text block)."""
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}]  # a system prompt given as a string
+    if isinstance(value, Mapping):
+        out = {k: v for k, v in value.items() if k != "cache_control"}
+        if isinstance(out.get("content"), str):
+            out["content"] = [{"type": "text", "text": out["content"]}]
+        return {k: _cache_key_form(v) if isinstance(v, Mapping | list) else v for k, v in out.items()}
+    if isinstance(value, list):
+        return [_cache_key_form(v) if isinstance(v, Mapping | list) else v for v in value]
+    return value
 
 
 def _has_cache_control(value: Any) -> bool:
@@ -507,6 +740,258 @@ def _has_cache_control(value: Any) -> bool:
 
 # --------------------------------------------------------------------------------------------------
 # Validation, with the real APIs' wording
+
+
+OPENAI_BAD_JSON = (
+    "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library "
+    "correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON. If you have trouble "
+    "figuring out how to fix this, please contact us through our help center at help.openai.com.)"
+)
+
+
+def parse_body(raw: bytes) -> tuple[Any, str | None]:
+    """(the JSON body, None), or (None, why it is not acceptable JSON): invalid JSON or UTF-8, NaN or
+    Infinity (not JSON), or nesting deeper than MAX_JSON_DEPTH. An empty body is (None, None)."""
+    if not raw:
+        return None, None
+
+    def no_constants(name: str) -> Any:
+        raise ValueError(f"{name} is not valid JSON")
+
+    try:
+        body = json.loads(raw, parse_constant=no_constants)
+    except (ValueError, RecursionError):
+        return None, OPENAI_BAD_JSON
+    if _depth_over(body, MAX_JSON_DEPTH):
+        return None, f"The request body is nested more than {MAX_JSON_DEPTH} levels deep."
+    return body, None
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return False
+
+
+_JSON_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a decimal", str: "a string", list: "an array",
+                    dict: "an object", type(None): "null"}
+
+
+def _shape_error(api: str, param: str, expected: str, value: Any, code: str = "invalid_type") -> _Reject:
+    """The real wording of a type error: pydantic's for Anthropic, OpenAI's own for OpenAI."""
+    if api == "anthropic":
+        kinds = {"an object": "dictionary", "an array": "list", "a string": "string", "an integer": "integer",
+                 "a boolean": "boolean"}
+        return _Reject(400, _error(api, "invalid_request_error",
+                                   f"{param}: Input should be a valid {kinds.get(expected, expected)}"))
+    got = _JSON_TYPE_NAMES.get(type(value), "a value")
+    return _Reject(400, _error(api, "invalid_request_error",
+                               f"Invalid type for '{param}': expected {expected}, but got {got} instead.",
+                               param=param, code=code))
+
+
+def _below_min(api: str, param: str, value: int, minimum: int) -> _Reject:
+    if api == "anthropic":
+        return _Reject(400, _error(api, "invalid_request_error",
+                                   f"{param}: Input should be greater than or equal to {minimum}"))
+    return _Reject(400, _error(api, "invalid_request_error",
+                               f"Invalid '{param}': integer below minimum value. Expected a value >= {minimum}, but "
+                               f"got {value} instead.", param=param, code="integer_below_min_value"))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_shape(api: str, body: Mapping[str, Any], *, for_count: bool = False) -> None:
+    """The type checks the real APIs make before anything else, with their 400 answers: every field the
+    fake reads has the JSON type the API documents, and integers are in range, so nothing later trips
+    over a number where an object belongs."""
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise _shape_error(api, "model", "a string", model)
+    for flag in ("stream", "store", "parallel_tool_calls"):
+        if flag in body and not isinstance(body[flag], bool | None):
+            raise _shape_error(api, flag, "a boolean", body[flag])
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise _shape_error(api, "tools", "an array", tools)
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict):
+                raise _shape_error(api, f"tools[{i}]" if api != "anthropic" else f"tools.{i}", "an object", tool)
+    minimum = {"anthropic": 1, "chat": 1, "responses": 16}[api]
+    for key in {"anthropic": ("max_tokens",), "chat": ("max_tokens", "max_completion_tokens"),
+                "responses": ("max_output_tokens",)}[api]:
+        value = body.get(key)
+        if value is None or (for_count and api == "anthropic"):
+            continue
+        if not _is_int(value):
+            raise _shape_error(api, key, "an integer", value)
+        if value < minimum:
+            raise _below_min(api, key, value, minimum)
+    if api == "anthropic":
+        _check_anthropic_shape(body)
+    elif api == "chat":
+        _check_chat_shape(body)
+    else:
+        _check_responses_shape(body)
+
+
+def _check_anthropic_shape(body: Mapping[str, Any]) -> None:
+    system = body.get("system")
+    if system is not None and not isinstance(system, str | list):
+        raise _shape_error("anthropic", "system", "a string", system)
+    for i, block in enumerate(system if isinstance(system, list) else ()):
+        if not isinstance(block, dict) or not isinstance(block.get("text"), str):
+            raise _shape_error("anthropic", f"system.{i}", "an object", block)
+    messages = body.get("messages")
+    if messages is not None and not isinstance(messages, list):
+        raise _shape_error("anthropic", "messages", "an array", messages)
+    for i, message in enumerate(messages or ()):
+        if not isinstance(message, dict):
+            raise _shape_error("anthropic", f"messages.{i}", "an object", message)
+        content = message.get("content")
+        if not isinstance(content, str | list):
+            raise _shape_error("anthropic", f"messages.{i}.content", "a string", content)
+        for j, block in enumerate(content if isinstance(content, list) else ()):
+            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+                raise _shape_error("anthropic", f"messages.{i}.content.{j}", "an object", block)
+            inner = block.get("content")
+            if block.get("type") == "tool_result" and not isinstance(inner, str | list | None):
+                raise _shape_error("anthropic", f"messages.{i}.content.{j}.content", "a string", inner)
+            for k, part in enumerate(inner if isinstance(inner, list) else ()):
+                if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                    raise _shape_error("anthropic", f"messages.{i}.content.{j}.content.{k}", "an object", part)
+
+
+def _check_chat_shape(body: Mapping[str, Any]) -> None:
+    messages = body.get("messages")
+    if messages is not None and not isinstance(messages, list):
+        raise _shape_error("chat", "messages", "an array", messages)
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise _shape_error("chat", "stream_options", "an object", options)
+    for i, message in enumerate(messages or ()):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise _shape_error("chat", where, "an object", message)
+        content = message.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise _shape_error("chat", f"{where}.content", "one of a string or array of objects", content)
+        for j, part in enumerate(content if isinstance(content, list) else ()):
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise _shape_error("chat", f"{where}.content[{j}]", "an object", part)
+        calls = message.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            raise _shape_error("chat", f"{where}.tool_calls", "an array", calls)
+        for j, call in enumerate(calls or ()):
+            if not isinstance(call, dict):
+                raise _shape_error("chat", f"{where}.tool_calls[{j}]", "an object", call)
+            function = call.get("function")
+            if not isinstance(function, dict):
+                raise _shape_error("chat", f"{where}.tool_calls[{j}].function", "an object", function)
+            for key in ("name", "arguments"):
+                if not isinstance(function.get(key), str):
+                    raise _shape_error("chat", f"{where}.tool_calls[{j}].function.{key}", "a string",
+                                       function.get(key))
+            if not isinstance(call.get("id"), str):
+                raise _shape_error("chat", f"{where}.tool_calls[{j}].id", "a string", call.get("id"))
+        if message.get("role") == "tool" and not isinstance(message.get("tool_call_id"), str):
+            raise _shape_error("chat", f"{where}.tool_call_id", "a string", message.get("tool_call_id"))
+
+
+def _check_responses_shape(body: Mapping[str, Any]) -> None:
+    items = body.get("input")
+    if items is not None and not isinstance(items, str | list):
+        raise _shape_error("responses", "input", "one of a string or an array of input items", items)
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise _shape_error("responses", "instructions", "a string", instructions)
+    for i, item in enumerate(items if isinstance(items, list) else ()):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise _shape_error("responses", where, "an object", item)
+        content = item.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise _shape_error("responses", f"{where}.content", "one of a string or array of objects", content)
+        for j, part in enumerate(content if isinstance(content, list) else ()):
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise _shape_error("responses", f"{where}.content[{j}]", "an object", part)
+        if item.get("type") in ("function_call", "function_call_output"):
+            for key in ("call_id", *(("name", "arguments") if item["type"] == "function_call" else ())):
+                if not isinstance(item.get(key), str):
+                    raise _shape_error("responses", f"{where}.{key}", "a string", item.get(key))
+
+
+OPENAI_BAD_IMAGE = ("You uploaded an unsupported image. Please make sure your image is below 20 MB in size and is "
+                    "of one the following formats: ['png', 'jpeg', 'gif', 'webp'].")
+
+
+def _check_images(api: str, messages: Sequence[Message]) -> None:
+    """Every inline image as the real APIs check it: base64, one of four media types matching the bytes,
+    at most 5 MB (Anthropic's limit; the stricter one)."""
+    for i, message in enumerate(messages):
+        parts = [p for b in message.blocks for p in (b.content if isinstance(b, ToolResult) else (b,))]
+        for part in parts:
+            problem = image_problem(part) if isinstance(part, Image) else None
+            if problem is None:
+                continue
+            if api == "anthropic":
+                raise _Reject(400, _error(api, "invalid_request_error", f"messages.{i}: image: {problem}"))
+            message_text = "Invalid image data" if "base64" in problem else OPENAI_BAD_IMAGE
+            raise _Reject(400, _error(api, "invalid_request_error", f"{message_text} ({problem})",
+                                      param="messages" if api == "chat" else "input", code="invalid_image_format"))
+
+
+def tool_names(api: str, body: Mapping[str, Any]) -> tuple[str, ...]:
+    """Names of the tools a request offers (Anthropic and Responses: `name`; Chat: `function.name`)."""
+    names = []
+    for tool in body.get("tools") or ():
+        if not isinstance(tool, Mapping):
+            continue
+        function = tool.get("function")
+        name = function.get("name") if api == "chat" and isinstance(function, Mapping) else tool.get("name")
+        if isinstance(name, str):
+            names.append(name)
+    return tuple(names)
+
+
+def fault_body(api: str, fault: Fault, input_tokens: int, window: int) -> tuple[int, dict[str, Any]]:
+    """(status, body) of a scripted fault, as each API really answers it."""
+    if fault.kind == "status":
+        return fault.status or 500, dict(fault.body or _error(api, "api_error", "scripted error"))
+    if fault.kind == "overflow":
+        return 400, _overflow_error(api, max(input_tokens, window + 1), None, window)
+    if api == "anthropic":
+        status, kind, message = {
+            "rate_limit": (429, "rate_limit_error", "This request would exceed the rate limit for your organization "
+                           "of 50 requests per minute. For details, refer to: https://docs.claude.com/en/api/"
+                           "rate-limits. You can see the response headers for current usage."),
+            "server_error": (500, "api_error", "Internal server error"),
+            "overloaded": (529, "overloaded_error", "Overloaded"),
+        }[fault.kind]
+        return status, _error(api, kind, message)
+    if fault.kind == "rate_limit":
+        return 429, _error(api, "requests", "Rate limit reached for requests per min (RPM): Limit 500, Used 500, "
+                           "Requested 1. Please try again in 120ms. Visit https://platform.openai.com/account/"
+                           "rate-limits to learn more.", code="rate_limit_exceeded")
+    if fault.kind == "overloaded":
+        return 503, _error(api, "server_error", "The engine is currently overloaded, please try again later")
+    return 500, _error(api, "server_error", "The server had an error while processing your request. Sorry about that!")
+
+
+def _seconds(value: float) -> str:
+    """A retry-after header value: whole seconds when it is whole, else decimal seconds."""
+    return str(int(value)) if math.isclose(value, round(value)) else f"{value:.3f}"
+
 
 
 def _check_auth(api: str, headers: Mapping[str, str], required: bool) -> None:
@@ -751,49 +1236,224 @@ def _fit(text: str, budget: int, counter: TokenCounter) -> tuple[str, bool]:
     return text[:low], True
 
 
-def _anthropic_message(serial: int, model: str, text: str, usage: Mapping[str, int], stop: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _OutCall:
+    id: str
+    name: str
+    arguments: dict[str, Any] | str  # a string: raw arguments, sent as they are (maybe not JSON)
+
+    @property
+    def arguments_json(self) -> str:
+        """The arguments as Chat and Responses send them: a JSON string (raw ones verbatim)."""
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+
+    @property
+    def input(self) -> dict[str, Any]:
+        """The arguments as Anthropic's `tool_use.input`, which is always an object: raw arguments that
+        are not a JSON object are wrapped the way ctxwin's converters read them back."""
+        from ctxwin.messages.providers._common import arguments_object
+
+        return dict(arguments_object(self.arguments))
+
+
+def _call_id(api: str, serial: int, index: int) -> str:
+    return f"{'toolu' if api == 'anthropic' else 'call'}_fake_{serial:06d}_{index}"
+
+
+def _anthropic_message(serial: int, model: str, text: str, calls: Sequence[_OutCall], usage: Mapping[str, int],
+                       stop: str) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.input} for c in calls]
     return {
         "id": f"msg_fake_{serial:06d}", "type": "message", "role": "assistant", "model": model,
-        "content": [{"type": "text", "text": text}] if text else [],
-        "stop_reason": stop, "stop_sequence": None,
+        "content": content, "stop_reason": stop, "stop_sequence": None,
         "usage": {"input_tokens": usage["input_tokens"], "output_tokens": usage["output_tokens"],
                   "cache_creation_input_tokens": usage.get("cache_write_tokens", 0),
                   "cache_read_input_tokens": usage.get("cache_read_tokens", 0)},
     }
 
 
-def _chat_completion(serial: int, model: str, text: str, usage: Mapping[str, int], stop: str) -> dict[str, Any]:
+def _chat_usage(usage: Mapping[str, int]) -> dict[str, Any]:
     cached = usage.get("cache_read_tokens", 0)
     prompt = usage["input_tokens"] + cached + usage.get("cache_write_tokens", 0)
+    return {"prompt_tokens": prompt, "completion_tokens": usage["output_tokens"],
+            "total_tokens": prompt + usage["output_tokens"],
+            "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                          "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
+
+
+def _chat_completion(serial: int, model: str, text: str, calls: Sequence[_OutCall], usage: Mapping[str, int],
+                     stop: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None, "refusal": None}
+    if calls:
+        message["tool_calls"] = [{"id": c.id, "type": "function",
+                                  "function": {"name": c.name, "arguments": c.arguments_json}} for c in calls]
     return {
         "id": f"chatcmpl-fake-{serial:06d}", "object": "chat.completion", "created": CREATED_AT, "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                     "logprobs": None, "finish_reason": stop}],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": usage["output_tokens"],
-                  "total_tokens": prompt + usage["output_tokens"],
-                  "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
-                  "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
-                                                "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}},
-        "system_fingerprint": "fp_fake",
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": stop}],
+        "usage": _chat_usage(usage), "system_fingerprint": "fp_fake",
     }
 
 
-def _responses_response(serial: int, model: str, text: str, usage: Mapping[str, int], incomplete: str | None,
-                        max_output: int | None) -> dict[str, Any]:
+def _responses_response(serial: int, model: str, text: str, calls: Sequence[_OutCall], usage: Mapping[str, int],
+                        incomplete: str | None, max_output: int | None) -> dict[str, Any]:
     cached = usage.get("cache_read_tokens", 0)
     prompt = usage["input_tokens"] + cached + usage.get("cache_write_tokens", 0)
+    output: list[dict[str, Any]] = []
+    if text or not calls:
+        output.append({"type": "message", "id": f"msg_fake_{serial:06d}", "status": "completed", "role": "assistant",
+                       "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]})
+    output += [{"type": "function_call", "id": f"fc_fake_{serial:06d}_{i}", "call_id": c.id, "name": c.name,
+                "arguments": c.arguments_json, "status": "completed"} for i, c in enumerate(calls)]
     return {
         "id": f"resp_fake_{serial:06d}", "object": "response", "created_at": CREATED_AT, "model": model,
         "status": "incomplete" if incomplete else "completed", "error": None,
         "incomplete_details": {"reason": incomplete} if incomplete else None,
         "instructions": None, "max_output_tokens": max_output, "metadata": {}, "parallel_tool_calls": True,
         "temperature": 1.0, "top_p": 1.0, "tool_choice": "auto", "tools": [], "truncation": "disabled",
-        "output": [{"type": "message", "id": f"msg_fake_{serial:06d}", "status": "completed", "role": "assistant",
-                    "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+        "output": output,
         "usage": {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
                   "output_tokens": usage["output_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
                   "total_tokens": prompt + usage["output_tokens"]},
     }
+
+
+# --------------------------------------------------------------------------------------------------
+# Streaming: each API's server-sent events, built from the complete answer
+
+
+STREAM_PIECE_CHARS = 24  # text and JSON arguments arrive in pieces of at most this many characters
+
+Event = tuple[str | None, Mapping[str, Any] | str]  # (SSE event name or None, data: JSON object or raw text)
+
+
+def _pieces(text: str) -> list[str]:
+    return [text[i:i + STREAM_PIECE_CHARS] for i in range(0, len(text), STREAM_PIECE_CHARS)] or []
+
+
+def stream_events(api: str, answer: Mapping[str, Any], *, include_usage: bool = False) -> list[Event]:
+    """The SSE events a real API sends for this complete answer (Anthropic Messages, OpenAI Chat
+    chunks ending in `[DONE]`, OpenAI Responses events), in order."""
+    if api == "anthropic":
+        return _anthropic_events(answer)
+    if api == "chat":
+        return _chat_chunks(answer, include_usage=include_usage)
+    return _responses_events(answer)
+
+
+def stream_head(api: str, answer: Mapping[str, Any]) -> list[Event]:
+    """The first events of a stream, before any content (where a mid-stream fault cuts in)."""
+    events = stream_events(api, answer, include_usage=False)
+    return events[:2] if api != "chat" else events[:1]
+
+
+def stream_error(api: str, error: Mapping[str, Any], sequence: int) -> Event:
+    """A fault as the event each API sends in the middle of a stream."""
+    if api == "anthropic":
+        return "error", {"type": "error", "error": dict(error["error"])}
+    if api == "chat":
+        return None, {"error": dict(error["error"])}
+    inner = error["error"]
+    return "error", {"type": "error", "code": inner.get("code") or inner.get("type"), "message": inner["message"],
+                     "param": inner.get("param"), "sequence_number": sequence}
+
+
+def encode_sse(events: Sequence[Event]) -> list[bytes]:
+    out = []
+    for name, data in events:
+        payload = data if isinstance(data, str) else json.dumps(data)
+        out.append(((f"event: {name}\n" if name else "") + f"data: {payload}\n\n").encode())
+    return out
+
+
+def _anthropic_events(message: Mapping[str, Any]) -> list[Event]:
+    usage = dict(message["usage"])
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None,
+             "usage": {**usage, "output_tokens": 1}}
+    events: list[Event] = [("message_start", {"type": "message_start", "message": start}),
+                           ("ping", {"type": "ping"})]
+    for index, block in enumerate(message["content"]):
+        if block["type"] == "tool_use":
+            opening = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in _pieces(json.dumps(block["input"]))]
+        else:
+            opening = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"])]
+        events.append(("content_block_start", {"type": "content_block_start", "index": index,
+                                               "content_block": opening}))
+        events += [("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+                   for d in deltas]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    events.append(("message_delta", {"type": "message_delta",
+                                     "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                                     "usage": usage}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def _chat_chunks(completion: Mapping[str, Any], *, include_usage: bool) -> list[Event]:
+    base = {"id": completion["id"], "object": "chat.completion.chunk", "created": completion["created"],
+            "model": completion["model"], "system_fingerprint": completion["system_fingerprint"]}
+    choice = completion["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: Mapping[str, Any], finish: str | None = None) -> Event:
+        data: dict[str, Any] = {**base, "choices": [{"index": 0, "delta": dict(delta), "logprobs": None,
+                                                     "finish_reason": finish}]}
+        if include_usage:
+            data["usage"] = None
+        return None, data
+
+    text = message.get("content")
+    events = [chunk({"role": "assistant", "content": "" if text is not None else None, "refusal": None})]
+    events += [chunk({"content": p}) for p in _pieces(text or "")]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call["function"]
+        events.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                             "function": {"name": function["name"], "arguments": ""}}]}))
+        events += [chunk({"tool_calls": [{"index": index, "function": {"arguments": p}}]})
+                   for p in _pieces(function["arguments"])]
+    events.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        events.append((None, {**base, "choices": [], "usage": completion["usage"]}))
+    events.append((None, "[DONE]"))
+    return events
+
+
+def _responses_events(response: Mapping[str, Any]) -> list[Event]:
+    events: list[Event] = []
+
+    def emit(kind: str, **fields: Any) -> None:
+        events.append((kind, {"type": kind, "sequence_number": len(events), **fields}))
+
+    pending = {**response, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
+    emit("response.created", response=pending)
+    emit("response.in_progress", response=pending)
+    for index, item in enumerate(response["output"]):
+        if item["type"] == "function_call":
+            emit("response.output_item.added", output_index=index,
+                 item={**item, "arguments": "", "status": "in_progress"})
+            for piece in _pieces(item["arguments"]):
+                emit("response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=piece)
+            emit("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                 arguments=item["arguments"], name=item["name"])
+        else:
+            emit("response.output_item.added", output_index=index,
+                 item={**item, "status": "in_progress", "content": []})
+            for part_index, part in enumerate(item["content"]):
+                emit("response.content_part.added", item_id=item["id"], output_index=index,
+                     content_index=part_index, part={**part, "text": ""})
+                for piece in _pieces(part["text"]):
+                    emit("response.output_text.delta", item_id=item["id"], output_index=index,
+                         content_index=part_index, delta=piece, logprobs=[])
+                emit("response.output_text.done", item_id=item["id"], output_index=index, content_index=part_index,
+                     text=part["text"], logprobs=[])
+                emit("response.content_part.done", item_id=item["id"], output_index=index,
+                     content_index=part_index, part=part)
+        emit("response.output_item.done", output_index=index, item=item)
+    emit("response.incomplete" if response["status"] == "incomplete" else "response.completed", response=response)
+    return events
 
 
 def _content_type(data: bytes) -> str:

@@ -8,19 +8,20 @@ family's ratio otherwise. Nothing here touches the network.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ctxwin.tokens.base import TokenCounter
 from ctxwin.tokens.breakdown import CATEGORIES, PRESSURE_LEVELS, Breakdown, Category, usage_breakdown
 from ctxwin.tokens.cache import CachedCounter
-from ctxwin.tokens.calibration import CalibratedCounter, Calibrator, UsageObservation, usage_observations
+from ctxwin.tokens.calibration import (
+    CalibratedCounter,
+    Calibrator,
+    RecordedUsage,
+    UsageObservation,
+    usage_observations,
+)
 from ctxwin.tokens.estimator import FAMILIES, TYPES, EstimatorCounter, classify
 from ctxwin.tokens.exact import TiktokenCounter
 from ctxwin.tokens.framing import image_tokens
 from ctxwin.tokens.registry import MODELS, ModelInfo, UnknownModelWarning, model_info
-
-if TYPE_CHECKING:
-    from ctxwin.tokens.session_health import HealthReport
 
 
 def counter_for(model: str | None = None, *, exact: bool | None = None) -> TokenCounter:
@@ -40,13 +41,6 @@ def counter_for(model: str | None = None, *, exact: bool | None = None) -> Token
     return EstimatorCounter(info.family if model else "cl100k")
 
 
-def health(path: str, model: str | None = None, format: str | None = None) -> HealthReport:
-    """Read a session file and report the token breakdown of the context it would send next."""
-    from ctxwin.tokens.session_health import health as _health  # imports the transcript readers, which import us
-
-    return _health(path, model=model, format=format)
-
-
 __all__ = [
     "CATEGORIES",
     "FAMILIES",
@@ -60,13 +54,13 @@ __all__ = [
     "Category",
     "EstimatorCounter",
     "ModelInfo",
+    "RecordedUsage",
     "TiktokenCounter",
     "TokenCounter",
     "UnknownModelWarning",
     "UsageObservation",
     "classify",
     "counter_for",
-    "health",
     "image_tokens",
     "model_info",
     "usage_breakdown",

@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ctxwin.messages import Message, Thinking
 from ctxwin.tokens.base import TokenCounter
-
-if TYPE_CHECKING:  # the transcripts package imports counters; only the type is needed here
-    from ctxwin.transcripts.model import Transcript
 
 MAX_OBSERVATIONS = 64  # the most recent pairs kept: the factor follows a session whose content mix changes
 OUTLIER_LOG_RATIO = 0.25  # a pair whose ratio is more than e^0.25 (~28 %) from the median is an outlier
@@ -147,29 +144,43 @@ class UsageObservation:
     reported: int
 
 
-def usage_observations(transcript: Transcript, counter: TokenCounter, min_tokens: int = MIN_DELTA_TOKENS,
+class RecordedUsage(Protocol):
+    """What calibration needs of one recorded model call (`ctxwin.transcripts.UsageRecord` is one):
+    the index of the answer it produced, its model, and everything the model read on it."""
+
+    @property
+    def message_index(self) -> int: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def context_tokens(self) -> int: ...
+
+
+def usage_observations(messages: Sequence[Message], usage: Iterable[RecordedUsage], counter: TokenCounter, *,
+                       compacted_at: Iterable[int] = (), min_tokens: int = MIN_DELTA_TOKENS,
                        min_result_chars: int = MIN_RESULT_CHARS) -> list[UsageObservation]:
-    """Calibration pairs from a session's recorded usage. A pair is taken between consecutive calls
+    """Calibration pairs from a session's recorded usage: `messages` as sent, `usage` of its model calls,
+    and the message indices where a compaction took effect (`compacted_at`). A pair is taken between consecutive calls
     of the same model when the first call's answer has no thinking (whose text a session may not
     hold in full), no compaction happened in between, the provider's delta is at least `min_tokens`
     and the appended tool results hold at least `min_result_chars` characters (small deltas are
     dominated by what a harness adds unrecorded, such as Claude Code's reminders after an edit)."""
-    usage = sorted(transcript.usage, key=lambda u: u.message_index)
-    compacted = {c.index for c in transcript.compactions}
+    calls = sorted(usage, key=lambda u: u.message_index)
+    compacted = set(compacted_at)
     out = []
-    for before, after in itertools.pairwise(usage):
+    for before, after in itertools.pairwise(calls):
         start, stop = before.message_index, after.message_index
-        if stop <= start or before.model != after.model or _has_thinking(transcript.messages[before.message_index]):
+        if stop <= start or before.model != after.model or _has_thinking(messages[before.message_index]):
             continue
         if any(start < index <= stop for index in compacted):
             continue
-        appended = transcript.messages[start + 1:stop]
+        appended = messages[start + 1:stop]
         if sum(len(r.text) for m in appended for r in m.tool_results) < min_result_chars:
             continue
         reported = after.context_tokens - before.context_tokens
         if reported < min_tokens:
             continue
-        counted = sum(counter.count_message(m) for m in transcript.messages[start:stop])
+        counted = sum(counter.count_message(m) for m in messages[start:stop])
         out.append(UsageObservation(start, stop, counted, reported))
     return out
 

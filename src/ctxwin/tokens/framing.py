@@ -15,6 +15,7 @@ import struct
 from collections.abc import Callable
 
 from ctxwin.messages import Image, Message, Text, Thinking, ToolCall, ToolResult
+from ctxwin.messages.model import image_placeholder, image_problem
 
 MESSAGE_TOKENS = 4  # role and delimiters around every message (OpenAI documents 3 plus 1 per name)
 TOOL_CALL_TOKENS = 8  # wrapping of one tool call: type, name and argument delimiters
@@ -115,7 +116,12 @@ def _jpeg_size(head: bytes) -> tuple[int, int] | None:
     return None
 
 
-def priced_image(image: Image, pricing: str) -> int:
+def priced_image(image: Image, pricing: str, count_text: Callable[[str], int] | None = None) -> int:
+    """What the image costs as sent: by its dimensions when it is valid; an image the provider writers
+    replace by a placeholder (see `image_problem`) costs that placeholder's text."""
+    problem = image_problem(image) if count_text is not None else None
+    if problem is not None and count_text is not None:
+        return count_text(image_placeholder(problem).text)
     size = image_size(image) or DEFAULT_IMAGE_SIZE
     return image_tokens(size[0], size[1], pricing)
 
@@ -137,12 +143,12 @@ def count_message_with(count_text: Callable[[str], int], message: Message, prici
         elif isinstance(block, ToolResult):
             total += TOOL_RESULT_TOKENS + count_text(block.call_id)
             for part in block.content:
-                total += count_text(part.text) if isinstance(part, Text) else priced_image(part, pricing)
+                total += count_text(part.text) if isinstance(part, Text) else priced_image(part, pricing, count_text)
         elif isinstance(block, ToolCall):
             total += TOOL_CALL_TOKENS + count_text(block.id) + count_text(block.name)
             total += count_text(arguments_text(block.arguments))
         elif isinstance(block, Thinking):
             total += THINKING_TOKENS + count_text(block.thinking)
         elif isinstance(block, Image):
-            total += priced_image(block, pricing)
+            total += priced_image(block, pricing, count_text)
     return total

@@ -3,6 +3,8 @@ the limits every tool reads from its workspace (`Limits`)."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import wraps
@@ -10,7 +12,13 @@ from typing import Any, ParamSpec
 
 from ctxwin.errors import InputError
 from ctxwin.messages import Image, Text, ToolResult, block_to_dict
-from ctxwin.tools.truncate import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, GREP_MAX_LINE_CHARS, READ_MAX_LINE_CHARS
+from ctxwin.tools.truncate import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_LINES,
+    GREP_MAX_LINE_CHARS,
+    READ_MAX_LINE_CHARS,
+    format_size,
+)
 
 READ_MAX_FILE_BYTES = 256 * 1024  # read refuses whole files above this size unless offset/limit page them
 READ_MAX_TOKENS = 25_000  # read refuses a page whose text is above this many tokens (token-dense files)
@@ -26,6 +34,27 @@ LS_DEFAULT_LIMIT = 500  # entries ls shows at most
 SHELL_TIMEOUT_S = 120.0  # default shell timeout; the whole process group is killed after it
 SHELL_MAX_CAPTURE_BYTES = 100 * 1024 * 1024  # shell output kept for the blob store at most (the tail is always shown)
 SPILL_PREVIEW_CHARS = 2000  # characters of a JSON preview by default
+QUERY_TIMEOUT_S = 10.0  # query_json's jq/JMESPath process is stopped after this long
+QUERY_MAX_MEMORY_BYTES = 2 * 1024**3  # address space of query_json's process (RLIMIT_AS)
+SHELL_MAX_TIMEOUT_S = 24 * 3600.0  # the longest timeout a shell call may ask for
+
+
+# The limits tool descriptions quote, by name (`{lines}` in a tool's docstring; see tools.spec).
+DESCRIPTION_FACTS: Mapping[str, object] = {
+    "lines": DEFAULT_MAX_LINES,
+    "next_offset": DEFAULT_MAX_LINES + 1,
+    "bytes": format_size(DEFAULT_MAX_BYTES),
+    "read_max_file": format_size(READ_MAX_FILE_BYTES),
+    "read_max_tokens": READ_MAX_TOKENS,
+    "read_line_chars": READ_MAX_LINE_CHARS,
+    "grep_line_chars": GREP_MAX_LINE_CHARS,
+    "pdf_max_pages": READ_PDF_MAX_PAGES,
+    "pdf_without_range": READ_PDF_PAGES_WITHOUT_RANGE,
+    "grep_limit": GREP_DEFAULT_LIMIT,
+    "find_limit": FIND_DEFAULT_LIMIT,
+    "ls_limit": LS_DEFAULT_LIMIT,
+    "shell_timeout": f"{SHELL_TIMEOUT_S:g}",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +75,9 @@ class Limits:
     grep_max_file_bytes: int = GREP_MAX_FILE_BYTES
     shell_timeout_s: float = SHELL_TIMEOUT_S
     shell_max_capture_bytes: int = SHELL_MAX_CAPTURE_BYTES
+    shell_max_timeout_s: float = SHELL_MAX_TIMEOUT_S
+    query_timeout_s: float = QUERY_TIMEOUT_S
+    query_max_memory_bytes: int = QUERY_MAX_MEMORY_BYTES
 
 
 class ToolError(InputError):
@@ -92,7 +124,8 @@ P = ParamSpec("P")
 
 
 def refusals_as_output(func: Callable[P, ToolOutput]) -> Callable[P, ToolOutput]:
-    """A tool never raises for what the model asked: its refusals become error outputs."""
+    """A tool never raises for what the model asked: its refusals, and the file system's, become
+    error outputs."""
 
     @wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> ToolOutput:
@@ -102,6 +135,9 @@ def refusals_as_output(func: Callable[P, ToolOutput]) -> Callable[P, ToolOutput]
             return ToolOutput.error(error)
         except InputError as error:  # e.g. a blob store's "no such handle"
             return ToolOutput.error(ToolError("input", error.message, error.hint))
+        except OSError as error:  # the file system refused (EIO, EACCES, a file gone mid-read)
+            name = f" ({printable(str(error.filename))})" if error.filename else ""
+            return ToolOutput.error(ToolError("os_error", f"The file system refused{name}: {error.strerror or error}."))
 
     return wrapper
 
@@ -112,3 +148,15 @@ def printable(name: str) -> str:
     if name.isascii():
         return name
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+# A name with one of these (or a leading quote) is shown as a JSON string literal: a newline in a file
+# name must not make one entry read as two, and the quoting must not be mistaken for a plain name.
+_QUOTE_IF = re.compile('[\x00-\x1f\x7f\x85\u2028\u2029\\\\]|^"')
+
+
+def shown_name(name: str, suffix: str = "") -> str:
+    """A path as listings print it (`suffix`: "/" for folders): `printable`, and quoted as a JSON
+    string when it holds a control character, a backslash or a leading double quote."""
+    text = printable(name) + suffix
+    return json.dumps(text, ensure_ascii=False) if _QUOTE_IF.search(text) else text

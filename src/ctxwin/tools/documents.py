@@ -3,12 +3,13 @@ and PDFs (text per page, a page range at a time)."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from ctxwin.errors import JSONTooDeepError, MalformedJSONError
+from ctxwin.files import loads_json
 from ctxwin.tools.base import ToolError
 from ctxwin.tools.truncate import cut_middle, format_size
 
@@ -24,26 +25,45 @@ def _joined(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _load_notebook(raw: bytes) -> Mapping[str, Any]:
+def _bad(what: str) -> ToolError:
+    return ToolError("bad_notebook", f"not a valid notebook ({what})", "Read it as text with grep, or fix the file.")
+
+
+def _load_notebook(raw: bytes) -> dict[str, Any]:
+    """The notebook as plain data, its shape checked: a dict with a list of cells, each a dict whose
+    outputs are a list of dicts. Anything else is a `bad_notebook` refusal, never a traceback."""
     text = raw.decode("utf-8", errors="replace")
+    data: Any = None
     try:
         import nbformat  # optional extra: upgrades old notebook versions to v4
     except ImportError:
         nbformat = None
     if nbformat is not None:
         try:
-            return nbformat.reads(text, as_version=4)  # type: ignore[no-any-return]
-        except Exception:
-            pass
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ToolError(
-            "bad_notebook", f"not a valid notebook (JSON error: {error.msg} at line {error.lineno})"
-        ) from None
-    if not isinstance(data, dict) or not isinstance(data.get("cells", []), list):
-        raise ToolError("bad_notebook", "not a valid notebook (no list of cells)")
-    return data
+            data = nbformat.reads(text, as_version=4)
+        except Exception:  # nbformat raises many kinds for a broken file; the plain reading below decides
+            data = None
+    if data is None:
+        try:
+            data = loads_json(text)
+        except MalformedJSONError as error:
+            raise _bad(f"JSON error: {error.msg} at line {error.lineno}") from None
+        except JSONTooDeepError:
+            raise _bad("nested too deeply") from None
+    if not isinstance(data, Mapping) or not isinstance(data.get("cells", []), list):
+        raise _bad("no list of cells")
+    for number, cell in enumerate(data.get("cells", []), 1):
+        if not isinstance(cell, Mapping):
+            raise _bad(f"cell {number} is {type(cell).__name__}, not an object")
+        outputs = cell.get("outputs", [])
+        if outputs is not None and not (isinstance(outputs, list) and all(isinstance(o, Mapping) for o in outputs)):
+            raise _bad(f"the outputs of cell {number} are not a list of objects")
+        for output in outputs or []:
+            if not isinstance(output.get("data") or {}, Mapping) or not isinstance(output.get("traceback", []), list):
+                raise _bad(f"an output of cell {number} has a malformed data or traceback field")
+    if not isinstance(data.get("metadata") or {}, Mapping):
+        raise _bad("metadata is not an object")
+    return dict(data)
 
 
 def _output_text(output: Mapping[str, Any]) -> tuple[str, str]:
@@ -71,15 +91,17 @@ def render_notebook(raw: bytes) -> tuple[str, dict[str, Any]]:
     """The notebook as text: one header line per cell, its source, its outputs summarized."""
     notebook = _load_notebook(raw)
     cells = notebook.get("cells", [])
-    kernel = ((notebook.get("metadata") or {}).get("kernelspec") or {}).get("name", "unknown")
+    kernelspec = (notebook.get("metadata") or {}).get("kernelspec")
+    kernel = kernelspec.get("name", "unknown") if isinstance(kernelspec, Mapping) else "unknown"
     counts: dict[str, int] = {}
     for cell in cells:
-        counts[cell.get("cell_type", "?")] = counts.get(cell.get("cell_type", "?"), 0) + 1
+        kind = str(cell.get("cell_type", "?"))
+        counts[kind] = counts.get(kind, 0) + 1
     summary = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
     out = [f"[Jupyter notebook: {len(cells)} cells ({summary}), kernel {kernel}]"]
     cut_outputs = 0
     for index, cell in enumerate(cells, 1):
-        kind = cell.get("cell_type", "?")
+        kind = str(cell.get("cell_type", "?"))
         count = cell.get("execution_count")
         label = f"{kind}, In [{count}]" if kind == "code" and count is not None else kind
         out.append(f"--- Cell {index} [{label}] ---")

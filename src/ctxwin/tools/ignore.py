@@ -1,153 +1,201 @@
-""".gitignore matching and the directory walk that grep's fallback, find and ls share.
+""".gitignore matching (lines read by the `pathspec` library, matched with RE2, so no line of a
+.gitignore can make matching backtrack) and the directory walk that grep's fallback, find and ls share.
 
-The rules follow gitignore(5): blank lines and `#` comments skipped, `!` negates, a trailing `/`
-matches directories only, a pattern with a `/` before its end is anchored to its file's folder,
-otherwise it matches a name at any depth; `*` and `?` stay inside one path segment, `**` crosses
-them. Later rules win, deeper files after shallower ones. A path inside an ignored folder is ignored
-(the walk never enters it), as git and ripgrep do.
+Rules follow gitignore(5) as git does; deeper .gitignore files win over shallower ones, later lines
+over earlier ones. A path inside an ignored folder is ignored (the walk never enters it).
+
+The walk holds a file descriptor per open folder and opens every child relative to its parent with
+O_NOFOLLOW, so a folder swapped for a symlink while the walk runs is never followed; it is iterative
+(a tree thousands of folders deep needs no recursion) and keeps only `WALK_OPEN_DIRS` folders open,
+re-opening an ancestor (checked by device and inode) when it is needed again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
+import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+import re2
+from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
+
+from ctxwin.tools.base import printable
+from ctxwin.tools.patterns import path_options
 
 ALWAYS_SKIPPED = (".git", "node_modules")  # folder names never walked into, ignore files or not
 IGNORE_FILE = ".gitignore"  # the only ignore file honoured (ripgrep is told the same)
+IGNORE_FILE_MAX_BYTES = 1024 * 1024  # a larger .gitignore is not read
+WALK_OPEN_DIRS = 64  # folders the walk keeps open at once (deeper ancestors are re-opened when needed)
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | NOFOLLOW | CLOEXEC
+FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
-    base: str  # folder of the .gitignore, relative to the walk's root ("" for the root)
-    regex: re.Pattern[str]
-    negate: bool
-    dir_only: bool
+class IgnoreFile:
+    """The rules of one .gitignore: `base` is its folder relative to the walk's root ("" for the root).
+    pathspec turns each line into a regex; they are matched as one RE2 set that must match the whole
+    path (the walk asks about each entry itself, never about what is inside an ignored folder)."""
+
+    base: str
+    regexes: Any  # re2.Set (full match) of the lines' regexes
+    negated: tuple[bool, ...]  # per regex: a `!` line
 
 
-def glob_to_regex(glob: str) -> str:
-    """A gitignore glob (no leading/trailing slash handling) as a regex body over a relative path."""
-    out: list[str] = []
-    i = 0
-    n = len(glob)
-    while i < n:
-        c = glob[i]
-        if c == "*":
-            if glob[i : i + 2] == "**":
-                at_start = i == 0 or glob[i - 1] == "/"
-                j = i + 2
-                if at_start and (j == n or glob[j] == "/"):
-                    if j == n:
-                        out.append(".*")  # trailing "/**": everything inside
-                        i = j
-                    else:
-                        out.append("(?:.*/)?")  # "**/": zero or more folders
-                        i = j + 1
-                    continue
-                out.append("[^/]*")
-                i = j
-                continue
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            end = glob.find("]", i + 2 if glob[i + 1 : i + 2] in ("!", "]") else i + 1)
-            if end == -1:
-                out.append(re.escape(c))
-            else:
-                body = glob[i + 1 : end]
-                if body.startswith("!"):
-                    body = "^" + body[1:]
-                out.append("[" + body.replace("\\", "\\\\") + "]")
-                i = end
-        elif c == "\\" and i + 1 < n:
-            i += 1
-            out.append(re.escape(glob[i]))
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return "".join(out)
+Rules = Sequence[IgnoreFile]
 
 
-def parse_rule(line: str, base: str) -> Rule | None:
-    """One .gitignore line as a rule, or None for blanks and comments."""
-    line = line.rstrip("\n").rstrip("\r")
-    if not line or line.startswith("#"):
-        return None
-    # Trailing spaces are ignored unless escaped with a backslash.
-    stripped = line.rstrip(" ")
-    if stripped.endswith("\\") and len(stripped) < len(line):
-        stripped += " "
-    line = stripped
-    negate = line.startswith("!")
-    if negate or line.startswith("\\!") or line.startswith("\\#"):
-        line = line[1:]
-    dir_only = line.endswith("/")
-    line = line.rstrip("/")
-    if not line:
-        return None
-    anchored = "/" in line
-    line = line.lstrip("/")
-    body = glob_to_regex(line)
-    regex = re.compile(body if anchored else f"(?:.*/)?{body}", re.DOTALL)
-    return Rule(base, regex, negate, dir_only)
-
-
-def parse_rules(text: str, base: str) -> list[Rule]:
-    return [rule for line in text.split("\n") if (rule := parse_rule(line, base)) is not None]
-
-
-def ignored(rules: Sequence[Rule], rel: str, is_dir: bool) -> bool:
-    """Whether `rel` (relative to the walk's root, `/`-separated) is ignored by `rules` (last match wins)."""
-    for rule in reversed(rules):
-        if rule.dir_only and not is_dir:
+def _line_patterns(lines: list[str]) -> list[Any]:
+    """pathspec's reading of each line (blank lines and comments give none); a line it cannot
+    read is skipped, as git skips it."""
+    out = []
+    for line in lines:
+        try:
+            with warnings.catch_warnings():  # pathspec also compiles each line with `re`, which warns on "[["
+                warnings.simplefilter("ignore", FutureWarning)
+                pattern = GitIgnoreSpecPattern(line)
+        except (ValueError, re.error):
             continue
+        if pattern.include is not None and pattern.regex is not None:
+            out.append(pattern)
+    return out
+
+
+def parse_rules(text: str, base: str) -> list[IgnoreFile]:
+    """The lines of one .gitignore as rules (empty when it has none)."""
+    regexes = re2.Set.FullMatchSet(path_options())
+    negated: list[bool] = []
+    for pattern in _line_patterns(text.split("\n")):
+        try:
+            regexes.Add(pattern.regex.pattern)
+        except re2.error:
+            continue
+        negated.append(not pattern.include)
+    if not negated:
+        return []
+    regexes.Compile()
+    return [IgnoreFile(base, regexes, tuple(negated))]
+
+
+def ignored(rules: Rules, rel: str, is_dir: bool) -> bool:
+    """Whether `rel` (relative to the walk's root, `/`-separated) is ignored: the deepest file with
+    a matching line decides, and in it the last matching line."""
+    for rule in reversed(rules):
         if rule.base:
             if not rel.startswith(rule.base + "/"):
                 continue
             local = rel[len(rule.base) + 1 :]
         else:
             local = rel
-        if rule.regex.fullmatch(local):
-            return not rule.negate
+        found = rule.regexes.Match(printable(local + "/" if is_dir else local))
+        if found:
+            return not rule.negated[max(found)]
     return False
 
 
-def glob_matcher(pattern: str) -> re.Pattern[str]:
-    """A glob for find/grep: with a `/` it matches the whole relative path, otherwise the name;
-    `**` crosses folders."""
-    body = glob_to_regex(pattern.lstrip("/"))
-    return re.compile(body if "/" in pattern else f"(?:.*/)?{body}", re.DOTALL)
-
-
-def load_rules(directory: str, base: str) -> list[Rule]:
+def read_small_file(dir_fd: int, name: str, max_bytes: int = IGNORE_FILE_MAX_BYTES) -> bytes | None:
+    """A regular file next to `dir_fd` (never through a symlink, never blocking), or None."""
     try:
-        with open(os.path.join(directory, IGNORE_FILE), encoding="utf-8", errors="replace") as handle:
-            return parse_rules(handle.read(), base)
+        fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+            return None
+        return os.read(fd, max_bytes + 1)[:max_bytes]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def load_rules(dir_fd: int, base: str) -> list[IgnoreFile]:
+    data = read_small_file(dir_fd, IGNORE_FILE)
+    return parse_rules(data.decode("utf-8", "replace"), base) if data else []
+
+
+def open_dirs(root: str, rel_dir: str) -> list[int]:
+    """File descriptors of `root` and of each folder down to `rel_dir` (each opened relative to its
+    parent, no symlink followed). The caller closes them. Raises OSError."""
+    fds = [os.open(root, DIR_FLAGS)]
+    try:
+        for part in [p for p in rel_dir.split("/") if p not in ("", ".")]:
+            fds.append(os.open(part, DIR_FLAGS, dir_fd=fds[-1]))
+    except BaseException:
+        close_all(fds)
+        raise
+    return fds
+
+
+def close_all(fds: Sequence[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def ancestor_rules(root: str, rel_dir: str) -> list[IgnoreFile]:
+    """The rules of the .gitignore files from `root` down to (not including) `rel_dir`."""
+    rel_dir = "" if rel_dir in ("", ".") else rel_dir
+    if not rel_dir:
+        return []
+    try:
+        fds = open_dirs(root, rel_dir)
     except OSError:
         return []
-
-
-def ancestor_rules(root: str, rel_dir: str) -> list[Rule]:
-    """The rules of the .gitignore files from `root` down to (not including) `rel_dir`."""
-    rules = load_rules(root, "") if rel_dir not in ("", ".") else []
-    if rel_dir in ("", "."):
+    try:
+        parts = rel_dir.split("/")
+        rules: list[IgnoreFile] = []
+        for depth, fd in enumerate(fds[:-1]):
+            rules += load_rules(fd, "/".join(parts[:depth]))
         return rules
-    parts = rel_dir.split("/")
-    for depth in range(1, len(parts)):
-        base = "/".join(parts[:depth])
-        rules += load_rules(os.path.join(root, base), base)
-    return rules
+    finally:
+        close_all(fds)
 
 
 @dataclass(frozen=True, slots=True)
 class WalkEntry:
+    """One entry the walk yields. `dir_fd` is its parent folder, open until the walk moves on: open
+    the entry with `os.open(name, ..., dir_fd=dir_fd)`, never by `path`."""
+
     rel: str  # relative to the walk's root, "/"-separated
-    path: str  # absolute
+    path: str  # absolute (for messages only)
+    name: str
+    dir_fd: int
     is_dir: bool
     size: int
+    nlink: int
+
+
+@dataclass
+class _Frame:
+    rel: str
+    fd: int  # -1 while closed (re-opened from its parent when needed)
+    dev_ino: tuple[int, int]
+    entries: Iterator[tuple[str, os.stat_result]]
+    rules: Rules = field(default_factory=list)
+
+
+def _list(fd: int) -> Iterator[tuple[str, os.stat_result]]:
+    """The entries of a folder in name order, with their lstat."""
+    names: list[tuple[str, os.stat_result]] = []
+    try:
+        with os.scandir(fd) as scan:
+            for entry in scan:
+                try:
+                    names.append((entry.name, entry.stat(follow_symlinks=False)))
+                except OSError:
+                    continue
+    except OSError:
+        return iter(())
+    names.sort(key=lambda item: item[0])
+    return iter(names)
 
 
 def walk(
@@ -164,48 +212,99 @@ def walk(
     sockets and devices are skipped. `denied(rel)` prunes deny-listed names; `unignore(rel)` keeps
     an entry that .gitignore would skip (ripgrep's rule for paths its --glob names)."""
     start_rel = "" if start_rel in ("", ".") else start_rel
-    rules = ancestor_rules(root, start_rel) if respect_ignore else []
-    yield from _walk_dir(root, start_rel, rules, respect_ignore, frozenset(skip_name), denied, unignore)
-
-
-def _walk_dir(
-    root: str,
-    rel_dir: str,
-    rules: list[Rule],
-    respect_ignore: bool,
-    skip: frozenset[str],
-    denied: Callable[[str], bool] | None,
-    unignore: Callable[[str], bool] | None,
-) -> Iterator[WalkEntry]:
-    directory = os.path.join(root, rel_dir) if rel_dir else root
-    if respect_ignore:
-        own = load_rules(directory, rel_dir)
-        if own:
-            rules = rules + own
     try:
-        with os.scandir(directory) as scan:
-            entries = sorted(scan, key=lambda e: e.name)
+        chain = open_dirs(root, start_rel)
     except OSError:
         return
-    for entry in entries:
-        rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+    start_fd = chain.pop()
+    close_all(chain)
+    rules: list[IgnoreFile] = ancestor_rules(root, start_rel) if respect_ignore else []
+    skip = frozenset(skip_name)
+    stack: list[_Frame] = []
+    try:
+        start_st = os.fstat(start_fd)
+        if respect_ignore:
+            rules += load_rules(start_fd, start_rel)
+        stack.append(_Frame(start_rel, start_fd, (start_st.st_dev, start_st.st_ino), _list(start_fd), rules))
+        while stack:
+            frame = stack[-1]
+            item = next(frame.entries, None)
+            if item is None:
+                stack.pop()
+                if frame.fd >= 0:
+                    os.close(frame.fd)
+                continue
+            name, info = item
+            rel = f"{frame.rel}/{name}" if frame.rel else name
+            mode = info.st_mode
+            is_dir = stat.S_ISDIR(mode)
+            if not is_dir and not stat.S_ISREG(mode):
+                continue  # symlinks, FIFOs, sockets, devices
+            if is_dir and name in skip:
+                continue
+            if denied is not None and denied(rel):
+                continue
+            skipped = respect_ignore and bool(frame.rules) and ignored(frame.rules, rel, is_dir)
+            if skipped and (unignore is None or not unignore(rel)):
+                continue
+            parent_fd = _frame_fd(stack, len(stack) - 1)
+            if parent_fd < 0:
+                continue
+            yield WalkEntry(rel, os.path.join(root, rel), name, parent_fd, is_dir, info.st_size, info.st_nlink)
+            if is_dir:
+                child = _open_child(parent_fd, name, info)
+                if child is None:
+                    continue
+                own = load_rules(child, rel) if respect_ignore else []
+                stack.append(_Frame(rel, child, (info.st_dev, info.st_ino), _list(child), [*frame.rules, *own]))
+                _limit_open(stack)
+    finally:
+        close_all([frame.fd for frame in stack if frame.fd >= 0])
+
+
+def _open_child(parent_fd: int, name: str, info: os.stat_result) -> int | None:
+    """A child folder opened relative to its parent, only if it is still the folder that was listed."""
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != (info.st_dev, info.st_ino):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _limit_open(stack: list[_Frame]) -> None:
+    """Closes the fds of the shallowest open frames (never the start or the top) while more than
+    WALK_OPEN_DIRS are open."""
+    open_frames = [frame for frame in stack[1:-1] if frame.fd >= 0]
+    for frame in open_frames[: max(0, len(open_frames) + 1 - WALK_OPEN_DIRS)]:
+        os.close(frame.fd)
+        frame.fd = -1
+
+
+def _frame_fd(stack: list[_Frame], index: int) -> int:
+    """The fd of `stack[index]` (the top frame), re-opened down from the nearest open ancestor if it
+    was closed (-1 if a folder on the way is gone or was replaced)."""
+    if stack[index].fd >= 0:
+        return stack[index].fd
+    start = index
+    while start > 0 and stack[start].fd < 0:
+        start -= 1
+    for at in range(start + 1, index + 1):
+        frame = stack[at]
         try:
-            info = entry.stat(follow_symlinks=False)
+            fd = os.open(frame.rel.rsplit("/", 1)[-1], DIR_FLAGS, dir_fd=stack[at - 1].fd)
         except OSError:
-            continue
-        mode = info.st_mode
-        is_dir = stat.S_ISDIR(mode)
-        if not is_dir and not stat.S_ISREG(mode):
-            continue  # symlinks, FIFOs, sockets, devices
-        if is_dir and entry.name in skip:
-            continue
-        if denied is not None and denied(rel):
-            continue
-        if respect_ignore and rules and ignored(rules, rel, is_dir) and (unignore is None or not unignore(rel)):
-            continue
-        yield WalkEntry(rel, entry.path, is_dir, info.st_size)
-        if is_dir:
-            yield from _walk_dir(root, rel, rules, respect_ignore, skip, denied, unignore)
+            return -1
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != frame.dev_ino:
+            os.close(fd)
+            return -1
+        frame.fd = fd
+    _limit_open(stack)
+    return stack[index].fd
 
 
 def path_key(rel: str) -> tuple[str, ...]:
@@ -238,15 +337,19 @@ def ancestor_ignore_text(root: str, rel_dir: str) -> str:
     to `root`, as the text of one ignore file."""
     if rel_dir in ("", "."):
         return ""
+    try:
+        fds = open_dirs(root, rel_dir)
+    except OSError:
+        return ""
     parts = rel_dir.split("/")
     lines: list[str] = []
-    for depth in range(len(parts)):
-        base = "/".join(parts[:depth])
-        folder = os.path.join(root, base) if base else root
-        try:
-            with open(os.path.join(folder, IGNORE_FILE), encoding="utf-8", errors="replace") as handle:
-                text = handle.read()
-        except OSError:
-            continue
-        lines += [rebased for line in text.split("\n") if (rebased := rebase_line(line, base)) is not None]
+    try:
+        for depth, fd in enumerate(fds[:-1]):
+            data = read_small_file(fd, IGNORE_FILE)
+            if data:
+                base = "/".join(parts[:depth])
+                text = data.decode("utf-8", "replace")
+                lines += [rebased for line in text.split("\n") if (rebased := rebase_line(line, base)) is not None]
+    finally:
+        close_all(fds)
     return "\n".join(lines) + ("\n" if lines else "")

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from ctxwin.messages import Image, Text
-from ctxwin.tools.base import ToolError, ToolOutput, refusals_as_output
+from ctxwin.tools.base import DESCRIPTION_FACTS, ToolError, ToolOutput
 from ctxwin.tools.documents import render_notebook, render_pdf
 from ctxwin.tools.lines import FileIndex
 from ctxwin.tools.paging import check_positive, page
 from ctxwin.tools.sniff import IMAGE_TYPES, SNIFF_BYTES, Sniff, image_info, sniff
+from ctxwin.tools.spec import Positive, tool
 from ctxwin.tools.truncate import format_size
-from ctxwin.tools.workspace import Resolved, Workspace
+from ctxwin.tools.workspace import Opened, Resolved, Workspace
 
 INDEX_MIN_BYTES = 1024 * 1024  # files at least this large remember where their lines start between pages
 # Files with these suffixes are sniffed before the size gate: an image or a PDF is not read as text.
@@ -87,30 +88,56 @@ def _stub(resolved: Resolved, record: ReadRecord) -> ToolOutput:
     return ToolOutput(text, details=details)
 
 
-@refusals_as_output
+@tool(reads_files=True, facts=DESCRIPTION_FACTS)
 def read(
     ws: Workspace,
     path: str,
-    offset: int | None = None,
-    limit: int | None = None,
+    offset: Positive | None = None,
+    limit: Positive | None = None,
     *,
-    column: int | None = None,
+    column: Positive | None = None,
     pages: str | None = None,
     state: ReadState | None = None,
     call_id: str | None = None,
 ) -> ToolOutput:
-    """Reads `path` as numbered lines (see `ctxwin.tools.paging`), `offset`/`limit` in lines,
-    `column` to read on inside one long line, `pages` for PDFs."""
+    """Read a file in the workspace. Output is numbered lines, cat -n style: the line number
+    right-aligned in 6 columns, a tab, then the line.
+
+    Limits: at most {lines} lines or {bytes} per call, whichever comes first. When more remains, the
+    output ends with a notice such as [Showing lines 1-{lines} of 50000. Use offset={next_offset} to
+    continue.]: call read again with that offset until you have what you need.
+    - offset: first line to read (1-based); limit: number of lines. Use them to read a part of a large file.
+    - Files over {read_max_file} cannot be read whole: page them with offset/limit, or find the part you
+      need with grep first. A page over {read_max_tokens} tokens is refused the same way.
+    - Lines longer than {read_line_chars} characters are cut; the marker at the cut says which offset and
+      column to read the rest of that line with.
+    - Reading the same range of an unchanged file again returns a short note pointing at your earlier
+      result instead of the content.
+    - Jupyter notebooks (.ipynb) are shown as cells with outputs summarized. PDFs are shown as text per
+      page: pages="1-10" picks pages (at most {pdf_max_pages} per call, required above
+      {pdf_without_range} pages). Images (png, jpeg, gif, webp) are attached as images.
+    - Binary files are described, not shown. Paths outside the workspace and secrets (.env, keys,
+      credentials) are refused, and so are files with more than one hard link.
+
+    Args:
+        path: File to read, relative to the workspace root.
+        offset: First line to read, 1-based. Omit to start at the top.
+        limit: Number of lines to read (at most {lines} are shown per call).
+        column: Read one long line from this character on (1-based); use with offset.
+        pages: PDF page range such as "1-10" or "3".
+    """
+    # The page format is ctxwin.tools.paging's; `state` answers unchanged re-reads with a stub.
     for name, value in (("offset", offset), ("limit", limit), ("column", column)):
         check_positive(name, value)
-    resolved = ws.resolve(path)
-    ws.require_file(resolved)
-    key: ReadKey = (resolved.real, offset, limit, column, pages)
-    if state is not None:
-        earlier = state.unchanged(key, resolved.st)
-        if earlier is not None:
-            return _stub(resolved, earlier)
-    output = _read_file(ws, resolved, offset, limit, column, pages)
+    with ws.opened(path) as opened:
+        resolved = opened.resolved
+        ws.require_file(resolved)
+        key: ReadKey = (resolved.real, offset, limit, column, pages)
+        if state is not None:
+            earlier = state.unchanged(key, resolved.st)
+            if earlier is not None:
+                return _stub(resolved, earlier)
+        output = _read_file(ws, opened, offset, limit, column, pages)
     if state is not None and not output.is_error:
         call = state.next_call()
         state.record(key, resolved.st, call, call_id)
@@ -129,13 +156,14 @@ class _Text:
 
 
 def _read_file(
-    ws: Workspace, resolved: Resolved, offset: int | None, limit: int | None, column: int | None, pages: str | None
+    ws: Workspace, opened: Opened, offset: int | None, limit: int | None, column: int | None, pages: str | None
 ) -> ToolOutput:
+    resolved = opened.resolved
     limits = ws.limits
     whole = offset is None and limit is None and column is None
     if whole and os.path.splitext(resolved.real)[1].lower() not in RENDERED_SUFFIXES:
         _size_gate(resolved.display, resolved.st.st_size, limits.read_max_file_bytes)  # from stat, nothing opened
-    with ws.open_file(resolved) as stream:
+    with opened.open_file() as stream:
         head = stream.read(SNIFF_BYTES)
         facts = sniff(head, at_eof=len(head) >= resolved.st.st_size)
         if facts.media_type in IMAGE_TYPES:

@@ -9,16 +9,23 @@ import selectors
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from ctxwin.tools.base import ToolError, ToolOutput, refusals_as_output
+from annotated_types import Gt
+
+from ctxwin.tools.base import DESCRIPTION_FACTS, ToolError, ToolOutput
+from ctxwin.tools.patterns import check_text_argument
+from ctxwin.tools.spec import tool
 from ctxwin.tools.truncate import format_size, truncate_tail, utf8_len
 from ctxwin.tools.workspace import Workspace
 
 READ_CHUNK = 64 * 1024  # bytes read from the pipe per step
 EXIT_GRACE_S = 1.0  # after the shell exits, how long to wait for children still holding its output pipe
+SUPERVISOR_GRACE_S = 5.0  # how long the supervisor may take to kill what the command left
+_REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_reaper.py")
 TAIL_FACTOR = 2  # the rolling tail buffer holds this many times the byte cap (Pi: 2 x 50 KB)
 # Environment variables a command inherits by default; everything else (API keys, tokens) stays out
 # unless the harness passes Workspace(shell_env=...).
@@ -46,63 +53,88 @@ def _shell() -> list[str]:
     return [bash, "-c"] if bash else ["/bin/sh", "-c"]
 
 
+def _supervised(argv: list[str], status_w: int) -> list[str]:
+    """`argv` under the subreaper supervisor where the platform has one (Linux), else as it is."""
+    if sys.platform.startswith("linux"):
+        return [sys.executable, "-I", _REAPER, str(status_w), *argv]
+    return argv
+
+
 def run_command(
     command: str, cwd: str, timeout: float, *, tail_bytes: int, capture_bytes: int, env: dict[str, str] | None = None
 ) -> RunResult:
-    """Runs `command` in its own process group; on timeout (or when the shell exits but children
-    keep its output open past a grace period) the whole group is killed."""
+    """Runs `command` under the supervisor (`_reaper.py`), in its own session. The call ends when the
+    command has exited and its output is closed, or EXIT_GRACE_S after it exited while children keep
+    the output open, or at `timeout`; then the supervisor kills everything the command started
+    (setsid, nohup and double-forked children included) and the whole process group is killed too."""
     started = time.monotonic()
-    proc = subprocess.Popen(
-        [*_shell(), command], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True, env=env,
-    )
+    status_r, status_w = os.pipe()
+    supervised = sys.platform.startswith("linux")
+    try:
+        proc = subprocess.Popen(
+            _supervised([*_shell(), command], status_w), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True, env=env, pass_fds=(status_w,) if supervised else (),
+        )
+    except OSError as error:
+        os.close(status_r)
+        raise ToolError("shell_failed", f"could not start the shell: {error.strerror or error}") from None
+    finally:
+        os.close(status_w)
     assert proc.stdout is not None
-    fd = proc.stdout.fileno()
+    out_fd = proc.stdout.fileno()
     tail = bytearray()
     full = bytearray()
     total = 0
     newlines = 0
     last = b""
     timed_out = False
+    status = b""
+    out_open = True
     deadline = started + timeout
     exit_deadline: float | None = None
     with selectors.DefaultSelector() as selector:
-        selector.register(fd, selectors.EVENT_READ)
+        selector.register(out_fd, selectors.EVENT_READ)
+        if supervised:
+            selector.register(status_r, selectors.EVENT_READ)
         while True:
             now = time.monotonic()
             if now >= deadline:
                 timed_out = True
                 break
-            if exit_deadline is None and proc.poll() is not None:
+            if not supervised and exit_deadline is None and proc.poll() is not None:
                 exit_deadline = now + EXIT_GRACE_S
-            if exit_deadline is not None and now >= exit_deadline:
+            if exit_deadline is not None and (now >= exit_deadline or not out_open):
                 break
             wait = min(deadline, exit_deadline or deadline) - now
-            if not selector.select(timeout=min(wait, 0.25)):
-                continue
-            chunk = os.read(fd, READ_CHUNK)
-            if not chunk:
-                break
-            total += len(chunk)
-            newlines += chunk.count(b"\n")
-            last = chunk[-1:]
-            if len(full) < capture_bytes:
-                full += chunk[: capture_bytes - len(full)]
-            tail += chunk
-            if len(tail) > tail_bytes:
-                del tail[: len(tail) - tail_bytes]
-    if not timed_out:
-        # EOF can arrive a moment before the shell exits: let it exit, or its status would read as SIGKILL.
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=max(0.0, min(deadline - time.monotonic(), EXIT_GRACE_S)))
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # nothing of the command outlives the call
-    proc.stdout.close()
-    code = proc.wait()
+            for key, _ in selector.select(timeout=min(wait, 0.25)):
+                if key.fd == status_r:
+                    data = os.read(status_r, 64)
+                    status += data
+                    if not data:
+                        selector.unregister(status_r)
+                        exit_deadline = time.monotonic() + EXIT_GRACE_S
+                    continue
+                chunk = os.read(out_fd, READ_CHUNK)
+                if not chunk:
+                    selector.unregister(out_fd)
+                    out_open = False
+                    if not supervised:
+                        exit_deadline = time.monotonic()
+                    continue
+                total += len(chunk)
+                newlines += chunk.count(b"\n")
+                last = chunk[-1:]
+                if len(full) < capture_bytes:
+                    full += chunk[: capture_bytes - len(full)]
+                tail += chunk
+                if len(tail) > tail_bytes:
+                    del tail[: len(tail) - tail_bytes]
+    code = _finish(proc, supervised, status, timed_out, deadline)
+    os.close(status_r)
     total_lines = newlines + (1 if total and last != b"\n" else 0)
     return RunResult(
-        exit_code=code if code >= 0 else None,
-        signal=-code if code < 0 else None,
+        exit_code=code if code is not None and code >= 0 else None,
+        signal=-code if code is not None and code < 0 else (signal.SIGKILL if code is None else None),
         timed_out=timed_out,
         duration_s=time.monotonic() - started,
         total_bytes=total,
@@ -112,6 +144,34 @@ def run_command(
         full=bytes(full),
         capture_complete=len(full) == total,
     )
+
+
+def _finish(
+    proc: subprocess.Popen[bytes], supervised: bool, status: bytes, timed_out: bool, deadline: float
+) -> int | None:
+    """Ends everything the command started and returns its exit status (negative: a signal; None:
+    killed before it exited)."""
+    if supervised:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)  # the supervisor kills all it adopted, then exits
+        try:
+            proc.wait(timeout=SUPERVISOR_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    elif not timed_out:
+        # EOF can arrive a moment before the shell exits: let it exit, or its status would read as SIGKILL.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.0, min(deadline - time.monotonic(), EXIT_GRACE_S)))
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # what is left in the group, if the supervisor could not run
+    assert proc.stdout is not None
+    proc.stdout.close()
+    returned = proc.wait()
+    if not supervised:
+        return returned
+    text = status.decode("ascii", "replace").strip()
+    return int(text) if text.lstrip("-").isdigit() else None
 
 
 def _tail_lines(result: RunResult) -> list[str]:
@@ -137,14 +197,25 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-@refusals_as_output
-def shell(ws: Workspace, command: str, timeout: float | None = None) -> ToolOutput:
-    """Runs `command` with bash in the first root. Shows the last 2,000 lines or 50 KB of the output;
-    when that is not all of it, the full output goes to the blob store and the notice names its handle.
+# Not a sandbox: the command can touch anything the process can (the roots and deny list bind the file
+# tools, not the shell), which is why the tool is opt-in. It gets only the SHELL_ENV_KEEP environment
+# variables unless `Workspace.shell_env` says otherwise. The full output goes to the blob store when the
+# tail shown is not all of it.
+@tool(needs="shell", facts=DESCRIPTION_FACTS)
+def shell(ws: Workspace, command: str, timeout: Annotated[float, Gt(0)] | None = None) -> ToolOutput:
+    """Run a bash command in the workspace root. stdout and stderr come back together.
 
-    Not a sandbox: the command can touch anything the process can (the roots and deny list bind the
-    file tools, not the shell), which is why the tool is opt-in. It gets only the SHELL_ENV_KEEP
-    environment variables unless `Workspace.shell_env` says otherwise."""
+    Limits: timeout in seconds (default {shell_timeout}; everything the command started is killed
+    when it passes, and when the call ends). Only the LAST {lines} lines or {bytes} of output are
+    shown. When that is not all of it, the notice names a blob handle holding the full output: page it
+    with read_spilled or search it with grep_spilled instead of running the command again.
+
+    Non-zero exit codes, signals and timeouts are reported after the output.
+
+    Args:
+        command: Bash command to run.
+        timeout: Seconds before the command is killed (default {shell_timeout}).
+    """
     if not ws.allow_shell:
         raise ToolError(
             "shell_disabled", "The shell tool is disabled for this workspace.",
@@ -152,9 +223,14 @@ def shell(ws: Workspace, command: str, timeout: float | None = None) -> ToolOutp
         )
     if not isinstance(command, str) or not command.strip():
         raise ToolError("bad_argument", "command is empty", "Give a shell command to run.")
+    check_text_argument("command", command)
     limit = ws.limits.shell_timeout_s if timeout is None else timeout
-    if isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0:
-        raise ToolError("bad_argument", f"timeout={timeout!r} is not valid; give seconds, more than 0.")
+    longest = ws.limits.shell_max_timeout_s
+    if isinstance(limit, bool) or not isinstance(limit, int | float) or not 0 < limit <= longest:
+        # `not 0 < x <= longest` is also true for NaN; inf and 1e400 (inf once parsed) are over the maximum.
+        raise ToolError(
+            "bad_argument", f"timeout={timeout!r} is not valid; give seconds, more than 0 and at most {longest:g}."
+        )
     env = ws.shell_env if ws.shell_env is not None else {k: v for k, v in os.environ.items() if k in SHELL_ENV_KEEP}
     result = run_command(
         command, str(ws.roots[0]), float(limit), tail_bytes=TAIL_FACTOR * ws.limits.max_bytes,

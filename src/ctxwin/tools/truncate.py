@@ -6,7 +6,7 @@ from those records, so tests can assert on facts, not on strings.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -64,6 +64,22 @@ def format_size(size: int) -> str:
     return f"{size / (1024 * 1024):.1f}MB"
 
 
+def _fit(sizes: Iterable[int], max_lines: int, max_bytes: int) -> tuple[int, int, TruncatedBy | None]:
+    """How many lines of these byte sizes (in the order given, joined by newlines) fit: (lines, bytes,
+    which limit stopped them)."""
+    used = 0
+    kept = 0
+    for size in sizes:
+        if kept >= max_lines:
+            return kept, used, "lines"
+        cost = size + (1 if kept else 0)
+        if used + cost > max_bytes:
+            return kept, used, "bytes"
+        used += cost
+        kept += 1
+    return kept, used, None
+
+
 def truncate_head(
     lines: Sequence[str], max_lines: int = DEFAULT_MAX_LINES, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> Truncation:
@@ -74,19 +90,7 @@ def truncate_head(
     total_bytes = sum(sizes) + max(0, total_lines - 1)
     if sizes and sizes[0] > max_bytes:
         return Truncation((), True, "bytes", total_lines, total_bytes, 0, 0, max_lines, max_bytes, True)
-    used = 0
-    kept = 0
-    by: TruncatedBy | None = None
-    for size in sizes:
-        if kept >= max_lines:
-            by = "lines"
-            break
-        cost = size + (1 if kept else 0)
-        if used + cost > max_bytes:
-            by = "bytes"
-            break
-        used += cost
-        kept += 1
+    kept, used, by = _fit(sizes, max_lines, max_bytes)
     return Truncation(
         tuple(lines[:kept]), by is not None, by, total_lines, total_bytes, kept, used, max_lines, max_bytes
     )
@@ -100,19 +104,7 @@ def truncate_tail(
     total_lines = len(lines)
     sizes = [utf8_len(line) for line in lines]
     total_bytes = sum(sizes) + max(0, total_lines - 1)
-    used = 0
-    kept = 0
-    by: TruncatedBy | None = None
-    for size in reversed(sizes):
-        if kept >= max_lines:
-            by = "lines"
-            break
-        cost = size + (1 if kept else 0)
-        if used + cost > max_bytes:
-            by = "bytes"
-            break
-        used += cost
-        kept += 1
+    kept, used, by = _fit(reversed(sizes), max_lines, max_bytes)
     if kept == 0 and total_lines:
         tail = tail_bytes(lines[-1], max_bytes)
         size = utf8_len(tail)

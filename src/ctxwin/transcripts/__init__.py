@@ -3,20 +3,22 @@ OpenAI-format JSON, plain or gzipped, the format detected from the content (`for
 
 from __future__ import annotations
 
-import json
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ctxwin.errors import InputError
+from ctxwin.files import FileLimits
 from ctxwin.transcripts import claude_code, codex, openai, pi
-from ctxwin.transcripts.model import CompactionRecord, Transcript, UsageRecord
-from ctxwin.transcripts.source import Source, read_source
+from ctxwin.transcripts.model import CompactionRecord, DamagedInputWarning, ReadReport, Transcript, UsageRecord
+from ctxwin.transcripts.source import ImportLog, Record, Source, read_source
 
 FORMATS: tuple[str, ...] = ("claude-code", "pi", "codex", "swe-agent", "openai")
 JSONL_FORMATS = ("claude-code", "pi", "codex")  # formats that are one JSON record per line
 DETECT_RECORDS = 200  # how many records detection looks at
+LINE_RANGES_SHOWN = 4  # line ranges named per format in the mixed-format error
 
 READERS: dict[str, Callable[[Source], Transcript]] = {
     "claude-code": claude_code.read,
@@ -34,25 +36,38 @@ _PI_TYPES = ("message", "compaction", "model_change", "thinking_level_change", "
 _CODEX_TYPES = ("session_meta", "response_item", "event_msg", "turn_context", "compacted")
 
 
-def load_transcript(path: str | Path, format: str | None = None) -> Transcript:
+def load_transcript(path: str | Path, format: str | None = None, *, limits: FileLimits | None = None) -> Transcript:
     """Read a session file (plain or .gz). Raises `InputError` with a clear message for a file that
-    is missing, empty, binary, of no known format, or holds no conversation at all; a malformed line
-    is skipped with a warning naming it (`Transcript.warnings`) and counted (`Transcript.skipped`)."""
-    source = read_source(path)
+    is missing, not a regular file, over the size caps (`limits`; default: `FileLimits()` with the
+    `CTXWIN_MAX_FILE_BYTES` / `CTXWIN_MAX_DECOMPRESSED_BYTES` overrides), empty, binary, of no known
+    format, of several formats mixed, or holding no conversation at all. A malformed line is skipped
+    with a warning naming it (`Transcript.warnings`) and counted (`Transcript.skipped`, `.damaged`);
+    a transcript read with problems also issues one `DamagedInputWarning`."""
+    source = read_source(path, limits)
     if format is None:
-        format = _detect(source)
+        format = _detect(source)  # refuses a mixed file: nothing of another format is left to filter
     elif format not in FORMATS:
         raise InputError(f"unknown format {format!r}", f"use one of: {', '.join(FORMATS)}")
     elif format in JSONL_FORMATS and isinstance(source.document(), list):
         raise _array_error(source, format)
+    elif format in JSONL_FORMATS or (format == "openai" and source.document() is None):
+        log = source.log  # not `source`: the filter is kept on the source, and a cycle would keep its text alive
+        source.filter_records(lambda records: _own_records(records, format, log))
     transcript = READERS[format](source)
+    log = source.log
     if not transcript.messages:
+        skipped = log.skipped
         raise InputError(
             f"no conversation found in {source.path} read as {format}"
-            + (f" ({_describe(transcript.skipped)} skipped)" if transcript.skipped else ""),
-            "check the file, or pass --format if it was detected wrongly",
+            + (f" ({_describe(skipped)} skipped)" if skipped else ""),
+            _first_problem(log.warnings) or "check the file, or pass --format if it was detected wrongly",
         )
     transcript.metadata.setdefault("compressed", source.compressed)
+    transcript.warnings = log.warnings
+    transcript.damaged = Counter(log.damaged)
+    transcript.repaired = Counter(log.repaired)
+    if transcript.is_damaged or transcript.repaired:
+        warnings.warn(DamagedInputWarning(transcript.read_report()), stacklevel=2)
     return transcript
 
 
@@ -68,48 +83,90 @@ def _detect(source: Source) -> str:
         found = _detect_document(document, source)
         if found is not None:
             return found
+    records = source.records()
     votes: Counter[str] = Counter()
     types_seen: Counter[str] = Counter()
-    parsed = 0
-    for line in _first_lines(source.text, DETECT_RECORDS):
-        record = _try_json(line)
-        if record is None:
-            continue
-        parsed += 1
-        if isinstance(record, dict):
-            for name, weight in _record_votes(record):
+    for record in records[:DETECT_RECORDS]:
+        if isinstance(record.data, dict):
+            for name, weight in _record_votes(record.data):
                 votes[name] += weight
-            types_seen[str(record.get("type", record.get("role", "?")))] += 1
+            types_seen[str(record.data.get("type", record.data.get("role", "?")))] += 1
+    mixed = _formats_of(records)
+    if len(mixed) > 1:
+        raise _mixed_error(source, mixed)
+    if not votes and mixed:  # the first records say nothing; a later one does
+        votes[next(iter(mixed))] = 1
     if votes:
         best = max(votes.values())
         leaders = [name for name in FORMATS if votes[name] == best]
         return _tie_break(leaders, source)
-    if not parsed:
+    if not records:
         raise InputError(f"{source.path} is not JSON or JSONL (no line of it parses as JSON)",
-                         f"give a session file in one of the formats: {', '.join(FORMATS)}")
+                         _first_problem(source.log.warnings)
+                         or f"give a session file in one of the formats: {', '.join(FORMATS)}")
     seen = ", ".join(f"{name} ({count})" for name, count in types_seen.most_common(5)) or "no JSON objects"
     raise InputError(f"{source.path} is not a known session format (record types seen: {seen})",
                      f"supported formats: {', '.join(FORMATS)}; pass --format to choose one")
 
 
-def _first_lines(text: str, limit: int) -> list[str]:
-    lines = []
-    start = 0
-    while len(lines) < limit and start < len(text):
-        end = text.find("\n", start)
-        end = len(text) if end < 0 else end
-        line = text[start:end].strip()
-        if line:
-            lines.append(line)
-        start = end + 1
-    return lines
-
-
-def _try_json(line: str) -> Any | None:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError:
+def _record_format(data: Any) -> str | None:
+    """The one format a record belongs to, when its shape names exactly one."""
+    if not isinstance(data, dict):
         return None
+    names = {name for name, _ in _record_votes(data)}
+    return names.pop() if len(names) == 1 else None
+
+
+def _formats_of(records: list[Record]) -> dict[str, list[int]]:
+    """The line numbers of the records that belong to each format, formats in order of appearance."""
+    found: dict[str, list[int]] = {}
+    for record in records:
+        name = _record_format(record.data)
+        if name is not None:
+            found.setdefault(name, []).append(record.line)
+    return found
+
+
+def _mixed_error(source: Source, found: dict[str, list[int]]) -> InputError:
+    """Mixed files are refused rather than read record by record in each one's own format: the formats
+    disagree on what a conversation is (a Pi tree, Claude Code's streamed responses, Codex's model calls
+    closed by usage events), so no single conversation can be built from their union."""
+    parts = [f"{name} ({len(lines):,} record{'s' if len(lines) != 1 else ''}, {_line_ranges(lines)})"
+             for name, lines in found.items()]
+    return InputError(
+        f"{source.path} mixes records of several session formats: {'; '.join(parts)}",
+        "split it into one file per format, or pass --format NAME to read only that format's records "
+        "(the others are skipped, with a warning each)",
+    )
+
+
+def _own_records(records: list[Record], format: str, log: ImportLog) -> list[Record]:
+    """`records` without those that belong to another format (each skipped with a warning): with
+    `--format` forced on a mixed file, the other formats' records are never misread as this one's."""
+    kept = []
+    for record in records:
+        other = _record_format(record.data)
+        if other is not None and other != format:
+            log.skip_bad("other_format", f"a {other} record in a file read as {format}; skipped", record.line)
+        else:
+            kept.append(record)
+    return kept
+
+
+def _line_ranges(lines: list[int]) -> str:
+    ranges: list[list[int]] = []
+    for line in lines:
+        if ranges and line <= ranges[-1][1] + 1:
+            ranges[-1][1] = line
+        else:
+            ranges.append([line, line])
+    shown = [f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:LINE_RANGES_SHOWN]]
+    more = f" and {len(ranges) - LINE_RANGES_SHOWN} more ranges" if len(ranges) > LINE_RANGES_SHOWN else ""
+    return ("line " if len(lines) == 1 else "lines ") + ", ".join(shown) + more
+
+
+def _first_problem(problems: list[str]) -> str | None:
+    return f"first problem: {problems[0]}" if problems else None
 
 
 def _record_votes(record: dict[str, Any]) -> list[tuple[str, int]]:
@@ -190,6 +247,8 @@ def _describe(skipped: Counter[str]) -> str:
 __all__ = [
     "FORMATS",
     "CompactionRecord",
+    "DamagedInputWarning",
+    "ReadReport",
     "Transcript",
     "UsageRecord",
     "detect_format",

@@ -155,8 +155,11 @@ def _item(record: Record, state: _State, log: ImportLog) -> None:
 
 def _normalized(item: dict[str, Any]) -> dict[str, Any]:
     """Codex's variants of Responses items, in the shape the converter reads: a local shell call is a
-    function call named `local_shell`; an output object `{content, success}` is its content."""
+    function call named `local_shell`; an output object `{content, success}` is its content; a content
+    part of type `text` (some Codex versions write it) is the role's text part."""
     kind = item.get("type")
+    if kind == "message" and isinstance(item.get("content"), list):
+        item = {**item, "content": _text_parts(item["content"], item.get("role"))}
     if kind == "local_shell_call":
         rest = {k: v for k, v in item.items() if k not in ("type", "action", "call_id", "id")}
         return {"type": "function_call", "name": "local_shell", "call_id": item.get("call_id") or item.get("id"),
@@ -170,6 +173,14 @@ def _normalized(item: dict[str, Any]) -> dict[str, Any]:
         if output.get("success") is False:
             item["success"] = False
     return item
+
+
+def _text_parts(content: list[Any], role: Any) -> list[Any]:
+    """`{"type": "text"}` parts as `output_text` (assistant) or `input_text` (everyone else), the types the
+    Responses API and the converter know; other parts unchanged."""
+    kind = "output_text" if role == "assistant" else "input_text"
+    return [{**part, "type": kind} if isinstance(part, dict) and part.get("type") == "text" else part
+            for part in content]
 
 
 def _flush(state: _State, log: ImportLog) -> None:

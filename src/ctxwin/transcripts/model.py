@@ -65,8 +65,23 @@ class Transcript:
     source: str | None = None
     skipped: Counter[str] = field(default_factory=Counter)
     warnings: list[str] = field(default_factory=list)
+    damaged: Counter[str] = field(default_factory=Counter)
+    """What in the file was damaged, by reason: malformed lines skipped, invalid UTF-8 or lone
+    surrogates replaced, a gzip stream cut short. Each also has a warning naming its line."""
+    repaired: Counter[str] = field(default_factory=Counter)
+    """What was malformed but read in full all the same (records glued on one line)."""
     sidechains: dict[str, list[Message]] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_damaged(self) -> bool:
+        """Whether reading it skipped or replaced anything it should not have (the warnings say what):
+        every command that reads a session then warns on stderr and exits 3."""
+        return bool(self.warnings)
+
+    def read_report(self) -> ReadReport:
+        return ReadReport(self.source or "", self.format, len(self.messages), dict(self.damaged),
+                          dict(self.repaired), list(self.warnings))
 
     @property
     def tool_calls(self) -> int:
@@ -75,3 +90,51 @@ class Transcript:
     @property
     def tool_results(self) -> int:
         return sum(len(m.tool_results) for m in self.messages)
+
+
+@dataclass(frozen=True)
+class ReadReport:
+    """What reading one session file found wrong with it: the same facts on every command (stderr
+    warnings, the `read` object of `--json` output, exit code 3)."""
+
+    source: str
+    format: str
+    messages: int
+    damaged: dict[str, int]
+    repaired: dict[str, int]
+    warnings: list[str]
+
+    @property
+    def is_damaged(self) -> bool:
+        return bool(self.warnings)
+
+    def notes(self) -> list[str]:
+        """What was repaired with nothing lost, in words."""
+        lines = self.repaired.get("glued_json_lines", 0)
+        if not lines:
+            return []
+        records = self.repaired.get("glued_json_records", 0)
+        return [f"{lines:,} line(s) held {records:,} JSON records glued together; each was read"]
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{count:,} {reason}" for reason, count in sorted(self.damaged.items(),
+                                                                             key=lambda item: -item[1]))
+        if not self.warnings:
+            return f"{self.source}: read as {self.format}; " + "; ".join(self.notes())
+        return f"{self.source}: read as {self.format} with {len(self.warnings):,} problem(s)" + \
+            (f" ({counts})" if counts else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "format": self.format, "messages": self.messages, "damaged": self.damaged,
+                "damaged_total": sum(self.damaged.values()), "repaired": self.repaired,
+                "warnings": len(self.warnings)}
+
+
+class DamagedInputWarning(UserWarning):
+    """Issued by `load_transcript` for a file it read with problems, or had to repair (see
+    `ReadReport`): a library user sees it as a Python warning; the CLI collects it, prints the problems
+    and exits 3 when something was damaged."""
+
+    def __init__(self, report: ReadReport) -> None:
+        super().__init__(report.summary())
+        self.report = report

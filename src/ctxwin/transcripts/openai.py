@@ -1,8 +1,9 @@
 """Conversations stored as OpenAI Chat Completions messages: plain OpenAI-format files (a JSON list
 of messages, `{"messages": [...]}`, or JSONL with one message per line) and SWE-agent trajectories
-(`.traj`, whose `history` is OpenAI chat with a few SWE-agent fields). The conversion itself is the
-provider converter's (`ctxwin.messages.providers.from_openai_chat`); this module only finds the
-messages, checks them one by one, and records what it had to skip."""
+(`.traj`, whose `history` is OpenAI chat with a few SWE-agent fields; without function calling, each
+thought/action step becomes a call of the shell and the observation after it that call's result). The
+conversion itself is the provider converter's (`ctxwin.messages.providers.from_openai_chat`); this
+module only finds the messages, checks them one by one, and records what it had to skip."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ OPENAI_FORMAT = "openai"
 SWE_AGENT_FORMAT = "swe-agent"
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 SWE_AGENT_FIELDS = ("message_type", "agent", "is_demo")  # SWE-agent's own fields, kept in meta
+ACTION_CALL_PREFIX = "swe_action_"  # ids of the calls made from thought/action steps (then the history index)
+ACTION_TOOL = "bash"  # SWE-agent runs every action in its shell (its commands are installed there)
 
 
 def read_openai(source: Source) -> Transcript:
@@ -49,11 +52,19 @@ def read_swe_agent(source: Source) -> Transcript:
                          "give a .traj file written by SWE-agent, or pass --format")
     raw = []
     meta_of = {}
+    actions = 0
     for i, entry in enumerate(history):
         where = f"history[{i}]"
         if isinstance(entry, dict):
             meta_of[where] = {k: entry[k] for k in SWE_AGENT_FIELDS if k in entry}
-            entry = _swe_agent_entry(entry, where, log)
+            if _is_action(entry) and i + 1 < len(history) and _is_observation(history[i + 1]):
+                entry = _action_call(entry, f"{ACTION_CALL_PREFIX}{i}")
+                actions += 1
+            elif i > 0 and _is_action(history[i - 1]) and _is_observation(entry):
+                call_id = f"{ACTION_CALL_PREFIX}{i - 1}"  # the observation of the action before it
+                entry = {"role": "tool", "tool_call_id": call_id, "content": entry.get("content")}
+            else:
+                entry = _swe_agent_entry(entry, where, log)
         raw.append((where, entry))
     messages = _convert(raw, log, "swe-", meta_of)
     info = document.get("info") if isinstance(document.get("info"), dict) else {}
@@ -61,6 +72,8 @@ def read_swe_agent(source: Source) -> Transcript:
     for key in ("exit_status", "model_stats", "swe_agent_version"):
         if info.get(key) is not None:
             metadata[key] = info[key]
+    if actions:
+        metadata["thought_action_calls"] = actions
     if isinstance(document.get("trajectory"), list):
         metadata["steps"] = len(document["trajectory"])
         log.skip("trajectory_steps", len(document["trajectory"]))  # per-step copies of the same history
@@ -80,6 +93,28 @@ def _swe_agent_entry(entry: dict[str, Any], where: str, log: ImportLog) -> dict[
     if message.get("tool_calls") is None:
         message.pop("tool_calls", None)
     return message
+
+
+def _is_action(entry: Any) -> bool:
+    """A thought/action step (SWE-agent without function calling): an assistant entry with an `action`
+    and no tool calls."""
+    return (isinstance(entry, dict) and entry.get("role") == "assistant" and not entry.get("tool_calls")
+            and not entry.get("is_demo") and isinstance(entry.get("action"), str) and bool(entry["action"].strip()))
+
+
+def _is_observation(entry: Any) -> bool:
+    return isinstance(entry, dict) and entry.get("role") == "user" and not entry.get("is_demo")
+
+
+def _action_call(entry: dict[str, Any], call_id: str) -> dict[str, Any]:
+    """A thought/action step as the tool call it is: the thought as the text, the action as a call of
+    the shell, so that the observation after it becomes that call's result (and masking, budgets and
+    dedup apply to it). The action's code fence is then not repeated in the text."""
+    thought = entry.get("thought")
+    text = thought.strip() if isinstance(thought, str) else ""
+    arguments = json.dumps({"command": entry["action"]}, ensure_ascii=False)
+    call = {"id": call_id, "type": "function", "function": {"name": ACTION_TOOL, "arguments": arguments}}
+    return {"role": "assistant", "content": text or None, "tool_calls": [call]}
 
 
 def _swe_agent_model(document: dict[str, Any]) -> str | None:

@@ -5,7 +5,9 @@
 - v2: every entry has `id` and `parentId`: a tree. The conversation is the branch that ends at the
   last entry; compactions name `firstKeptEntryId`. v3 renames the `hookMessage` role to `custom`.
 
-The messages are what Pi sends (its `convertToLlm`): `bashExecution` entries become a user message
+The messages are what Pi sends (its `convertToLlm` and `transformMessages`): assistant messages that
+stopped with `error` or `aborted` are left out (counted as `unsent_answer:<reason>`, their usage summed
+in `metadata["unsent_usage"]`), and so are results of their calls; `bashExecution` entries become a user message
 "Ran `cmd`" with a fenced block of output; `custom_message` entries and `custom`/`hookMessage`
 messages become user messages; a `branch_summary` becomes the user message Pi sends for it. A
 compaction entry becomes a `CompactionRecord`; its summary message is Pi's artifact and is not in
@@ -27,6 +29,9 @@ FORMAT = "pi"
 BRANCH_SUMMARY_PREFIX = "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n"
 BRANCH_SUMMARY_SUFFIX = "</summary>"
 COUNTED_ENTRY_TYPES = ("thinking_level_change", "model_change", "custom", "label", "session_info")  # not sent
+# Answers Pi never sends again: its `transformMessages` skips assistant messages that stopped this way
+# ("incomplete turns that shouldn't be replayed"), so the next request does not hold them.
+UNSENT_STOP_REASONS = ("error", "aborted")
 
 
 def read(source: Source) -> Transcript:
@@ -41,7 +46,8 @@ def read(source: Source) -> Transcript:
 
     conversation = Conversation()
     first_message_at: dict[Any, int] = {}  # entry key (v1: index, v2+: id) -> message index at that entry
-    facts: dict[str, Any] = {"models": Counter(), "model": header.get("modelId")}
+    facts: dict[str, Any] = {"models": Counter(), "model": header.get("modelId"), "unsent_calls": set(),
+                             "unsent_usage": Counter()}
     for index, record in path:
         data = record.data
         if not isinstance(data, dict):
@@ -64,6 +70,8 @@ def read(source: Source) -> Transcript:
             metadata[key] = facts[key]
     if facts["models"]:
         metadata["models"] = dict(facts["models"])
+    if facts["unsent_usage"]:
+        metadata["unsent_usage"] = dict(facts["unsent_usage"])
     return Transcript(
         format=FORMAT,
         messages=messages,
@@ -170,6 +178,9 @@ def _message(record: Record, message: dict[str, Any], conversation: Conversation
         if not isinstance(call_id, str) or not call_id:
             log.skip_bad("malformed_entry", "a toolResult without toolCallId; skipped", line)
             return
+        if call_id in facts["unsent_calls"]:
+            log.skip("unsent_result")  # answers a call of an answer Pi does not send
+            return
         result = ToolResult(call_id, tuple(_parts(message.get("content"), line, log)),
                             bool(message.get("isError")), message.get("toolName"))
         _add(conversation, record, "tool", [result])
@@ -202,8 +213,20 @@ def bash_execution_text(message: dict[str, Any]) -> str:
 
 def _assistant(record: Record, message: dict[str, Any], conversation: Conversation, facts: dict[str, Any],
                log: ImportLog) -> None:
-    blocks: list[Block] = []
     content = message.get("content")
+    stop_reason = message.get("stopReason")
+    if stop_reason in UNSENT_STOP_REASONS:
+        log.skip(f"unsent_answer:{stop_reason}")
+        for item in content if isinstance(content, list) else []:
+            if isinstance(item, dict) and item.get("type") == "toolCall":
+                facts["unsent_calls"].add(str(item.get("id")))
+        usage = message.get("usage")
+        if isinstance(usage, dict):
+            facts["unsent_usage"]["calls"] += 1
+            for key in ("input", "output", "cacheRead", "cacheWrite"):
+                facts["unsent_usage"][key] += _int(usage.get(key))
+        return
+    blocks: list[Block] = []
     for item in content if isinstance(content, list) else []:
         block = _assistant_block(item, record.line, log)
         if block is not None:

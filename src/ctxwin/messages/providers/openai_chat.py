@@ -44,7 +44,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxwin.messages.model import Block, Image, Message, Text, Thinking, ToolCall, ToolResult
+from ctxwin.messages.model import (
+    Block,
+    Image,
+    Message,
+    Text,
+    Thinking,
+    ToolCall,
+    ToolResult,
+    image_placeholder,
+    image_problem,
+)
 from ctxwin.messages.providers._common import (
     OPENAI_CHAT,
     arguments_string,
@@ -244,6 +254,9 @@ def _write_message(message: Message) -> dict[str, Any]:
 
 
 def _write_image(block: Image) -> dict[str, Any]:
+    problem = image_problem(block)
+    if problem is not None:  # the API would refuse the whole request; the log keeps the image
+        return {"type": "text", "text": image_placeholder(problem).text}
     extra = dict(fields_of(block.extra, NS))
     kept = extra.pop("image_url", None)
     url = data_url(block.media_type, block.data) if block.data is not None else (block.url or "")

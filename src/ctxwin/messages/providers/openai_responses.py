@@ -42,7 +42,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxwin.messages.model import Block, Image, Message, Text, Thinking, ToolCall, ToolResult
+from ctxwin.messages.model import (
+    Block,
+    Image,
+    Message,
+    Text,
+    Thinking,
+    ToolCall,
+    ToolResult,
+    image_placeholder,
+    image_problem,
+)
 from ctxwin.messages.providers._common import (
     OPENAI_RESPONSES,
     UNSENT_SUFFIX,
@@ -276,6 +286,9 @@ def _read_output(item: dict[str, Any], names: Mapping[str, str], where: str) -> 
 
 
 def _write_part(block: Block, default_text: str, *, in_message: bool = True) -> dict[str, Any]:
+    problem = image_problem(block) if isinstance(block, Image) else None
+    if problem is not None:  # the API would refuse the whole request; the log keeps the image
+        block = image_placeholder(problem)
     if isinstance(block, Image):
         url = data_url(block.media_type, block.data) if block.data is not None else (block.url or "")
         part = put_back({"type": "input_image", "image_url": url}, fields_of(block.extra, NS))

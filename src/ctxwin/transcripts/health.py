@@ -9,21 +9,27 @@ recorded, their size is inferred from the first call (reported context minus the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ctxwin.messages import Message, Text
-from ctxwin.tokens.base import TokenCounter
-from ctxwin.tokens.breakdown import Breakdown, usage_breakdown
-from ctxwin.tokens.cache import CachedCounter
-from ctxwin.tokens.calibration import CalibratedCounter, Calibrator, usage_observations
-from ctxwin.tokens.registry import model_info
-from ctxwin.transcripts import Transcript, load_transcript
+from ctxwin.tokens import (
+    Breakdown,
+    CachedCounter,
+    CalibratedCounter,
+    Calibrator,
+    TokenCounter,
+    UsageObservation,
+    counter_for,
+    model_info,
+    usage_breakdown,
+    usage_observations,
+)
+from ctxwin.transcripts import load_transcript
+from ctxwin.transcripts.model import Transcript
 
 MIN_CALIBRATION_PAIRS = 3  # usage-delta pairs needed before the session's own calibration is used
-UNSENT_STOP_REASONS = ("aborted", "error")  # answers a harness drops from the next request
 
 
 @dataclass(frozen=True)
@@ -47,20 +53,15 @@ class HealthReport:
 
 def context_view(transcript: Transcript) -> tuple[list[Message], str | None, dict[str, Any] | None]:
     """The messages the model sees at the end, the summary text in front of them, and the facts of
-    the compaction that produced it (None for both when the session never compacted). Answers that
-    were aborted or failed are left out: the harness does not send them again (in the Pi session the
-    next call's context grows by 111 tokens after an aborted answer of 4,000)."""
+    the compaction that produced it (None for both when the session never compacted). Answers the
+    harness does not send again (Pi's aborted and failed ones) are not in the transcript at all."""
     if not transcript.compactions:
-        return _sent(transcript.messages), None, None
+        return list(transcript.messages), None, None
     last = max(transcript.compactions, key=lambda c: c.index)
     first_kept = last.first_kept_index if last.first_kept_index is not None else last.index
     facts = {"index": last.index, "first_kept_index": first_kept, "tokens_before": last.tokens_before,
              "trigger": last.trigger, "summary_chars": len(last.summary)}
-    return _sent(transcript.messages[first_kept:]), last.summary, facts
-
-
-def _sent(messages: Sequence[Message]) -> list[Message]:
-    return [m for m in messages if not (m.role == "assistant" and m.meta.get("stop_reason") in UNSENT_STOP_REASONS)]
+    return list(transcript.messages[first_kept:]), last.summary, facts
 
 
 def _inferred_overhead(transcript: Transcript, counter: TokenCounter) -> int:
@@ -72,17 +73,22 @@ def _inferred_overhead(transcript: Transcript, counter: TokenCounter) -> int:
     return max(first.context_tokens - seen, 0)
 
 
+def transcript_observations(transcript: Transcript, counter: TokenCounter) -> list[UsageObservation]:
+    """The calibration pairs of a recorded session (`ctxwin.tokens.usage_observations` on its messages,
+    usage and compaction points)."""
+    return usage_observations(transcript.messages, transcript.usage, counter,
+                              compacted_at=[c.index for c in transcript.compactions])
+
+
 def health_of(transcript: Transcript, model: str | None = None, counter: TokenCounter | None = None) -> HealthReport:
     """The health report of an already loaded transcript."""
-    from ctxwin.tokens import counter_for
-
     name = model or transcript.model
     info = model_info(name)
     base = CachedCounter(counter or counter_for(name))
     calibration = None
     active: TokenCounter = base
     if counter is None and not base.exact and transcript.usage and (model is None or model == transcript.model):
-        pairs = usage_observations(transcript, base)
+        pairs = transcript_observations(transcript, base)
         if len(pairs) >= MIN_CALIBRATION_PAIRS:
             calibrator = Calibrator()
             for pair in pairs:

@@ -14,17 +14,16 @@ from typing import Any
 
 from ctxwin import policy as policies
 from ctxwin.compaction.base import Summarizer
+from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.messages import Message
 from ctxwin.pipeline.validate import common_prefix
 from ctxwin.pipeline.view import Event, keys_of, total_tokens
 from ctxwin.policy.model import Policy
 from ctxwin.store.base import BlobStore
+from ctxwin.store.entries import epoch
 from ctxwin.store.memory import MemorySessionLog
 from ctxwin.tokens.base import TokenCounter
 from ctxwin.transcripts.model import Transcript
-
-from .engine import ContextEngine, epoch
-from .prepared import Prepared
 
 
 @dataclass(frozen=True, slots=True)

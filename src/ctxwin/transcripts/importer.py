@@ -13,15 +13,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ctxwin.errors import InputError
+from ctxwin.messages import Message
 from ctxwin.store.jsonl import SESSION_FILE, JsonlSessionLog
 from ctxwin.store.session import DEFAULT_ROOT, Session
-
-if TYPE_CHECKING:  # importing the transcript readers costs ~0.3 s: only `import_transcript` needs them
-    from ctxwin.messages import Message
-    from ctxwin.transcripts.model import CompactionRecord, Transcript
+from ctxwin.transcripts import load_transcript
+from ctxwin.transcripts.model import CompactionRecord, Transcript
 
 NAME_CHARS = 80  # longest folder name made from a session id or file name
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -99,8 +98,6 @@ def import_transcript(path: str | Path, into: str | Path = DEFAULT_ROOT, *,
     under `into`, named after the transcript's session id (or the file). Returns the session, open for
     writing in `batch` durability (everything imported is already synced): close it when done.
     Refuses to overwrite an existing session."""
-    from ctxwin.transcripts import load_transcript
-
     source = Path(path)
     transcript = load_transcript(source, format=format)
     folder = Path(into) / session_name(transcript, source)

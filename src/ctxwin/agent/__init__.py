@@ -1,0 +1,12 @@
+"""The agent loop (`Agent`: run -> step -> query -> execute) and sub-agents (`SubAgents`, the `task`
+tool). The loop calls `engine.prepare()` before every model call, so compaction can happen inside a
+tool loop."""
+
+from ctxwin.agent.events import LoopEvent, RunResult, RunStats
+from ctxwin.agent.loop import Agent, AgentConfig, Interrupted, create_agent, tool_schema, tool_table
+from ctxwin.agent.model import FunctionModel, HttpModel, Model
+from ctxwin.agent.subagents import AgentDefinition, ChildResult, SubagentLimits, SubAgents
+
+__all__ = ["Agent", "AgentConfig", "AgentDefinition", "ChildResult", "FunctionModel", "HttpModel", "Interrupted",
+           "LoopEvent", "Model", "RunResult", "RunStats", "SubAgents", "SubagentLimits", "create_agent", "tool_schema",
+           "tool_table"]

@@ -1,0 +1,439 @@
+"""The agent loop: run -> step -> query -> execute, each overridable (mini-swe-agent's shape).
+
+`engine.prepare()` runs before every model call, so compaction can happen between any two calls of
+one tool loop (Pi #7821: compaction only between prompts came 45 turns late). The loop appends what
+happens to the engine's session (the log is the truth): the user's message, each assistant message,
+each batch of tool results. Resuming is opening the same session again: the engine rebuilds its
+state and `resume()` continues from the last message.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from ctxwin import policy as policies
+from ctxwin.agent.events import LoopEvent, RunResult, RunStats
+from ctxwin.agent.model import Model
+from ctxwin.agent.processes import child_groups, kill_tool_processes
+from ctxwin.compaction.checkpoint import META as CHECKPOINT_META
+from ctxwin.compaction.checkpoint import REQUEST as CHECKPOINT_REQUEST
+from ctxwin.compaction.memory import daily_notes
+from ctxwin.engine import ContextEngine, Prepared
+from ctxwin.errors import CtxwinError, ModelCallCancelled
+from ctxwin.messages import Message, Text, ToolCall, ToolResult
+from ctxwin.messages.providers._common import RAW_ARGUMENTS
+from ctxwin.pipeline.view import Event
+from ctxwin.policy.model import Policy
+from ctxwin.providers import Completion, ProviderError
+from ctxwin.store.base import SessionLog
+from ctxwin.tokens import model_info
+from ctxwin.tokens.breakdown import Breakdown, usage_breakdown
+from ctxwin.tokens.registry import ModelInfo
+from ctxwin.tools import TOOLS, ToolError, ToolOutput, ToolSpec, Workspace
+from ctxwin.tools.registry import available, validate_args
+
+EventSink = Callable[["LoopEvent"], None]
+A = TypeVar("A", bound="Agent")
+
+
+class AgentConfig(BaseModel):
+    """How the loop runs. Every limit is per `run()` (one user turn) unless it says otherwise."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    system: str = "You are a careful software agent. Use the tools to work in the workspace; answer in text when done."
+    """The system prompt (the engine adds bootstrap files and system messages to it)."""
+    max_steps: int = Field(100, ge=1)
+    """Model calls one run may make (each step is one assistant message) before it stops."""
+    max_tokens: int = Field(4096, ge=1)
+    """Output cap sent with each call (never above the engine's max_output)."""
+    max_cost_usd: float | None = Field(None, ge=0)
+    """Stop a run once its calls cost this much (priced with the two fields below); None: no limit."""
+    input_usd_per_mtok: float = Field(0.0, ge=0)
+    """Price of a million input tokens (cache reads and writes priced as input)."""
+    output_usd_per_mtok: float = Field(0.0, ge=0)
+    """Price of a million output tokens."""
+    parallel_tools: int = Field(4, ge=1)
+    """Tool calls of one assistant message run at once (results always come back in call order)."""
+    max_repeats: int = Field(3, ge=1)
+    """The same call (name and arguments) this many times in a row is answered; the next ones get an
+    error result, and the run stops at two more."""
+    tools: list[str] | None = None
+    """Registry tools offered (None: every tool the workspace allows); extra tools are always offered."""
+    memory_flush: bool = False
+    """Before an automatic compaction, append notes on the span leaving the view to the workspace's
+    memory/YYYY-MM-DD.md (OpenClaw's pre-compaction flush; the engine calls it)."""
+
+
+class Interrupted(Exception):
+    """The user stopped the current step (Ctrl-C): raised inside the loop, caught by `run`."""
+
+
+def tool_schema(spec: ToolSpec) -> dict[str, Any]:
+    """A tool's plain schema (name, description, parameters), the shape `Prepared` converts."""
+    return {"name": spec.name, "description": spec.description, "parameters": dict(spec.parameters)}
+
+
+def tool_table(ws: Workspace | None, names: Sequence[str] | None = None,
+               extra: Sequence[ToolSpec] = ()) -> dict[str, ToolSpec]:
+    """The tools an agent offers: registry tools the workspace allows (optionally only `names`), then
+    the caller's own."""
+    unknown = [n for n in names or () if n not in TOOLS and n not in {s.name for s in extra}]
+    if unknown:
+        raise ToolError("unknown_tool", f"no tool named {', '.join(unknown)}", f"Tools: {', '.join(TOOLS)}.")
+    registry = [n for n in names or TOOLS if n in TOOLS]
+    table = {s.name: s for s in (available(ws, registry) if ws is not None else [])}
+    table.update({s.name: s for s in extra if names is None or s.name in names})
+    return table
+
+
+class Agent:
+    """The loop over one engine. `model` sends prepared requests; `workspace` is where tools run;
+    `extra_tools` are the caller's own `ToolSpec`s (offered besides the registry's). `on_event`
+    receives every `LoopEvent`. Set `cancel` (a threading.Event) to stop the current step."""
+
+    def __init__(self, engine: ContextEngine, model: Model, *, workspace: Workspace | None = None,
+                 config: AgentConfig | None = None, extra_tools: Sequence[ToolSpec] = (),
+                 on_event: EventSink | None = None, cancel: threading.Event | None = None) -> None:
+        self.engine = engine
+        self.model = model
+        self.workspace = workspace
+        self.config = config or AgentConfig()
+        self.tools = tool_table(workspace, self.config.tools, extra_tools)
+        self.on_event = on_event
+        self.cancel = cancel or threading.Event()
+        self.stats = RunStats(window=engine.window)
+        self.last_prepared: Prepared | None = None
+        self.last_completion: Completion | None = None
+        self.last_outputs: list[ToolOutput] = []  # what the tools of the last step returned, details included
+        self.cache_marks: tuple[int, ...] = ()  # extra cache breakpoints for the next call (a fork's)
+        self._step = 0
+        self._run_cost = 0.0
+        self._repeat: tuple[str, int] = ("", 0)
+        self._groups_before: set[int] = set()
+        self._running_tools = False
+
+    # ---------------------------------------------------------------- events
+
+    def emit(self, kind: str, event: Event | None = None, **data: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(LoopEvent(kind, self.stats.turns, self._step, data, event))
+
+    # ---------------------------------------------------------------- run -> step -> query -> execute
+
+    def run(self, task: str | Message | None = None, *, pending: Sequence[ToolCall] = ()) -> RunResult:
+        """One user turn: log `task` (text or a user `Message`; None: continue from the log, see
+        `resume`), run the `pending` calls of the last assistant message if any, and step until the
+        model answers in text or a limit stops it."""
+        if task is not None:
+            message = task if isinstance(task, Message) else Message("user", (Text(task),))
+            self.engine.append(message)
+            self.stats.turns += 1
+            self.emit("user", text=message.text)
+        self._step = 0
+        self._run_cost = 0.0
+        self.cancel.clear()
+        try:
+            if pending:
+                self.execute(list(pending))
+            while True:
+                limit = self.limit_reached()
+                if limit is not None:
+                    self.emit("limit", limit=limit)
+                    return RunResult(limit, self.last_text(), self._step)
+                if self.step():
+                    self.emit("done", text=self.last_text())
+                    return RunResult("done", self.last_text(), self._step)
+                if self._repeat[1] >= self.config.max_repeats + 2:
+                    self.emit("limit", limit="repeated_call", call=self._repeat[0])
+                    return RunResult("repeated_call", self.last_text(), self._step)
+        except Interrupted:
+            self.answer_pending("interrupted by the user")
+            self.emit("interrupted")
+            return RunResult("interrupted", self.last_text(), self._step)
+        except (CtxwinError, httpx.TransportError) as error:  # the provider's error, recovery exhausted, ...
+            text = _describe_failure(error)
+            self.stats.errors.append(text)
+            self.emit("error", error=text, status=getattr(error, "status_code", None))
+            return RunResult("error", text, self._step)
+
+    def resume(self) -> RunResult | None:
+        """Continue from the last logged message: run pending tool calls, or call the model after a
+        user or tool message. None when the last turn was finished (the model answered)."""
+        messages = self.engine.messages
+        if not messages:
+            return None
+        last = messages[-1]
+        if last.role == "assistant" and last.tool_calls:
+            return self.run(None, pending=last.tool_calls)
+        if last.role in ("user", "tool"):
+            return self.run(None)
+        return None
+
+    def step(self) -> bool:
+        """One model call and the tools it asked for. True when the model answered without tools."""
+        if self.cancel.is_set():
+            raise Interrupted
+        self._step += 1
+        self.stats.steps += 1
+        completion = self.query()
+        message = completion.message
+        if not message.blocks:  # an empty answer is not a valid message; say so in the log
+            message = Message("assistant", (Text("(no output)"),))
+        self.engine.append(message)
+        self.last_completion = completion
+        self.emit("assistant", text=message.text[:500], tool_calls=[c.name for c in message.tool_calls],
+                  stop_reason=completion.stop_reason)
+        if not message.tool_calls:
+            return True
+        self.execute(list(message.tool_calls))
+        return False
+
+    def prepare(self) -> Prepared:
+        """The request for the next call (the engine's pipeline runs here, compaction included)."""
+        prepared = self.engine.prepare()
+        self._report(prepared)
+        return prepared
+
+    def query(self) -> Completion:
+        """Prepare and send, recovering from overflow: compact and retry, bounded by the engine.
+        (Transient failures, 429 and 5xx, are retried by the provider client; each retry is an event.)"""
+        prepared = self.prepare()
+        while True:
+            if self.cancel.is_set():
+                raise Interrupted
+            self.stats.model_calls += 1
+            self.stats.max_request_tokens = max(self.stats.max_request_tokens, prepared.tokens)
+            self.emit("model_call", tokens=prepared.tokens, budget=prepared.budget, messages=len(prepared.items))
+            try:
+                completion = self.send(prepared)
+            except ProviderError as error:
+                if self.engine.is_overflow_error(error):
+                    prepared = self._recover(error)
+                    continue
+                raise
+            if completion.usage is not None and self.engine.is_overflow_error(completion.usage):
+                prepared = self._recover(completion.usage)  # silent overflow: the input was cut
+                continue
+            self.last_prepared = prepared
+            self.cache_marks = ()
+            if completion.usage is not None:
+                self.engine.record_usage(completion.usage)
+                self._charge(completion)
+            return completion
+
+    def send(self, prepared: Prepared) -> Completion:
+        """The call itself; `cancel` aborts it (a blocked read, a stream, a wait before a retry)."""
+        try:
+            return self.model.send(prepared, max_tokens=min(self.config.max_tokens, self.engine.max_output),
+                                   cache_marks=self.cache_marks, cancel=self.cancel, notify=self._notify)
+        except ModelCallCancelled:
+            raise Interrupted from None
+
+    def _notify(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "retry":
+            self.stats.retries += 1
+        self.emit(kind, **data)
+
+    def execute(self, calls: list[ToolCall]) -> list[ToolResult]:
+        """Run the calls (several at once when the model asked for several) and log their results in
+        call order, as one tool message."""
+        for call in calls:
+            self.emit("tool_call", name=call.name, call_id=call.id,
+                      arguments=call.arguments if isinstance(call.arguments, dict) else str(call.arguments)[:200])
+        checked = [self._check(call) for call in calls]
+        self._groups_before = child_groups()  # only processes started from here on are the tools'
+        self._running_tools = True
+        runnable = [(i, call) for i, (call, refusal) in enumerate(zip(calls, checked, strict=True)) if refusal is None]
+        outputs: list[ToolOutput | None] = list(checked)
+        try:
+            if len(runnable) == 1:
+                index, call = runnable[0]
+                outputs[index] = self.run_tool(call)
+            elif runnable:
+                with ThreadPoolExecutor(max_workers=min(self.config.parallel_tools, len(runnable))) as pool:
+                    for (index, _), output in zip(runnable, pool.map(self.run_tool, [c for _, c in runnable]),
+                                                  strict=True):
+                        outputs[index] = output
+        finally:
+            self._running_tools = False
+        done = [out for out in outputs if out is not None]
+        results = [out.to_tool_result(call.id, call.name) for call, out in zip(calls, done, strict=True)]
+        self.last_outputs = done
+        self.engine.append(self.tool_message(results))
+        for call, result in zip(calls, results, strict=True):
+            self.emit("tool_result", name=call.name, call_id=call.id, is_error=result.is_error,
+                      chars=len(result.text))
+        if self.cancel.is_set():
+            raise Interrupted
+        return results
+
+    def tool_message(self, results: list[ToolResult]) -> Message:
+        """The message that logs one step's results (override to add meta, e.g. timestamps)."""
+        return Message("tool", tuple(results))
+
+    def run_tool(self, call: ToolCall) -> ToolOutput:
+        """One tool call (arguments already checked to be a JSON object)."""
+        spec = self.tools[call.name]
+        try:
+            args = validate_args(spec, call.arguments)
+        except ToolError as error:
+            return ToolOutput.error(error)
+        if self.workspace is None and spec.name in TOOLS:
+            return ToolOutput.error(ToolError("no_workspace", f"{call.name} needs a workspace and this agent has none"))
+        try:
+            return spec.run(self.workspace, args, None, call.id)  # type: ignore[arg-type]
+        except ToolError as error:
+            return ToolOutput.error(error)
+
+    # ---------------------------------------------------------------- limits and helpers
+
+    def limit_reached(self) -> str | None:
+        if self._step >= self.config.max_steps:
+            return "max_steps"
+        if self.config.max_cost_usd is not None and self._run_cost >= self.config.max_cost_usd:
+            return "max_cost"
+        return None
+
+    def last_text(self) -> str:
+        for message in reversed(self.engine.messages):
+            if message.role == "assistant":
+                return message.text
+        return ""
+
+    def answer_pending(self, why: str) -> None:
+        """Give unanswered calls of the last assistant message an error result (an interrupted step),
+        so the log stays a valid conversation."""
+        messages = self.engine.messages
+        if messages and messages[-1].role == "assistant" and messages[-1].tool_calls:
+            results = tuple(ToolResult(c.id, (Text(f"[{why}: the call did not run]"),), True, c.name)
+                            for c in messages[-1].tool_calls)
+            self.engine.append(Message("tool", results))
+
+    def interrupt(self) -> None:
+        """Stop the current step (Ctrl-C): the loop stops at once, and the tool processes running now
+        (each in its own process group, children of this process) are killed with their children."""
+        self.cancel.set()
+        if self._running_tools:
+            kill_tool_processes(spare=self._groups_before)
+
+    def context_breakdown(self) -> Breakdown:
+        """Where the tokens of the next request go (`/context`): system prompt, tool schemas, summary,
+        messages, tool results, the reserve and free space of this engine's window."""
+        prepared = self.engine.prepare()
+        info = model_info(self.engine.model)
+        info = ModelInfo(info.name, self.engine.window, self.engine.max_output, info.family, info.provider,
+                         info.known, info.encoding)
+        # Synthetic items are what a compaction put in the view (its summary and restored files).
+        summary = "\n\n".join(item.message.text for item in prepared.items if item.synthetic)
+        return usage_breakdown([item.message for item in prepared.items if not item.synthetic], model=info,
+                               counter=self.engine.counter, system_prompt=prepared.system, tools=prepared.tools,
+                               summary=summary or None, reserve_output=self.engine.reserve)
+
+    def request_checkpoint(self) -> None:
+        """Ask the agent for its own state summary now (`/checkpoint`); the checkpoint policy uses it
+        at the next compaction."""
+        tokens = self.last_prepared.tokens if self.last_prepared is not None else 0
+        self.engine.append(Message("user", (Text(CHECKPOINT_REQUEST.format(tokens=tokens)),),
+                                   meta={"ctxwin": CHECKPOINT_META}))
+
+    def _check(self, call: ToolCall) -> ToolOutput | None:
+        """An error output for a call that must not run (unknown tool, arguments that are not a JSON
+        object, the same call again and again), else None."""
+        key = json.dumps([call.name, call.arguments], sort_keys=True, default=str)
+        count = self._repeat[1] + 1 if self._repeat[0] == key else 1
+        self._repeat = (key, count)
+        if call.name not in self.tools:
+            return ToolOutput.error(ToolError("unknown_tool", f"Unknown tool {call.name!r}.",
+                                              f"Tools: {', '.join(self.tools)}."))
+        raw = call.arguments
+        if isinstance(raw, dict) and list(raw) == [RAW_ARGUMENTS]:
+            raw = raw[RAW_ARGUMENTS]  # how the Anthropic converters carry arguments that were not JSON
+        if not isinstance(raw, dict):
+            return ToolOutput.error(ToolError(
+                "invalid_arguments", f"The arguments of {call.name} are not a JSON object: {str(raw)[:200]!r}.",
+                "Send the arguments as one valid JSON object."))
+        if count > self.config.max_repeats:
+            return ToolOutput.error(ToolError(
+                "repeated_call", f"{call.name} was called with the same arguments {count} times in a row; "
+                "the result will not change.", "Use the result you have, or try something different."))
+        return None
+
+    def _recover(self, error: object) -> Prepared:
+        prepared = self.engine.recover(error)  # raises ContextOverflowError once recovery is exhausted
+        self.stats.overflows_recovered += 1
+        self.emit("overflow", error=str(error)[:300], tokens=prepared.tokens)
+        self._report(prepared)
+        return prepared
+
+    def _charge(self, completion: Completion) -> None:
+        usage = completion.usage
+        assert usage is not None
+        self.stats.input_tokens += usage.context_tokens
+        self.stats.output_tokens += usage.output_tokens
+        cost = (usage.context_tokens * self.config.input_usd_per_mtok
+                + usage.output_tokens * self.config.output_usd_per_mtok) / 1e6
+        self.stats.cost_usd += cost
+        self._run_cost += cost
+
+    def _report(self, prepared: Prepared) -> None:
+        inside = self._after_tool()  # the view ends in a tool result: we are inside a tool loop
+        for event in prepared.events:
+            if event.stage == "compaction" and event.action not in ("failed", "checkpoint_request"):
+                self.stats.compactions += 1
+                self.stats.compactions_inside_tool_loops += inside
+                self.emit("pipeline", event, inside_tool_loop=inside)
+            else:
+                self.emit("pipeline", event)
+
+    def _after_tool(self) -> bool:
+        messages = self.engine.messages
+        return bool(messages) and messages[-1].role == "tool"
+
+
+
+def create_agent(model: Model, *, session: SessionLog | None = None, workspace: Workspace | None = None,
+                 config: AgentConfig | None = None, policy: str | Path | Policy = policies.DEFAULT,
+                 window: int | None = None, max_output: int | None = None, extra_tools: Sequence[ToolSpec] = (),
+                 on_event: EventSink | None = None, cancel: threading.Event | None = None,
+                 system: str | None = None, agent_type: type[A] | None = None) -> A:
+    """An agent and its engine, built together so that the engine counts (and sends) exactly the tools
+    the agent runs and its system prompt. `system` overrides `config.system`; `agent_type` is an
+    `Agent` subclass to build (one that overrides a step of the loop)."""
+    config = config or AgentConfig()
+    tools = tool_table(workspace, config.tools, extra_tools)
+    built: list[Agent] = []
+    flush = None
+    if config.memory_flush and workspace is not None:
+        notes = daily_notes(workspace.roots[0])
+
+        def flush(span: Sequence[Message]) -> None:
+            path = notes(span)
+            if built:
+                built[0].emit("memory_flush", path=str(path), messages=len(span))
+    engine = ContextEngine(session, model=model.model, policy=policy, window=window, max_output=max_output,
+                           system=config.system if system is None else system,
+                           tools=[tool_schema(s) for s in tools.values()], memory_flush=flush)
+    agent = (agent_type or Agent)(engine, model, workspace=workspace, config=config, extra_tools=extra_tools,
+                                  on_event=on_event, cancel=cancel)
+    built.append(agent)
+    return agent  # type: ignore[return-value]
+
+
+def _describe_failure(error: BaseException) -> str:
+    if isinstance(error, httpx.TransportError):
+        try:
+            where = f" at {error.request.url}"
+        except RuntimeError:  # an error raised without its request
+            where = ""
+        return (f"the model's server did not answer{where} ({type(error).__name__}: {error}); check the base URL "
+                "and that the server is running")
+    return str(error)

@@ -1,0 +1,157 @@
+"""`ctxwin run "TASK"`: the agent loop headless, on any OpenAI- or Anthropic-compatible endpoint. A thin
+wrapper over `ctxwin.agent.create_agent(...).run(task)`: it prints each loop event (or, with `--json`,
+one JSON event a line), then the run's totals (with `--json`, the last line)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+
+from ctxwin.agent import Agent, AgentConfig, HttpModel, LoopEvent, create_agent
+from ctxwin.agent.subagents import SubAgents
+from ctxwin.cli.app import app, console, handle_errors
+from ctxwin.errors import InputError
+from ctxwin.providers import APIS, client_for
+from ctxwin.store import Session
+from ctxwin.tools import Workspace
+
+SUMMARY_KEYS = ("turns", "model_calls", "compactions", "compactions_inside_tool_loops", "overflows_recovered",
+                "max_request_tokens", "window", "errors")
+
+
+@dataclass
+class AgentOptions:
+    """What `run` and `chat` share: where the model is, where the session and workspace are."""
+
+    base_url: str
+    api: str
+    model: str
+    session: Path | None
+    workspace: Path
+    window: int | None
+    max_output: int | None
+    policy: str
+    max_steps: int
+    allow_shell: bool
+    api_key: str | None
+    subagents: bool
+    stream: bool = False
+
+    def build(self, on_event: Any, session: Path | None = None) -> Agent:
+        if self.api not in APIS:
+            raise InputError(f"unknown --api {self.api!r}", f"use one of {', '.join(APIS)}")
+        if not self.workspace.is_dir():
+            raise InputError(f"workspace {self.workspace} is not a folder", "give --workspace an existing folder")
+        folder = session or self.session
+        log = Session.open(folder) if folder is not None else None
+        client = client_for(self.api, self.base_url, self.model, api_key=self.api_key)  # type: ignore[arg-type]
+        model = HttpModel(client, stream=self.stream)
+        ws = Workspace([self.workspace], allow_shell=self.allow_shell, model=self.model,
+                       blobs=log.blobs if log is not None else None)
+        def other_model(name: str) -> HttpModel:  # an isolated sub-agent on another model of the same endpoint
+            return HttpModel(client_for(self.api, self.base_url, name, api_key=self.api_key),  # type: ignore[arg-type]
+                             stream=self.stream)
+
+        children = Path(folder).parent / "children" if folder else None
+        tools = SubAgents(sessions_root=children, models=other_model) if self.subagents else None
+        agent = create_agent(model, session=log, workspace=ws, config=AgentConfig(max_steps=self.max_steps),
+                             policy=self.policy, window=self.window, max_output=self.max_output,
+                             extra_tools=[tools.tool()] if tools else [], on_event=on_event)
+        if tools is not None:
+            tools.attach(agent)
+        return agent
+
+
+def options(base_url: str, api: str, model: str | None, session: Path | None, workspace: Path, window: int | None,
+            max_output: int | None, policy: str, max_steps: int, allow_shell: bool, api_key: str | None,
+            subagents: bool, stream: bool = False) -> AgentOptions:
+    default = "claude-sonnet-4-5" if api == "anthropic" else "gpt-4o"
+    return AgentOptions(base_url, api, model or default, session, workspace, window, max_output, policy, max_steps,
+                        allow_shell, api_key, subagents, stream)
+
+
+def describe(event: LoopEvent) -> str | None:
+    """One line for a person, or None for events not worth a line."""
+    d = event.data
+    if event.kind == "model_call":
+        return f"step {event.step}: calling the model ({d['tokens']:,} / {d['budget']:,} tokens)"
+    if event.kind == "assistant":
+        calls = f" -> {', '.join(d['tool_calls'])}" if d["tool_calls"] else ""
+        return f"step {event.step}: {d['text'][:200]}{calls}"
+    if event.kind == "tool_result":
+        return f"  {d['name']}: {d['chars']:,} chars" + (" (error)" if d["is_error"] else "")
+    if event.kind == "pipeline" and event.event is not None:
+        e = event.event
+        where = " inside the tool loop" if d.get("inside_tool_loop") else ""
+        return f"  [{e.stage} {e.action}{where}] {e.tokens_before:,} -> {e.tokens_after:,} tokens: {e.reason}"
+    if event.kind in ("retry", "overflow", "error", "limit", "interrupted", "subagent"):
+        return f"  {event.kind}: " + ", ".join(f"{k}={v}" for k, v in d.items())
+    return None
+
+
+def summary(agent: Agent, stop: str) -> dict[str, Any]:
+    return {**agent.stats.to_dict(), "stop": stop}
+
+
+@app.command("run")
+@handle_errors
+def run(
+    task: str | None = typer.Argument(None, help="What the agent should do (omit with --resume).", show_default=False),
+    base_url: str = typer.Option(..., "--base-url", help="The endpoint (OpenAI: with /v1; Anthropic: without)."),
+    api: str = typer.Option("openai", "--api", help=f"Its API: {', '.join(APIS)}."),
+    model: str | None = typer.Option(None, "--model", "-m", help="Model name (default per API).", show_default=False),
+    session: Path | None = typer.Option(None, "--session", help="Session folder to log to (and resume from).",
+                                        show_default=False),
+    workspace: Path = typer.Option(Path("."), "--workspace", help="Where the tools work."),
+    window: int | None = typer.Option(None, "--window", help="Context window in tokens (default: the registry's).",
+                                      show_default=False),
+    max_output: int | None = typer.Option(None, "--max-output", help="Output cap in tokens.", show_default=False),
+    policy: str = typer.Option("ctxwin", "--policy", help="Policy preset or TOML file."),
+    max_steps: int = typer.Option(100, "--max-steps", help="Model calls before the run stops."),
+    allow_shell: bool = typer.Option(False, "--allow-shell", help="Offer the shell tool."),
+    api_key: str | None = typer.Option(None, "--api-key", help="Key (default: ANTHROPIC_API_KEY / OPENAI_API_KEY).",
+                                       show_default=False),
+    subagents: bool = typer.Option(True, "--subagents/--no-subagents", help="Offer the task tool."),
+    stream: bool = typer.Option(False, "--stream/--no-stream", help="Stream the model's answers (SSE)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the session from its last message."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON event a line; the totals on the last line."),
+) -> None:
+    """Run the agent loop on TASK headless, printing what it does."""
+    if task is None and not resume:
+        raise InputError("give a TASK, or --resume with --session", 'ctxwin run "fix the failing test" --base-url ...')
+    if resume and session is None:
+        raise InputError("--resume needs --session DIR", "give the session folder of the run to continue")
+
+    def show(event: LoopEvent) -> None:
+        if as_json:
+            sys.stdout.write(json.dumps(event.to_dict(), ensure_ascii=False, default=str) + "\n")
+            sys.stdout.flush()
+            return
+        line = describe(event)
+        if line:
+            console.print(escape(line), highlight=False)
+
+    opts = options(base_url, api, model, session, workspace, window, max_output, policy, max_steps, allow_shell,
+                   api_key, subagents, stream)
+    agent = opts.build(show)
+    try:
+        result = agent.resume() if resume and task is None else agent.run(task)
+        stop = result.stop if result is not None else "nothing_to_resume"
+    finally:
+        agent.engine.session.close()
+    totals = summary(agent, stop)
+    if as_json:
+        sys.stdout.write(json.dumps(totals, ensure_ascii=False) + "\n")
+    else:
+        console.print(escape(f"{stop}: " + ", ".join(f"{k} {totals[k]}" for k in SUMMARY_KEYS if k != "errors")),
+                      highlight=False)
+        for error in totals["errors"]:
+            console.print(escape(f"error: {error}"), highlight=False)
+    if stop == "error":
+        raise typer.Exit(1)
