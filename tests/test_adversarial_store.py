@@ -95,8 +95,17 @@ def test_item_18_a_damaged_middle_line_costs_one_entry_not_the_history(tmp_path:
         orphan = next(p for p in log.problems if p.kind == "orphan")
         assert isinstance(orphan, StoreProblem) and orphan.parent_id == ids[1] and "re-attached" in orphan.action
         engine = ContextEngine(log)
-        sent = [m.text for m in engine.prepare().messages if m.role != "system"]
+        prepared = engine.prepare()
+        sent = [m.text for m in prepared.messages if m.role != "system"]
         assert sent == ["m0", "m1", "m3", "m4", "m5"]  # not only what came after the damage
+        # ... and the engine says so: an event on the first request, the health line, not "ok" alone.
+        [event] = [e for e in prepared.events if e.stage == "store"]
+        assert event.action == "damaged" and "orphan" in event.reason and ids[3] in event.entry_ids
+        assert not [e for e in engine.prepare().events if e.stage == "store"]  # reported once
+        assert "2 store problem(s): line 4: corrupt" in engine.health()
+    compacted = CliRunner().invoke(app, ["compact", str(folder), "--json"])
+    assert compacted.exit_code == 3, compacted.output  # damaged input: the README's exit code
+    assert "corrupt" in compacted.output and json.loads(compacted.stdout.splitlines()[-1])["problems"]
     info = list_sessions(folder)[0]
     assert info.problems == 2 and {p.kind for p in info.problem_list} == {"corrupt", "orphan"}
     shown = CliRunner().invoke(app, ["sessions", str(folder)])

@@ -62,14 +62,14 @@ def test_several_calls_of_one_message_run_at_once_bounded_results_in_call_order(
     lock = threading.Lock()
     state = {"now": 0, "max": 0}
 
-    def nap(ws: Any, args: dict[str, Any], read_state: Any, call_id: str | None) -> ToolOutput:
+    def nap(ws: Any, n: int) -> ToolOutput:
         with lock:
             state["now"] += 1
             state["max"] = max(state["max"], state["now"])
-        time.sleep(0.2 if args["n"] % 2 else 0.05)  # the odd ones finish last
+        time.sleep(0.2 if n % 2 else 0.05)  # the odd ones finish last
         with lock:
             state["now"] -= 1
-        return ToolOutput(f"nap {args['n']}")
+        return ToolOutput(f"nap {n}")
 
     spec = ToolSpec("nap", "Sleep a little.", {"type": "object", "properties": {"n": {"type": "integer"}},
                                                 "required": ["n"], "additionalProperties": False}, nap)

@@ -290,7 +290,7 @@ class Agent:
         if self.workspace is None and spec.name in TOOLS:
             return ToolOutput.error(ToolError("no_workspace", f"{call.name} needs a workspace and this agent has none"))
         try:
-            return spec.run(self.workspace, args, None, call.id)  # type: ignore[arg-type]
+            return spec.invoke(self.workspace, args, None, call.id)
         except ToolError as error:
             return ToolOutput.error(error)
 

@@ -158,9 +158,9 @@ class SubAgents:
     # ---------------------------------------------------------------- the tool
 
     def tool(self) -> ToolSpec:
-        return ToolSpec("task", TASK_DESCRIPTION, TASK_PARAMETERS, self._run_tool)
+        return ToolSpec("task", TASK_DESCRIPTION, TASK_PARAMETERS, self._run_tool, context=("call_id",))
 
-    def _run_tool(self, ws: Workspace, args: dict[str, Any], state: Any, call_id: str | None) -> ToolOutput:
+    def _run_tool(self, ws: Workspace, call_id: str | None = None, **args: Any) -> ToolOutput:
         try:
             tasks = list(args.get("tasks") or ([args["task"]] if args.get("task") else []))
             mode = args.get("mode") or ("parallel" if len(tasks) > 1 else "single")

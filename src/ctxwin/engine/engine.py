@@ -102,7 +102,10 @@ class ContextEngine:
         self._open(self._policy_file.policy if self._policy_file else policies.get(policy))
 
     def _open(self, policy: Policy) -> None:
-        """Derive everything from the log: the state through the reducer, then the caches."""
+        """Derive everything from the log: the state through the reducer, then the caches. What the
+        store found damaged on the way (and re-attached) is reported once, on the next request."""
+        self.problems = list(getattr(self.session, "problems", ()))
+        self._problems_reported = not self.problems
         budget = Budget.for_policy(policy, *self._limits)
         self._state = SessionState(budget=budget)
         self._pipeline = Pipeline(self.session, self._state, self.counter, policy, ViewCache(self.counter))
@@ -210,6 +213,12 @@ class ContextEngine:
         or when the policy turned the fit stage off and the request is over its budget."""
         started = time.perf_counter()
         events = self._policy_file.follow(self._set_policy) if self._policy_file else []
+        if not self._problems_reported:
+            self._problems_reported = True
+            events.append(Event("store", "damaged", tuple(p.entry_id for p in self.problems if p.entry_id), 0, 0,
+                                "; ".join(p.message for p in self.problems[:5])
+                                + (f"; and {len(self.problems) - 5} more" if len(self.problems) > 5 else ""),
+                                details={"problems": [p.to_dict() for p in self.problems]}))
         now = self.clock()
         system = self.system_prompt  # read once: with bootstrap it reads the workspace files
         prepared = self._pipeline.prepare(self._context(now, system), system, self._tools_json, self.tools,
@@ -319,8 +328,9 @@ class ContextEngine:
         fresh = self._last is not None and self._pipeline.processed == len(self._state.records)
         prepared = self._last if fresh and self._last is not None else self.prepare()
         share = prepared.tokens / self.window if self.window else 0.0
+        damaged = f"; {len(self.problems)} store problem(s): {self.problems[0].message}" if self.problems else ""
         return (f"Token usage: {short_tokens(prepared.tokens)} / {short_tokens(self.window)} ({share:.0%}) — "
-                f"{self._pipeline.health(prepared)}")
+                f"{self._pipeline.health(prepared)}{damaged}")
 
     def _context(self, now: float | None = None, system: str | None = None) -> StageContext:
         system = self.system_prompt if system is None else system

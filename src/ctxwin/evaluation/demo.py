@@ -149,7 +149,7 @@ EDIT_TOOL = ToolSpec(
     "edit", "Replace one exact occurrence of old_text with new_text in a workspace file.",
     {"type": "object", "additionalProperties": False, "required": ["path", "old_text", "new_text"],
      "properties": {"path": {"type": "string"}, "old_text": {"type": "string"}, "new_text": {"type": "string"}}},
-    lambda ws, args, state, call_id: edit(ws, **args),
+    edit,
 )
 """The scripted agent's own tool, given to the loop beside the registry's (a user tool, as any harness has)."""
 

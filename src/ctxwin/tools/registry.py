@@ -125,8 +125,7 @@ class Registry:
             checked = validate_args(spec, _parsed(spec.name, args))
         except ToolError as error:
             return ToolOutput.error(error)
-        context = {"state": state, "call_id": call_id}
-        return spec.run(ws, **checked, **{key: context[key] for key in spec.context})
+        return spec.invoke(ws, checked, state, call_id)
 
 
 def _parsed(name: str, args: Mapping[str, Any] | str | None) -> Any:

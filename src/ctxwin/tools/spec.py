@@ -59,6 +59,12 @@ class ToolSpec:
     def to_format(self, format: SchemaFormat) -> dict[str, Any]:
         return to_format(self, format)
 
+    def invoke(self, ws: Any, arguments: Mapping[str, Any], state: Any = None, call_id: str | None = None) -> Any:
+        """Run with checked `arguments`, handing over the context the tool takes (its read state,
+        the call's id)."""
+        context = {"state": state, "call_id": call_id}
+        return self.run(ws, **arguments, **{key: context[key] for key in self.context})
+
 
 class Tool(Generic[P]):
     """A tool function as written (call it directly), with its generated `spec`."""

@@ -3,6 +3,8 @@ call behind `ctxwin compact`."""
 
 from __future__ import annotations
 
+import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from ctxwin.policy.model import compaction_for
 from ctxwin.store.memory import MemorySessionLog
 from ctxwin.store.session import Session, is_session_dir
 from ctxwin.transcripts import load_transcript
+from ctxwin.transcripts.model import DamagedInputWarning, ReadReport
 
 
 def compact(source: str | Path, *, focus: str | None = None, strategy: str | None = None,
@@ -36,6 +39,8 @@ def compact(source: str | Path, *, focus: str | None = None, strategy: str | Non
         transcript_model = transcript.model
     try:
         engine = ContextEngine(session, model=model or transcript_model, policy=chosen, window=window)
+        if engine.problems:  # a damaged stored session: said the way every damaged input is said
+            warnings.warn(DamagedInputWarning(store_report(path, engine)), stacklevel=2)
         if not stored:
             engine.append(transcript.messages)
         before = engine.prepare()
@@ -58,6 +63,14 @@ def compact(source: str | Path, *, focus: str | None = None, strategy: str | Non
             "summary_tokens": payload.get("summary_tokens", 0),
             "events": [e.to_dict() for e in after.events],
             "summary": payload.get("summary", ""),
+            "problems": [p.to_dict() for p in engine.problems],
         }
     finally:
         session.close()
+
+
+def store_report(path: Path, engine: ContextEngine) -> ReadReport:
+    """The store's problems with a session (damaged lines, re-attached entries) as a read report."""
+    kinds = Counter(p.kind for p in engine.problems)
+    return ReadReport(str(path), "ctxwin session", len(engine.messages), dict(kinds), {},
+                      [p.message for p in engine.problems])
