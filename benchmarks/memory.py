@@ -93,10 +93,10 @@ def letta(index_dir: Path) -> dict[str, Any]:
 
 def needles(index_dir: Path) -> dict[str, Any]:
     from ctxwin.engine import ContextEngine
-    from ctxwin.engine.replay import iter_replay
     from ctxwin.evaluation.compare import blob_store, replay_setup
     from ctxwin.evaluation.needles import inject
     from ctxwin.evaluation.probes import message_text
+    from ctxwin.evaluation.replay import iter_replay
     from ctxwin.evaluation.retention import entry_messages
     from ctxwin.messages import ToolResult
     from ctxwin.transcripts import load_transcript

@@ -153,7 +153,7 @@ def search_session(
         log: Any = Session.open(session, readonly=True)
         kind = "session"
     elif session.is_file():
-        from ctxwin.engine.replay import timestamp
+        from ctxwin.evaluation.replay import timestamp
 
         transcript = load_transcript(session)
         when = [0.0]  # each message logged at its recorded time, so --since/--until work on transcripts
