@@ -598,25 +598,6 @@ def test_flush_runs_on_the_overflow_recovery_path_once(tmp_path: Path) -> None:
     assert notes.startswith("Deployed version 1.2.3") and "PAR-4471" in notes
 
 
-def test_memory_imports_no_higher_layer() -> None:
-    """memory sits above store/pipeline/compaction/providers and below engine, tools, agent and the
-    edges: no import of those, function-level imports included."""
-    import ast
-
-    import ctxwin.memory
-
-    higher = ("engine", "tools", "agent", "proxy", "mcp", "adapters", "telemetry", "transcripts", "evaluation",
-              "reports", "testing", "cli")
-    folder = Path(ctxwin.memory.__file__).parent
-    for path in folder.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            for name in names:
-                parts = name.split(".")
-                assert not (parts[0] == "ctxwin" and len(parts) > 1 and parts[1] in higher), (path.name, name)
-
-
 def test_conversation_search_across_the_workspace_sessions(tmp_path: Path) -> None:
     from ctxwin.memory.recall import index_sessions
     from ctxwin.store import Session
