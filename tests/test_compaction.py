@@ -20,8 +20,8 @@ from conftest import shared_path
 from ctxwin import policy as policies
 from ctxwin.compaction.compact import plan_cut, threshold
 from ctxwin.compaction.cuts import find_cut, is_cut_point
-from ctxwin.compaction.memory import daily_notes
 from ctxwin.engine import ContextEngine
+from ctxwin.memory.flush import daily_notes
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.messages.pairing import validate
 from ctxwin.pipeline.view import Item, StageContext

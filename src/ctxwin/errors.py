@@ -120,3 +120,23 @@ class SubagentError(InputError):
 class ToolDefinitionError(CtxwinError):
     """A function registered as a tool cannot become one (no docstring line or type for a parameter,
     a type JSON Schema cannot state, a name providers refuse, a name already taken)."""
+
+
+# memory (memory files, the hybrid index, memory tools)
+
+
+class MemoryPathError(InputError):
+    """A memory-tool path outside the memory folder (`..`, absolute, a symlink out) or of the wrong kind."""
+
+
+class MemoryEditError(InputError):
+    """A memory edit that cannot apply as asked: a `str_replace` matching zero or several times, an
+    insert line out of range, a create over an existing file."""
+
+
+class MemoryIndexError(CtxwinError):
+    """The memory index cannot be opened, built or searched (after a rebuild was tried)."""
+
+
+class EmbedderError(CtxwinError):
+    """An embedder that cannot load or answer (missing package, endpoint down, wrong dimensions)."""

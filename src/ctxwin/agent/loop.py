@@ -25,9 +25,9 @@ from ctxwin.agent.model import Model
 from ctxwin.agent.processes import child_groups, kill_tool_processes
 from ctxwin.compaction.checkpoint import META as CHECKPOINT_META
 from ctxwin.compaction.checkpoint import REQUEST as CHECKPOINT_REQUEST
-from ctxwin.compaction.memory import daily_notes
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.errors import CtxwinError, ModelCallCancelled
+from ctxwin.memory.flush import daily_notes
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.messages.providers._common import RAW_ARGUMENTS
 from ctxwin.pipeline.view import Event
@@ -417,7 +417,7 @@ def create_agent(model: Model, *, session: SessionLog | None = None, workspace: 
 
         def flush(span: Sequence[Message]) -> None:
             path = notes(span)
-            if built:
+            if built and path is not None:  # None: nothing new to write (already flushed, read-only)
                 built[0].emit("memory_flush", path=str(path), messages=len(span))
     engine = ContextEngine(session, model=model.model, policy=policy, window=window, max_output=max_output,
                            system=config.system if system is None else system,

@@ -67,9 +67,10 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def start(*, fsync: bool = False) -> TempPostgres:
-    """Initializes and starts a fresh server; raises RuntimeError with the server's log on failure."""
-    bindir = find_bindir()
+def start(bindir: Path | None = None, *, fsync: bool = False) -> TempPostgres:
+    """Initializes and starts a fresh server (from `bindir`, default the newest installed one); raises
+    RuntimeError with the server's log on failure."""
+    bindir = bindir or find_bindir()
     if bindir is None:
         raise RuntimeError(unavailable_reason() or "no PostgreSQL")
     run_as = SERVICE_USER if os.geteuid() == 0 else None

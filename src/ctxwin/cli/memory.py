@@ -1,0 +1,177 @@
+"""`ctxwin memory index|show|search` over a workspace's memory folder, and `ctxwin search SESSION QUERY`
+over a stored session or any transcript file. Thin wrappers over `ctxwin.memory`; `--json` prints the
+library's return values."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+from ctxwin.cli.app import app, console, handle_errors, print_json
+from ctxwin.errors import InputError
+from ctxwin.files import read_text
+from ctxwin.memory import SearchResult, embedder_from_spec, memory_files, open_workspace_index, startup_context
+from ctxwin.memory.index import index_path
+from ctxwin.memory.recall import ConversationHit, search_log
+
+memory_app = typer.Typer(name="memory", help="The workspace's memory: index it, show it, search it.",
+                         no_args_is_help=True)
+app.add_typer(memory_app, name="memory")
+
+WORKSPACE = typer.Option(Path("."), "--workspace", "-w", help="The folder holding MEMORY.md and memory/.")
+EMBEDDER = typer.Option("default", "--embedder", help="default, wordllama, hash, minilm or openai:<url>#<model>.")
+
+
+def _results_table(results: list[SearchResult]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD)
+    for name in ("path", "lines", "score", "snippet"):
+        table.add_column(name, overflow="fold")
+    for r in results:
+        table.add_row(escape(r.path), f"{r.start_line}-{r.end_line}", f"{r.score:.3f}",
+                      escape(r.snippet[:300].replace("\n", " ")))
+    return table
+
+
+@memory_app.command("index")
+@handle_errors
+def index_cmd(
+    workspace: Path = WORKSPACE,
+    rebuild: bool = typer.Option(False, "--rebuild", help="Forget the index and build it again from the files."),
+    files: bool = typer.Option(False, "--files", help="Also index the workspace's other text files."),
+    embedder: str = EMBEDDER,
+    as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+) -> None:
+    """Bring the memory index up to date with MEMORY.md and memory/*.md (by content hash)."""
+    index, report = open_workspace_index(workspace, embedder_from_spec(embedder), rebuild=rebuild,
+                                         include_files=files)
+    with index:
+        stats = index.stats()
+    if as_json:
+        print_json({"report": report.to_dict(), "index": stats})
+        return
+    console.print(f"indexed {report.files_indexed} file(s), {report.files_unchanged} unchanged, "
+                  f"{report.files_removed} removed; {report.chunks_added} chunk(s) added in {report.seconds:.2f} s"
+                  + (" (index rebuilt)" if report.rebuilt else ""))
+    console.print(f"index: {escape(str(stats.get('path')))}, {stats['chunks']} chunks, embedder {stats['embedder']}")
+    for problem in report.problems:
+        console.print(f"[yellow]warning:[/] {escape(problem)}")
+
+
+@memory_app.command("show")
+@handle_errors
+def show(
+    workspace: Path = WORKSPACE,
+    as_json: bool = typer.Option(False, "--json", help="Print as one JSON object."),
+) -> None:
+    """The memory files, what a session starting today loads of them, and the index's state."""
+    from ctxwin.policy.model import BootstrapPolicy
+
+    if not workspace.is_dir():
+        raise InputError(f"no workspace folder at {workspace}", "give the folder that holds MEMORY.md and memory/")
+    files = memory_files(workspace)
+    loaded = startup_context(workspace, date.today(), BootstrapPolicy(enabled=True, files=[]))
+    path = index_path(workspace)
+    data: dict[str, Any] = {
+        "workspace": str(workspace), "files": files,
+        "startup": [{"name": f.name, "chars": f.chars, "injected_chars": f.injected_chars} for f in loaded.files],
+        "index": str(path) if path.exists() else None,
+    }
+    if as_json:
+        print_json(data)
+        return
+    console.print(f"{len(files)} memory file(s) in {escape(str(workspace))}")
+    for name in files:
+        console.print(f"  {escape(name)}")
+    console.print("loaded at session start: " + (", ".join(
+        f"{f.name} ({f.injected_chars:,}/{f.chars:,} chars)" for f in loaded.files) or "nothing"))
+    console.print(f"index: {escape(str(path)) if path.exists() else 'none yet (ctxwin memory index)'}")
+
+
+@memory_app.command("search")
+@handle_errors
+def search_cmd(
+    query: str | None = typer.Argument(None, help="What to look for (or give --queries)."),
+    workspace: Path = WORKSPACE,
+    k: int = typer.Option(6, "-k", min=1, max=100, help="Results per query."),
+    mode: str = typer.Option("hybrid", "--mode", help="hybrid, bm25 or vector."),
+    queries: Path | None = typer.Option(None, "--queries", help="A file of queries, one a line: one JSON line "
+                                        "of results out per query, the index loaded once."),
+    files: bool = typer.Option(False, "--files", help="Search the workspace's files too."),
+    embedder: str = EMBEDDER,
+    as_json: bool = typer.Option(False, "--json", help="Print the results as one JSON object."),
+) -> None:
+    """Search MEMORY.md and memory/*.md by meaning and by words."""
+    if (query is None) == (queries is None):
+        raise InputError("give either a QUERY or --queries FILE", "ctxwin memory search 'staging port'")
+    lines = [query or ""] if queries is None else [q for q in read_text(queries).splitlines() if q.strip()]
+    index, _report = open_workspace_index(workspace, embedder_from_spec(embedder), include_files=files)
+    sources = ["memory", "files"] if files else ["memory"]
+    with index:
+        for line in lines:
+            results = index.search(line, k=k, mode=mode, sources=sources)  # type: ignore[arg-type]
+            if queries is not None or as_json:
+                print_json({"query": line, "results": [r.to_dict() for r in results]})
+            else:
+                console.print(_results_table(results) if results else "no matches")
+
+
+def _hits_table(hits: list[ConversationHit]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD)
+    for name in ("ref", "role", "time", "score", "snippet"):
+        table.add_column(name, overflow="fold")
+    for h in hits:
+        table.add_row(escape(h.ref), h.role or "", (h.timestamp or "")[:19], f"{h.score:.3f}",
+                      escape(h.snippet[:300].replace("\n", " ")))
+    return table
+
+
+@app.command("search")
+@handle_errors
+def search_session(
+    session: Path = typer.Argument(..., help="A stored session folder, or any transcript file ctxwin reads."),
+    query: str = typer.Argument(..., help="What to look for."),
+    k: int = typer.Option(5, "-k", min=1, max=100, help="Results."),
+    roles: list[str] | None = typer.Option(None, "--role", help="Only these roles (assistant, user, tool)."),
+    start_date: str | None = typer.Option(None, "--since", help="Only messages on or after this ISO date."),
+    end_date: str | None = typer.Option(None, "--until", help="Only messages on or before this ISO date."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as one JSON object."),
+) -> None:
+    """Search every message of a session, the ones compaction or masking took out of the view included.
+    Each hit's ref (entry:<id>#<call>) returns the original text through recall."""
+    from ctxwin.store import Session
+    from ctxwin.store.memory import MemorySessionLog
+    from ctxwin.store.session import is_session_dir
+    from ctxwin.transcripts import load_transcript
+
+    if is_session_dir(session):
+        log: Any = Session.open(session, readonly=True)
+        kind = "session"
+    elif session.is_file():
+        from ctxwin.evaluation.replay import timestamp
+
+        transcript = load_transcript(session)
+        when = [0.0]  # each message logged at its recorded time, so --since/--until work on transcripts
+        log = MemorySessionLog(session_id=transcript.session_id or session.stem, clock=lambda: when[0])
+        for message in transcript.messages:
+            when[0] = timestamp(message) or when[0]
+            log.append("message", message.to_dict())
+        kind = "transcript"
+    else:
+        raise InputError(f"{session} is neither a session folder nor a file", "give a session folder or a transcript")
+    try:
+        hits = search_log(log, query, limit=k, roles=roles or None, start_date=start_date, end_date=end_date)
+    finally:
+        log.close()
+    if as_json:
+        print_json({"session": str(session), "kind": kind, "query": query, "results": [h.to_dict() for h in hits]})
+        return
+    console.print(_hits_table(hits) if hits else "no matches")
+    if kind == "transcript" and hits:
+        console.print("[dim]refs of a transcript file are positions in it; import it (ctxwin import) for "
+                      "refs that recall resolves[/]")

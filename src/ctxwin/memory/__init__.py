@@ -1,0 +1,61 @@
+"""Memory: what leaves the window can be found again, by meaning and by words.
+
+- `files`: the memory folder (MEMORY.md, memory/YYYY-MM-DD.md) and what is loaded at session start.
+- `flush`: the pre-compaction flush into the day's notes.
+- `index`: `MemoryIndex`, one hybrid index (full text + vectors) over memory files, workspace files
+  and session entries, on SQLite (`backend`) or PostgreSQL (`pgbackend`); `embed`: the embedders.
+- `tools`: the memory tools and their schemas; `recall`: conversation search and ref resolution;
+  `working_set`: Letta's open files; `sandbox`: file access confined to a folder.
+"""
+
+from ctxwin.memory.chunks import Chunk, entry_chunks, file_chunks
+from ctxwin.memory.embed import (
+    Embedder,
+    HashEmbedder,
+    HttpEmbedder,
+    MiniLMEmbedder,
+    WordLlamaEmbedder,
+    default_embedder,
+    embedder_from_spec,
+)
+from ctxwin.memory.files import bootstrap_files, daily_note_path, memory_files, reinjection, startup_context
+from ctxwin.memory.flush import FLUSH_PROMPT, DailyNotes, daily_notes, flush_due
+from ctxwin.memory.index import IndexReport, MemoryIndex, SearchResult, index_path, open_workspace_index
+from ctxwin.memory.recall import ConversationHit, conversation_search, resolve_ref
+from ctxwin.memory.tools import MemoryToolOutput, MemoryTools, schemas
+from ctxwin.memory.working_set import WorkingSet, limits_for_window
+
+__all__ = [
+    "FLUSH_PROMPT",
+    "Chunk",
+    "ConversationHit",
+    "DailyNotes",
+    "Embedder",
+    "HashEmbedder",
+    "HttpEmbedder",
+    "IndexReport",
+    "MemoryIndex",
+    "MemoryToolOutput",
+    "MemoryTools",
+    "MiniLMEmbedder",
+    "SearchResult",
+    "WordLlamaEmbedder",
+    "WorkingSet",
+    "bootstrap_files",
+    "conversation_search",
+    "daily_note_path",
+    "daily_notes",
+    "default_embedder",
+    "embedder_from_spec",
+    "entry_chunks",
+    "file_chunks",
+    "flush_due",
+    "index_path",
+    "limits_for_window",
+    "memory_files",
+    "open_workspace_index",
+    "reinjection",
+    "resolve_ref",
+    "schemas",
+    "startup_context",
+]
