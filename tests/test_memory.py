@@ -659,3 +659,30 @@ def test_special_files_never_block_indexing(tmp_path: Path) -> None:
         assert index.index_workspace(root).files_indexed == 3  # the FIFO among the notes is not a note
         report = index.index_workspace(root, include_files=True)
         assert any(p.startswith("pipe.txt:") for p in report.problems)
+
+
+def test_the_engine_indexes_what_it_logs_and_loads_todays_notes(tmp_path: Path) -> None:
+    """Issue 13 through the engine: every appended message goes into the memory index as it is
+    logged (so masked and compacted content can be searched for), and the bootstrap stage loads
+    MEMORY.md with yesterday's and today's notes, under its caps."""
+    from datetime import datetime, timedelta
+
+    from ctxwin import ContextEngine, policies
+    from ctxwin.memory import HashEmbedder, MemoryIndex, MemoryTools
+
+    workspace = tmp_path / "ws"
+    (workspace / "memory").mkdir(parents=True)
+    now = datetime(2026, 3, 4, 12, 0)
+    (workspace / "MEMORY.md").write_text("The deploy key lives in vault path secret/ci/deploy.\n")
+    (workspace / "memory" / f"{(now - timedelta(days=1)):%Y-%m-%d}.md").write_text("Yesterday: fixed flaky test.\n")
+    (workspace / "memory" / f"{(now - timedelta(days=5)):%Y-%m-%d}.md").write_text("Old note, not loaded.\n")
+    index = MemoryIndex.open(tmp_path / "memory.sqlite", embedder=HashEmbedder())
+    policy = policies.get("ctxwin").model_copy(update={"bootstrap": policies.get("openclaw").bootstrap})
+    engine = ContextEngine(model="gpt-4o", policy=policy, workspace=workspace, memory_index=index,
+                           clock=lambda: now.timestamp())
+    [call_id] = engine.append({"role": "user", "content": "remember: the rollout flag is ROLL-4471"})
+    system = engine.prepare().system
+    assert "secret/ci/deploy" in system and "fixed flaky test" in system and "Old note" not in system
+    tools = MemoryTools(workspace, index, session=engine.session.session_id, window=engine.window)
+    found = tools.run("conversation_search", {"query": "rollout flag ROLL-4471"})
+    assert not found.is_error and f"entry:{call_id}" in found.text, found.text

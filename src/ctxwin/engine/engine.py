@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from ctxwin.compaction.base import Summarizer
 from ctxwin.compaction.compact import strategy_for
 from ctxwin.compaction.strategy import BY_TURNS
 from ctxwin.errors import ContextOverflowError, CtxwinError, InputError
+from ctxwin.memory.files import bootstrap_files
 from ctxwin.messages import Message
 from ctxwin.pipeline import bootstrap
 from ctxwin.pipeline.view import Event, StageContext
@@ -61,7 +63,9 @@ class ContextEngine:
     request (counted against the budget). `workspace`: where bootstrap files are read from.
     `clock`: seconds since the epoch (tests and replays pass their own). `overhead_tokens`: model
     tokens sent with every request that the engine does not see (a harness's own system prompt and
-    tool schemas, as the provider counts them), counted against the budget.
+    tool schemas, as the provider counts them), counted against the budget. `memory_index`: a
+    `ctxwin.memory.MemoryIndex` that every appended message is indexed into as it is logged, so that
+    what later leaves the window can be searched for (`conversation_search`).
     """
 
     def __init__(
@@ -79,6 +83,7 @@ class ContextEngine:
         workspace: str | Path | None = None,
         clock: Callable[[], float] | None = None,
         memory_flush: Callable[[list[Message]], None] | None = None,
+        memory_index: Any = None,
         overhead_tokens: int = 0,
     ) -> None:
         self.session: SessionLog = session if session is not None else MemorySessionLog()
@@ -96,6 +101,7 @@ class ContextEngine:
         self.memory_flush = memory_flush
         self._base_system = system
         self.overhead_tokens = overhead_tokens
+        self.memory_index = memory_index
         self._recovery_attempts = 0
         self._last: Prepared | None = None
         self._policy_file = PolicyFile.watch(policy)
@@ -108,7 +114,10 @@ class ContextEngine:
         self._problems_reported = not self.problems
         budget = Budget.for_policy(policy, *self._limits)
         self._state = SessionState(budget=budget)
-        self._pipeline = Pipeline(self.session, self._state, self.counter, policy, ViewCache(self.counter))
+        sinks = [] if self.memory_index is None else [
+            lambda entry: self.memory_index.add_entries([entry], session=self.session.session_id)]
+        self._pipeline = Pipeline(self.session, self._state, self.counter, policy, ViewCache(self.counter),
+                                  sinks=sinks)
         path = self.session.path()
         strategy = strategy_for(policy.compaction)
         for entry in path:
@@ -166,7 +175,9 @@ class ContextEngine:
     def system_prompt(self) -> str:
         parts = [p for p in (self._base_system, *self._state.system_parts) if p]
         if self.policy.bootstrap.enabled and self.workspace is not None:
-            section = bootstrap.render(bootstrap.read_files(self.workspace, self.policy.bootstrap),
+            # The workspace's context files, then MEMORY.md and yesterday's and today's notes, by the clock.
+            today = date.fromtimestamp(self.clock())
+            section = bootstrap.render(bootstrap_files(self.workspace, today, self.policy.bootstrap),
                                        self.policy.bootstrap).text
             if section:
                 parts.append(section)

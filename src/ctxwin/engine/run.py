@@ -23,7 +23,7 @@ from ctxwin.pipeline import budget, dedup, fit, mask, prune, spill, turns
 from ctxwin.pipeline.validate import common_prefix
 from ctxwin.pipeline.view import Event, Item, StageContext, StageResult, total_tokens
 from ctxwin.policy.model import Policy
-from ctxwin.store.base import SessionLog
+from ctxwin.store.base import Entry, SessionLog
 from ctxwin.store.entries import DecisionEntry, LogEntry, MessageEntry
 from ctxwin.tokens import CachedCounter
 
@@ -41,6 +41,8 @@ class Pipeline:
     counter: CachedCounter
     policy: Policy
     cache: ViewCache
+    sinks: list[Callable[[Entry], Any]] = field(default_factory=list)
+    """Called with every message entry as it is logged (the memory index)."""
     processed: int = 0  # records the per-message stages have run on
     dedup: dedup.DedupState = field(default_factory=dedup.DedupState)
     last_call_at: float | None = None
@@ -55,6 +57,9 @@ class Pipeline:
         stored = self.log.append(entry.kind, entry.to_payload())
         apply(self.state, stored.id, entry, counter=self.counter, strategy=strategy_for(self.policy.compaction),
               policy=self.policy)
+        if self.sinks and isinstance(entry, MessageEntry):
+            for sink in self.sinks:
+                sink(stored)
         return stored.id
 
     def catch_up(self, ctx: StageContext) -> None:
