@@ -19,6 +19,8 @@ Catch `CtxwinError` for everything, or the one leaf you care about. Errors of th
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CtxwinError(Exception):
     """Base class. `hint` is the one sentence telling the user what to do next."""
@@ -65,6 +67,20 @@ class CompactionFailed(CtxwinError):
         self.tokens_before = tokens_before
 
 
+# --- tokens
+
+
+class EncodingError(CtxwinError):
+    """A vendored encoding is missing or corrupt (the package install is broken)."""
+
+
+# --- compaction
+
+
+class SummaryFailed(CtxwinError):
+    """The model summary failed and there was no fallback. History is unchanged."""
+
+
 # --- the store
 
 
@@ -101,6 +117,37 @@ class MalformedJSONError(InputError):
 
 # --- providers: model clients and their streams
 
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})  # 529: Anthropic's "overloaded"
+
+
+class ProviderError(CtxwinError):
+    """A model call the provider answered with an HTTP error, an error event in its stream, or an answer
+    that is not what its API documents (then `status_code` is the HTTP status it came with, usually 200).
+    `body` is the parsed JSON body when it was JSON, else the raw text ("" when the response had no
+    body); `message` the provider's own message when it gave one; `retry_after` the seconds the server
+    asked to wait, when it said. `ctxwin.providers.overflow.is_overflow_error` reads all of it."""
+
+    def __init__(self, status_code: int, body: Any, message: str, provider: str,
+                 retry_after: float | None = None) -> None:
+        super().__init__(f"{provider} API error {status_code}: {message}")
+        self.status_code = status_code
+        self.body = body
+        self.message = message
+        self.provider = provider
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        return f"{self.provider} API error {self.status_code}: {self.message}"
+
+    @property
+    def retryable(self) -> bool:
+        """429, 5xx, 529 and any "overloaded" error: worth trying again after a wait."""
+        error = self.body.get("error") if isinstance(self.body, dict) else None
+        kind = error.get("type") if isinstance(error, dict) else None
+        return self.status_code in RETRY_STATUSES or kind in ("overloaded_error", "rate_limit_error")
+
+
+
 
 class ModelCallCancelled(CtxwinError):
     """A model call (or its stream, or the wait before a retry) stopped because its cancel event was set."""
@@ -115,6 +162,17 @@ class SubagentError(InputError):
 
 
 # ---- tools
+
+
+class ToolError(InputError):
+    """A tool refusing a call: `reason` is a short code (`outside_roots`, `denied`, `fifo`, ...),
+    the message says what happened and the hint what to do instead."""
+
+    def __init__(self, reason: str, message: str, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.reason = reason
+
+
 
 
 class ToolDefinitionError(CtxwinError):

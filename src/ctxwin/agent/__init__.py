@@ -1,6 +1,9 @@
 """The agent loop (`Agent`: run -> step -> query -> execute) and sub-agents (`SubAgents`, the `task`
 tool). The loop calls `engine.prepare()` before every model call, so compaction can happen inside a
-tool loop."""
+tool loop.
+
+Imports: everything below it (engine, tools, providers, memory); never the edges.
+"""
 
 from ctxwin.agent.events import LoopEvent, RunResult, RunStats
 from ctxwin.agent.loop import Agent, AgentConfig, Interrupted, create_agent, tool_schema, tool_table

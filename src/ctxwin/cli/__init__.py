@@ -1,1 +1,4 @@
-"""The `ctxwin` command line: thin wrappers over library calls."""
+"""The `ctxwin` command line: thin wrappers over library calls.
+
+An edge: imports anything; nothing imports it.
+"""

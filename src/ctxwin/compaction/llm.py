@@ -34,7 +34,7 @@ from ctxwin.compaction.prompts import (
     strip_analysis,
 )
 from ctxwin.compaction.summary import fit_sections, merge_items, parse_sections, sections_as_items, serialize_message
-from ctxwin.errors import CtxwinError
+from ctxwin.errors import SummaryFailed
 from ctxwin.messages import Message, Text
 from ctxwin.tokens.base import TokenCounter
 
@@ -64,10 +64,6 @@ _STOPWORDS = frozenset({
 })
 
 T = TypeVar("T")
-
-
-class SummaryFailed(CtxwinError):
-    """The model summary failed and there was no fallback. History is unchanged."""
 
 
 class SummaryRejected(Exception):

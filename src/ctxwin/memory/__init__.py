@@ -6,6 +6,9 @@
   and session entries, on SQLite (`backend`) or PostgreSQL (`pgbackend`); `embed`: the embedders.
 - `tools`: the memory tools and their schemas; `recall`: conversation search and ref resolution;
   `working_set`: Letta's open files; `sandbox`: file access confined to a folder.
+
+Imports: errors, files, messages, tokens, policy, store, pipeline, compaction, providers; it sits
+below the engine and the tools.
 """
 
 from ctxwin.memory.chunks import Chunk, entry_chunks, file_chunks

@@ -1,4 +1,7 @@
-"""The canonical message model, provider converters and the pairing validator."""
+"""The canonical message model, provider converters and the pairing validator.
+
+Imports: errors and files only.
+"""
 
 from ctxwin.messages.model import (
     ROLES,

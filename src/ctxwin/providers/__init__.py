@@ -3,7 +3,10 @@ tool calls, streaming with typed events, retries, timeouts, cancellation; and th
 (`ctxwin.providers.overflow`) beside them, where the errors are born.
 
 The names below load on first use, so `import ctxwin` (which needs only the overflow catalog) does not
-pay for httpx."""
+pay for httpx.
+
+Imports: errors, files, messages, tokens; it sits below the engine, which reads its overflow catalog.
+"""
 
 from __future__ import annotations
 

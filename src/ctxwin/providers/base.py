@@ -25,12 +25,11 @@ from typing import Any, Protocol, TypeAlias
 
 import httpx
 
-from ctxwin.errors import CtxwinError, InputError, ModelCallCancelled
+from ctxwin.errors import CtxwinError, InputError, ModelCallCancelled, ProviderError
 from ctxwin.messages import Message, ToolCall
 
 DEFAULT_TIMEOUT = 120.0  # seconds for connecting and for each read when neither the client nor the call says
 CANCEL_POLL_SECONDS = 0.05  # how often a blocked read checks its cancel event
-RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})  # 529: Anthropic's "overloaded"
 MALFORMED = (CtxwinError, ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError)
 
 
@@ -65,31 +64,6 @@ class Completion:
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
         return self.message.tool_calls
-
-
-class ProviderError(CtxwinError):
-    """A model call the provider answered with an HTTP error, an error event in its stream, or an answer
-    that is not what its API documents (then `status_code` is the HTTP status it came with, usually 200).
-    `body` is the parsed JSON body when it was JSON, else the raw text ("" when the response had no
-    body); `message` the provider's own message when it gave one; `retry_after` the seconds the server
-    asked to wait, when it said. `ctxwin.providers.overflow.is_overflow_error` reads all of it."""
-
-    def __init__(self, status_code: int, body: Any, message: str, provider: str,
-                 retry_after: float | None = None) -> None:
-        super().__init__(f"{provider} API error {status_code}: {message}")
-        self.status_code = status_code
-        self.body = body
-        self.message = message
-        self.provider = provider
-        self.retry_after = retry_after
-
-    def __str__(self) -> str:
-        return f"{self.provider} API error {self.status_code}: {self.message}"
-
-    @property
-    def retryable(self) -> bool:
-        """429, 5xx, 529 and any "overloaded" error: worth trying again after a wait."""
-        return self.status_code in RETRY_STATUSES or _error_type(self.body) in ("overloaded_error", "rate_limit_error")
 
 
 def token_count(usage: Mapping[str, Any], key: str) -> int:

@@ -1,5 +1,8 @@
 """Session storage: the append-only session log (JSONL + SQLite index, or PostgreSQL) and the
-content-addressed blob store. Start with `Session.open(path)` or `Session.postgres(dsn, id)`."""
+content-addressed blob store. Start with `Session.open(path)` or `Session.postgres(dsn, id)`.
+
+Imports: errors, files, messages, tokens, policy.
+"""
 
 from ctxwin.store.base import (
     BlobCorruptedError,

@@ -1,5 +1,8 @@
 """Test helpers that run real components: a fake model provider over real HTTP on 127.0.0.1, and the
-scripted models that drive it."""
+scripted models that drive it.
+
+An edge: imports anything below it; the core never imports it.
+"""
 
 from ctxwin.testing.fake_provider import FakeProvider, ForcedResponse, RecordedRequest
 from ctxwin.testing.scripted import (

@@ -4,6 +4,8 @@ usage, the model registry and the usage breakdown.
 `counter_for(model)` picks the best counter: exact tiktoken counts (o200k_base, cl100k_base, loaded
 offline from the vendored files) for OpenAI models, the content-type estimator with the model
 family's ratio otherwise. Nothing here touches the network.
+
+Imports: errors, files, messages.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import tiktoken
 
-from ctxwin.errors import CtxwinError
+from ctxwin.errors import EncodingError
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +71,6 @@ SPECS: dict[str, EncodingSpec] = {
 
 # Short names people use for the same encodings.
 ALIASES = {"cl100k": "cl100k_base", "o200k": "o200k_base"}
-
-
-class EncodingError(CtxwinError):
-    """A vendored encoding is missing or corrupt (the package install is broken)."""
 
 
 def read_ranks(spec: EncodingSpec, data_dir: Path | None = None) -> dict[bytes, int]:

@@ -4,7 +4,10 @@ and paged with notices that tell the model exactly how to get more. A harness of
 `registry.register(fn)`: schemas are generated from the function's signature and docstring), or calls
 the functions directly.
 
-Layer: live (above the engine). Imports errors, messages, tokens and store; nothing above it."""
+Layer: live (above the engine). Imports errors, messages, tokens and store; nothing above it.
+
+Imports: everything up to the engine (store for blobs, tokens for budgets); never the agent or the edges.
+"""
 
 from ctxwin.tools.base import Limits, ToolError, ToolOutput
 from ctxwin.tools.fit import CellCut, SliceResult, fit_slice

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import wraps
 from typing import Any, ParamSpec
 
-from ctxwin.errors import InputError
+from ctxwin.errors import InputError, ToolError
 from ctxwin.messages import Image, Text, ToolResult, block_to_dict
 from ctxwin.tools.truncate import (
     DEFAULT_MAX_BYTES,
@@ -78,15 +78,6 @@ class Limits:
     shell_max_timeout_s: float = SHELL_MAX_TIMEOUT_S
     query_timeout_s: float = QUERY_TIMEOUT_S
     query_max_memory_bytes: int = QUERY_MAX_MEMORY_BYTES
-
-
-class ToolError(InputError):
-    """A tool refusing a call: `reason` is a short code (`outside_roots`, `denied`, `fifo`, ...),
-    the message says what happened and the hint what to do instead."""
-
-    def __init__(self, reason: str, message: str, hint: str | None = None) -> None:
-        super().__init__(message, hint)
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,8 @@
 """Real session files, read into one `Transcript`: Claude Code, Pi, Codex CLI, SWE-agent and
-OpenAI-format JSON, plain or gzipped, the format detected from the content (`format=` overrides)."""
+OpenAI-format JSON, plain or gzipped, the format detected from the content (`format=` overrides).
+
+An edge: imports anything below it (messages, tokens, store, engine); the core never imports it.
+"""
 
 from __future__ import annotations
 
