@@ -90,3 +90,42 @@ def test_item_25_recover_on_an_exception_whose_str_raises() -> None:
 def test_item_25_limits_that_are_not_positive(field: str, value: object) -> None:
     with pytest.raises(InputError, match=field):
         ContextEngine(model="gpt-4o", **{field: value})
+
+
+@pytest.mark.parametrize("value", [-10**9, "x", 1.5, True])
+def test_item_25_overhead_tokens_that_are_not_a_count(value: object) -> None:
+    with pytest.raises(InputError, match="overhead_tokens"):
+        ContextEngine(model="gpt-4o", overhead_tokens=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("call", "arguments"), [("sync", (None,)), ("sync", (5,)), ("pin", (["a"],))])
+def test_item_25_sync_and_pin_of_the_wrong_thing(call: str, arguments: tuple) -> None:
+    with pytest.raises(InputError):
+        getattr(ContextEngine(model="gpt-4o"), call)(*arguments)
+
+
+def test_item_25_a_workspace_that_is_not_a_path() -> None:
+    with pytest.raises(InputError, match="workspace"):
+        ContextEngine(model="gpt-4o", workspace=5)  # type: ignore[arg-type]
+
+
+def test_item_25_errors_that_are_not_overflows_spend_no_recovery_attempt() -> None:
+    engine = ContextEngine(model="claude-sonnet-4-5")
+    engine.append(Message("user", (Text("hello " * 50),)))
+    engine.prepare()
+    for _ in range(4):
+        with pytest.raises(CtxwinError, match="not a context overflow"):
+            engine.recover(RuntimeError("connection reset"))
+    engine.recover({"error": {"type": "invalid_request_error", "message": "prompt is too long: 900 tokens > 800"}})
+
+
+def test_item_25_what_a_recovery_learns_is_logged_so_a_reopen_agrees() -> None:
+    engine = ContextEngine(model="claude-sonnet-4-5")
+    engine.append(Message("user", (Text("hello " * 400),)))
+    prepared = engine.prepare()
+    engine.recover({"error": {"type": "invalid_request_error",
+                              "message": f"prompt is too long: {prepared.raw_tokens * 3} tokens > 200000 maximum"}})
+    reopened = ContextEngine(engine.session, model="claude-sonnet-4-5")
+    assert engine.calibrator.to_dict()["observations"]  # the provider's count was learned ...
+    assert reopened.calibrator.to_dict() == engine.calibrator.to_dict()  # ... and logged
+    assert reopened.prepare().tokens == engine.prepare().tokens

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -109,8 +110,15 @@ def test_chat_in_tmux(tmp_path: Path) -> None:
             tmux.type("still there?")
             tmux.wait_for("You said: still there?")
             tmux.type("/health")
-            # /checkpoint asks the agent for its state summary now; the (scripted) model answers it.
-            tmux.type("/checkpoint")
+            # /checkpoint makes a restore point; /rewind goes back to it, what came after kept on its branch.
+            tmux.type("/checkpoint before-detour")
+            tmux.wait_for("restore point 'before-detour' made")
+            tmux.type("a detour")
+            tmux.wait_for("You said: a detour")
+            tmux.type("/rewind before-detour")
+            tmux.wait_for("rewound to 'before-detour'")
+            # /summarize asks the agent for its state summary now (Alyx's checkpoint); the model answers it.
+            tmux.type("/summarize")
             tmux.wait_for("You said: [ctxwin] The context is at")
             # /new starts a fresh session; the old one stays on disk.
             tmux.type("/new")
@@ -127,7 +135,9 @@ def test_chat_in_tmux(tmp_path: Path) -> None:
     assert all(r.status == 200 for r in requests)
     assert all(r.body.get("stream") is True for r in requests)  # chat streams by default
     assert (tmp_path / "sessions" / "chat-0001" / "session.jsonl").is_file()
-    last = requests[-2].body["messages"]
+    # After /rewind the detour is not in what the model sees (it stays in the log, on its branch).
+    assert "a detour" in json.dumps(requests[-2].body) and "a detour" not in json.dumps(requests[-1].body)
+    last = requests[-3].body["messages"]
     assert last[-1] == {"role": "user", "content": "still there?"}
     shell = next(m for m in last if m.get("role") == "tool" and m["tool_call_id"] == "sl1")
     assert "SIGKILL" in shell["content"] or "interrupted" in shell["content"]

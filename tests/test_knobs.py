@@ -20,7 +20,7 @@ from ctxwin import ContextEngine
 from ctxwin import policy as policies
 from ctxwin.errors import InputError
 from ctxwin.evaluation.replay import iter_replay
-from ctxwin.messages import Message, Text
+from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.messages.pairing import validate
 from ctxwin.policy.model import compaction_for
 from ctxwin.transcripts import load_transcript
@@ -270,21 +270,37 @@ def test_a_policy_file_edited_under_a_running_engine(tmp_path: Path) -> None:
     write_policy(path, 4)
     engine = ContextEngine(model="gpt-4o", policy=str(path))
     for n in range(8):
-        engine.append([Message("assistant", (Text(f"s{n}"),)), Message("user", (Text(f"output {n} " * 50),))])
-    engine.append(Message("user", (Text("go"),)))
+        engine.append([Message("assistant", (ToolCall(f"c{n}", "bash", {"command": f"step {n}"}),)),
+                       Message("tool", (ToolResult(f"c{n}", (Text(f"output {n} " * 50),), name="bash"),))])
     first = engine.prepare()
-    assert engine.policy.mask.keep_last == 4
+    masked_first = {i.entry_id: i.message for i in first.items if i.rendered_by == "mask"}
+    assert engine.policy.mask.keep_last == 4 and len(masked_first) == 4  # 8 outputs, the last 4 kept
     write_policy(path, 2)
     second = engine.prepare()
     assert engine.policy.mask.keep_last == 2 and any(e.action == "reloaded" for e in second.events)
-    prefix = [m.content_key for m in first.messages]
-    assert [m.content_key for m in second.messages][: len(prefix)] == prefix or any(
-        e.breaks_prefix for e in second.events)
+    masked_second = {i.entry_id: i.message for i in second.items if i.rendered_by == "mask"}
+    assert len(masked_second) == 6  # the new limit applies to new decisions ...
+    assert all(masked_second[k] == m for k, m in masked_first.items())  # ... the recorded ones keep their bytes
     decisions = [e for e in engine.session.path() if e.kind == "decision"]
     write_policy(path, 0, text="[mask\nkeep_last = ")  # an invalid edit
     third = engine.prepare()
     rejected = [e for e in third.events if e.action == "rejected"]
     assert rejected and "not valid TOML" in rejected[0].reason
     assert engine.policy.mask.keep_last == 2  # the last good policy stays
-    assert [e for e in engine.session.path() if e.kind == "decision"][: len(decisions)] == decisions
+    assert [e for e in engine.session.path() if e.kind == "decision"] == decisions  # nothing re-decided
     assert not engine.prepare().events  # reported once, not on every request
+
+
+def test_a_policy_file_can_switch_strategy_on_top_of_its_base(tmp_path: Path) -> None:
+    path = tmp_path / "letta-on-ctxwin.toml"
+    path.write_text('base = "ctxwin"\n[compaction]\nstrategy = "letta"\ntarget_ratio = 0.5\n')
+    policy = policies.load(path)
+    assert policy.compaction.strategy == "letta" and policy.compaction.trigger_ratio == 0.3  # shared knob kept
+
+
+def test_an_openclaw_default_mode_reports_the_safeguard_knobs_it_cannot_take(tmp_path: Path) -> None:
+    path = tmp_path / "oc.json"
+    path.write_text(json.dumps({"compaction": {"mode": "default", "maxHistoryShare": 0.4, "keepRecentTokens": 9000}}))
+    imported = policies.openclaw_file(path)
+    assert imported.policy.compaction.strategy == "pi" and imported.policy.compaction.keep_recent_tokens == 9000
+    assert "history_share" in imported.unmapped

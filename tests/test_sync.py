@@ -54,3 +54,66 @@ def test_a_history_that_shares_nothing_starts_a_new_root() -> None:
     engine.sync([user("something else entirely")])
     assert [m.text for m in engine.messages] == ["something else entirely"]
     assert len(engine.session.path()) == 1
+
+
+def spilled_history() -> list[dict]:
+    big = "line of a very long build log\n" * 4_000  # spilled by the ctxwin policy
+    return [user("build it"),
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash",
+                                               "input": {"command": "make"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": big}]},
+            assistant("it built"), user("now test it")]
+
+
+def fresh_bytes(history: list[dict], tmp_path) -> str:
+    engine = ContextEngine(Session.open(tmp_path / "fresh"), model="gpt-4o")
+    engine.sync(history)
+    out = json.dumps(engine.prepare().to_anthropic(), sort_keys=True)
+    engine.session.close()
+    return out
+
+
+def test_a_branch_keeps_what_was_decided_about_the_shared_history(tmp_path) -> None:
+    """Decisions are logged after the messages they concern (a spill at the next request): a branch at
+    the shared message alone would lose them, and the 100 KB output would come back into the view."""
+    session = Session.open(tmp_path / "s")
+    engine = ContextEngine(session, model="gpt-4o")
+    history = spilled_history()
+    engine.sync(history)
+    before = engine.prepare()
+    assert before.tokens < 3_000  # spilled
+    rewritten = [*history[:-2], assistant("it built, with warnings"), user("now test it")]
+    engine.sync(rewritten)
+    after = engine.prepare()
+    assert after.tokens < 3_000, after.tokens
+    assert any(e.stage == "session" and e.action == "branched" for e in after.events)
+    assert json.dumps(after.to_anthropic(), sort_keys=True) == fresh_bytes(rewritten, tmp_path)
+    session.close()
+
+
+def test_a_rewind_keeps_what_was_decided_about_the_kept_history(tmp_path) -> None:
+    session = Session.open(tmp_path / "s")
+    engine = ContextEngine(session, model="gpt-4o")
+    engine.sync(spilled_history()[:3])
+    engine.mark("x")
+    spilled = engine.prepare()
+    engine.append(assistant("it built"))
+    rewound = engine.rewind("x")
+    assert rewound.tokens == spilled.tokens
+    assert any(e.action == "rewound" for e in rewound.events)
+    session.close()
+
+
+def test_a_checkpoint_request_ctxwin_wrote_does_not_fork_a_resent_history() -> None:
+    """The checkpoint strategy logs its own request for a summary; the caller's history never has it."""
+    from ctxwin.compaction.checkpoint import META
+    from ctxwin.messages import Text
+    from ctxwin.store.entries import MessageEntry
+
+    engine = ContextEngine(model="gpt-4o", policy="checkpoint")
+    history = [user("a"), assistant("b")]
+    engine.sync(history)
+    engine._pipeline.record(MessageEntry(Message("user", (Text("[ctxwin] write your checkpoint"),),
+                                                 meta={"ctxwin": META})))
+    assert engine.sync([*history, assistant("c")]) != []
+    assert [m.text for m in engine.messages] == ["a", "b", "[ctxwin] write your checkpoint", "c"]

@@ -25,7 +25,10 @@ from ctxwin.tokens.breakdown import LABELS
 HELP = """Commands:
   /compact [focus]  compact the history now (optionally focused on a topic)
   /new              start a new session
-  /checkpoint       ask the agent to write its state summary now
+  /checkpoint [name] make a restore point here (OpenClaw's /checkpoint)
+  /rewind [name]    go back to a restore point (the latest without a name); what came after stays
+  /marks            list the restore points
+  /summarize        ask the agent to write its state summary now (Alyx's checkpoint)
   /context          where the tokens of the next request go
   /health           one line: context use and what is due
   /resume [DIR]     continue a stopped turn, or open the session in DIR and continue it
@@ -119,6 +122,22 @@ class Repl:
             self.agent = self._open(self._fresh())
             self.status()
         elif name == "checkpoint":
+            marks = agent.engine.marks()
+            label = arg or f"checkpoint-{len(marks) + 1}"
+            agent.engine.mark(label)
+            console.print(escape(f"restore point {label!r} made; /rewind {label} comes back here"), highlight=False)
+        elif name == "rewind":
+            marks = agent.engine.marks()
+            label = arg or (list(marks)[-1] if marks else "")
+            prepared = agent.engine.rewind(label)
+            console.print(escape(f"rewound to {label!r}: the next request is {prepared.tokens:,} tokens"),
+                          highlight=False)
+            self.status()
+        elif name == "marks":
+            marks = agent.engine.marks()
+            console.print(escape(", ".join(marks) if marks else "no restore points yet: /checkpoint NAME"),
+                          highlight=False)
+        elif name == "summarize":
             agent.request_checkpoint()
             self.turn(None, resume=True)
         elif name == "context":

@@ -21,7 +21,7 @@ from ctxwin import policy as policies
 from ctxwin.compaction.base import Summarizer
 from ctxwin.compaction.compact import strategy_for
 from ctxwin.compaction.strategy import BY_TURNS
-from ctxwin.errors import ContextOverflowError, CtxwinError, InputError
+from ctxwin.errors import ContextOverflowError, InputError
 from ctxwin.memory.files import bootstrap_files
 from ctxwin.messages import Message
 from ctxwin.pipeline import bootstrap
@@ -43,7 +43,7 @@ from ctxwin.tokens.base import TokenCounter
 from . import restore
 from .budget import UNLIMITED_WINDOW, Budget
 from .cache import ViewCache
-from .inputs import as_messages, check_limit, short_tokens, tool_schema
+from .inputs import as_messages, check_count, check_limit, short_tokens, tool_schema
 from .policy_file import PolicyFile
 from .prepared import Prepared
 from .recall import page, resolve
@@ -91,11 +91,14 @@ class ContextEngine:
         info = model_info(model)
         check_limit("window", window)
         check_limit("max_output", max_output)
-        self._limits = (window or info.context_window, max_output or info.max_output)
+        check_count("overhead_tokens", overhead_tokens)
+        self._limits = (int(window or info.context_window), int(max_output or info.max_output))
         self.counter = counter if isinstance(counter, CachedCounter) else CachedCounter(counter or counter_for(model))
         self.summarizer = summarizer
         self.tools = [tool_schema(t) for t in tools or ()]
         self._tools_json = tools_json(self.tools)
+        if workspace is not None and not isinstance(workspace, str | Path):
+            raise InputError(f"workspace is a folder path, not {type(workspace).__name__}", "pass a str or a Path")
         self.workspace = Path(workspace) if workspace is not None else None
         self.clock = clock or time.time
         self.memory_flush = memory_flush
@@ -110,8 +113,13 @@ class ContextEngine:
     def _open(self, policy: Policy) -> None:
         """Derive everything from the log: the state through the reducer, then the caches. What the
         store found damaged on the way (and re-attached) is reported once, on the next request."""
-        self.problems = list(getattr(self.session, "problems", ()))
-        self._problems_reported = not self.problems
+        if not hasattr(self, "problems"):  # once per engine, not again after a rewind or a branch
+            self.problems = list(getattr(self.session, "problems", ()))
+            self._pending_events: list[Event] = [] if not self.problems else [Event(
+                "store", "damaged", tuple(p.entry_id for p in self.problems if p.entry_id), 0, 0,
+                "; ".join(p.message for p in self.problems[:5])
+                + (f"; and {len(self.problems) - 5} more" if len(self.problems) > 5 else ""),
+                details={"problems": [p.to_dict() for p in self.problems]})]
         budget = Budget.for_policy(policy, *self._limits)
         self._state = SessionState(budget=budget)
         sinks = [] if self.memory_index is None else [
@@ -140,7 +148,9 @@ class ContextEngine:
     def policy(self, policy: Policy) -> None:
         self._set_policy(policy)
 
-    def _set_policy(self, policy: Policy) -> None:
+    def _set_policy(self, policy: Policy | str | Path) -> None:
+        policy = policies.get(policy)
+        self._last = None
         """A new policy for new decisions; recorded ones stay as they were, so the cached prefix holds."""
         budget = Budget.for_policy(policy, *self._limits)
         current = self._state.budget
@@ -200,36 +210,38 @@ class ContextEngine:
         """For callers that resend their whole history on every call (a proxy, a framework adapter):
         append only what the log does not have yet, matched by content. A history that stops
         extending the stored one (the caller compacted, rewound or edited it) continues on a new
-        branch from the last message both share; nothing stored is lost. Returns the new entry ids."""
-        incoming = as_messages(list(messages))
-        stored = [(e.id, Message.from_dict(e.payload)) for e in self.session.path() if e.kind == "message"]
-        shared = common_history([m for _, m in stored], incoming)
-        if shared < len(stored):
-            self.session.branch(stored[shared - 1][0] if shared else None)
-            self._open(self.policy)
+        branch from the last message both share, with what was decided about that shared part; nothing
+        stored is lost. Returns the new entry ids."""
+        incoming = as_messages(messages)
+        history = self._state.history
+        stored, shared = common_history(history, incoming)
+        if stored < len(history):
+            path = list(self.session.path())
+            keep = next(i for i, e in enumerate(path) if e.id == history[stored][0])
+            carried = restore.branch_keeping_decisions(self.session, path, keep)
+            self._reopen(Event("session", "branched", (history[stored][0],), 0, 0,
+                               f"the resent history no longer extends the stored one after {stored} message(s); "
+                               f"continued on a new branch ({carried} decision(s) carried over)",
+                               breaks_prefix=True))
         return self.append(incoming[shared:])
 
     def pin(self, entry_id: str) -> None:
         """Never summarize this entry away, nor drop it to fit: it stays verbatim in the view. A tool
         call and its results stay together (the pairing is resolved when a compaction or fit runs,
         so results that arrive after the pin are kept too)."""
-        if entry_id not in self._state.index:
-            raise CtxwinError(f"no message entry {entry_id!r} in this session", "pin an id that append() returned")
+        if not isinstance(entry_id, str) or entry_id not in self._state.index:
+            raise InputError(f"no message entry {entry_id!r} in this session", "pin an id that append() returned")
         if entry_id not in self._state.pins:
             self._pipeline.record(PinEntry(entry_id))
+            self._last = None
 
     def prepare(self) -> Prepared:
         """The request to send now. Never raises for size when a fit exists; raises
         `ContextBudgetError` when none does (the system prompt and tools alone are over the budget),
         or when the policy turned the fit stage off and the request is over its budget."""
         started = time.perf_counter()
-        events = self._policy_file.follow(self._set_policy) if self._policy_file else []
-        if not self._problems_reported:
-            self._problems_reported = True
-            events.append(Event("store", "damaged", tuple(p.entry_id for p in self.problems if p.entry_id), 0, 0,
-                                "; ".join(p.message for p in self.problems[:5])
-                                + (f"; and {len(self.problems) - 5} more" if len(self.problems) > 5 else ""),
-                                details={"problems": [p.to_dict() for p in self.problems]}))
+        events, self._pending_events = self._pending_events, []
+        events += self._policy_file.follow(self._set_policy) if self._policy_file else []
         now = self.clock()
         system = self.system_prompt  # read once: with bootstrap it reads the workspace files
         prepared = self._pipeline.prepare(self._context(now, system), system, self._tools_json, self.tools,
@@ -247,6 +259,7 @@ class ContextEngine:
         """Label the current leaf as restore point `name`. Returns the entry it names."""
         entry = restore.new_mark(self.session, name)
         self._pipeline.record(entry)
+        self._last = None
         return entry.target or ""
 
     def marks(self) -> dict[str, str | None]:
@@ -256,10 +269,16 @@ class ContextEngine:
     def rewind(self, name: str) -> Prepared:
         """Go back to restore point `name`: the session continues on a new branch from there, and what
         came after stays on its own. Returns the request to send from there."""
-        restore.rewind(self.session, name)
+        carried = restore.rewind(self.session, name)
+        self._reopen(Event("session", "rewound", (), 0, 0,
+                           f"back to restore point {name!r} ({carried} decision(s) carried over)", breaks_prefix=True))
+        return self.prepare()
+
+    def _reopen(self, event: Event) -> None:
+        """Derive everything again from the log after its leaf moved; `event` is reported next."""
         self._open(self.policy)
         self._last = None
-        return self.prepare()
+        self._pending_events.append(event)
 
     def compact(self, focus: str | None = None) -> Prepared:
         """Compact now (a manual `/compact`), optionally focused, and return the new request."""
@@ -310,11 +329,14 @@ class ContextEngine:
         """After an overflow error: learn from it (the provider's count, its real window), compact,
         shrink the budget, and return a smaller request to retry with. Bounded: after
         MAX_RECOVERY_ATTEMPTS in a row without a successful call it raises `ContextOverflowError`."""
-        self._recovery_attempts += 1
-        recovery = plan_recovery(error, is_overflow_error(error, context_window=self.window), self._state.budget,
-                                 self.policy, self._recovery_attempts)
-        if recovery.match.observed_tokens and self._last is not None and self._last.raw_tokens:
-            self._state.calibrator.observe(self._last.raw_tokens, recovery.match.observed_tokens)
+        match = is_overflow_error(error, context_window=self.window)
+        attempt = self._recovery_attempts + (match is not None)  # only overflows count as attempts
+        recovery = plan_recovery(error, match, self._state.budget, self.policy, attempt)
+        self._recovery_attempts = attempt
+        calibrator = self._state.calibrator
+        if recovery.match.observed_tokens and self._last is not None and self._last.raw_tokens \
+                and calibrator.observe(self._last.raw_tokens, recovery.match.observed_tokens):
+            self._pipeline.record(CalibrationEntry(calibrator.to_dict()))  # logged, as record_usage does
         self._pipeline.record(recovery.entry)
         events = [recovery.event]
         if self.policy.compaction.enabled:

@@ -44,6 +44,12 @@ def check_limit(name: str, value: Any) -> None:
                          f"leave {name} unset to take the model registry's value")
 
 
+def check_count(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"{name} must be a whole number of tokens, 0 or more (got {value!r})",
+                         f"give {name} as an int")
+
+
 def describe_error(error: object) -> str:
     try:
         return str(error)[:200]

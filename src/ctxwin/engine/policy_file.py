@@ -47,6 +47,7 @@ class PolicyFile:
             apply(change.policy)
         except CtxwinError as error:  # valid TOML, but no budget fits this model's window with it
             return [Event("policy", "rejected", (), 0, 0, f"{error}; the last good policy stays in force")]
+        self.policy = change.policy  # only once the engine took it
         return [Event("policy", "reloaded", (), 0, 0, f"{self.path} changed")]
 
     def check(self) -> Change | None:
@@ -62,10 +63,7 @@ class PolicyFile:
         except CtxwinError as error:
             return self._refused(f"{error.message}; the last good policy stays in force", stamp)
         self.stamp = stamp
-        if policy == self.policy:
-            return None
-        self.policy = policy
-        return Change(policy)
+        return None if policy == self.policy else Change(policy)
 
     def _refused(self, error: str, stamp: tuple[int, int]) -> Change | None:
         # Reported once per bad version of the file, not on every request while it stays bad.

@@ -93,7 +93,7 @@ class Pipeline:
             return "over budget"
         if compaction.enabled and strategy_for(compaction).due(prepared.raw_tokens, budget.window, compaction,
                                                                self.state.calibrator.factor,
-                                                               len(turn_starts(prepared.items))) is not None:
+                                                               self.turns(prepared.items)) is not None:
             return "compaction due"
         return "warn" if prepared.tokens >= 0.75 * budget.window else "ok"
 
@@ -223,7 +223,14 @@ class Pipeline:
         if tokens > ctx.budget:
             return "budget"
         return strategy_for(self.policy.compaction).due(tokens, ctx.window, self.policy.compaction, self.factor(),
-                                                        len(turn_starts(items)))
+                                                        self.turns(items))
+
+    def turns(self, items: Sequence[Item]) -> int:
+        """The view's turns, counted only when a turn knob needs them (a pass over the whole view)."""
+        c = self.policy.compaction
+        if c.trigger_turns is None and (c.max_turns is None or c.summary_after is None):
+            return 0
+        return len(turn_starts(items))
 
     def request_agent_summary(self, items: list[Item], ctx: StageContext, events: list[Event]) -> list[Item]:
         """Ask the agent for its own state summary when its strategy wants one now (Alyx's checkpoint):
@@ -254,7 +261,8 @@ class Pipeline:
                                    trigger=trigger, factor=self.factor(), originals=self.originals(items),
                                    agent_summary=state.agent_summary)
         except CompactionFailed as failure:
-            self.compaction_failures += 1
+            # A /compact that finds nothing to do says so; only automatic attempts count for the breaker.
+            self.compaction_failures += trigger != "manual"
             self.failed_at_tokens = failure.tokens_before
             if failure.message != self.last_failure:  # reported once, not on every call it repeats
                 events.append(Event("compaction", "failed", (), failure.tokens_before, failure.tokens_before,

@@ -71,6 +71,9 @@ class SessionState:
     compaction: CompactionState | None = None
     pins: set[str] = field(default_factory=set)
     labels: dict[str, str | None] = field(default_factory=dict)
+    history: list[tuple[str, str, bool]] = field(default_factory=list)
+    """Every message entry of the branch, system ones included, in order: (entry id, content key,
+    whether ctxwin wrote it itself); what `sync` matches a resent history against."""
     agent_summary: AgentSummary | None = None  # the agent's own summary since the last compaction
     summary_requested: bool = False  # the agent was asked for its summary and has not answered
     changed_from: int | None = None
@@ -121,6 +124,7 @@ def render(state: SessionState, entry_id: str, message: Message | None, stage: s
 
 def _add_message(state: SessionState, entry_id: str, message: Message, counter: TokenCounter,
                  strategy: Strategy) -> None:
+    state.history.append((entry_id, message.content_key, "ctxwin" in message.meta))
     if message.role == "system":
         state.system_parts.append(message.text)
         return

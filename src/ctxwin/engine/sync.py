@@ -8,12 +8,17 @@ from collections.abc import Sequence
 from ctxwin.messages import Message
 
 
-def common_history(stored: Sequence[Message], incoming: Sequence[Message]) -> int:
-    """How many leading messages the two histories share, by content (role and blocks; ids, metadata
-    and the provider's formatting do not count)."""
-    shared = 0
-    for old, new in zip(stored, incoming, strict=False):
-        if old.content_key != new.content_key:
+def common_history(stored: Sequence[tuple[str, str, bool]], incoming: Sequence[Message]) -> tuple[int, int]:
+    """How much of the two histories is shared, by content (role and blocks; ids, metadata and the
+    provider's formatting do not count): (stored entries, incoming messages). Messages ctxwin wrote
+    itself (a checkpoint request) are not in the caller's history: they are stepped over."""
+    i = j = 0
+    while i < len(stored):
+        _, key, own = stored[i]
+        if j < len(incoming) and incoming[j].content_key == key:
+            i, j = i + 1, j + 1
+        elif own:
+            i += 1
+        else:
             break
-        shared += 1
-    return shared
+    return i, j

@@ -26,6 +26,8 @@ def stage(items: Sequence[Item], max_turns: int, ctx: StageContext) -> StageResu
         turn = [item for item in items[begin:end] if not item.synthetic]
         if not any(item.entry_id in ctx.pins for item in turn):  # a pinned turn stays, calls and results
             dropped.extend(turn)
+    if not dropped:  # every turn past the cap is pinned: nothing to do, nothing to say
+        return edit.result()
     for item in dropped:
         edit.record(item.entry_id, None)
     edit.events.append(Event("turns", "drop_turns", tuple(i.entry_id for i in dropped), total_tokens(dropped), 0,

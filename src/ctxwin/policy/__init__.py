@@ -1,10 +1,10 @@
 """Policies: what each pipeline stage does, as data. `get("ctxwin")` gives a preset; `load(path)`
 reads a TOML file (any subset of fields; `base = "pi"` starts from a preset). The compaction section
-is one model per strategy, chosen by its `strategy` field. Imports: errors only."""
+is one model per strategy, chosen by its `strategy` field. Imports: errors and files (the guarded
+reader); YAML through PyYAML for OpenClaw configs."""
 
 from __future__ import annotations
 
-import json
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -98,6 +98,13 @@ def from_dict(data: dict[str, Any], *, source: str = "policy", _seen: tuple[str,
         if str(base) in _seen or len(_seen) > MAX_BASE_DEPTH:
             raise InputError(f"{source}: `base` chain loops back to {base!r}", "give each policy a different base")
         merged = _base(str(base), (*_seen, str(base))).model_dump()
+        compaction = data.get("compaction")
+        if isinstance(compaction, dict) and compaction.get("strategy", merged["compaction"]["strategy"]) != \
+                merged["compaction"]["strategy"]:
+            # Another strategy: carry over only the knobs it shares with the base's.
+            known = COMPACTION_MODELS.get(str(compaction["strategy"]))
+            if known is not None:
+                merged["compaction"] = {k: v for k, v in merged["compaction"].items() if k in known.model_fields}
         for key, value in data.items():
             if isinstance(value, dict) and isinstance(merged.get(key), dict):
                 merged[key] = {**merged[key], **value}
@@ -115,10 +122,10 @@ def from_dict(data: dict[str, Any], *, source: str = "policy", _seen: tuple[str,
 def openclaw_file(path: str | Path) -> Imported:
     """An OpenClaw config file (JSON, or YAML by its `.yaml`/`.yml` name) as a policy on top of the
     `openclaw` preset, with every key it could not map."""
-    text = Path(path).read_text("utf-8")
+    text = files.read_text(path)
     try:
-        data = yaml.safe_load(text) if str(path).endswith((".yaml", ".yml")) else json.loads(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as error:
+        data = yaml.safe_load(text) if str(path).endswith((".yaml", ".yml")) else files.loads_json(text)
+    except (yaml.YAMLError, RecursionError, InputError) as error:
         raise InputError(f"{path}: not valid {'YAML' if str(path).endswith(('.yaml', '.yml')) else 'JSON'}: "
                          f"{error}", "fix the file; the keys read are listed in ctxwin.policy.openclaw") from None
     return from_openclaw(data, get("openclaw"))

@@ -41,15 +41,14 @@ def at_level(policy: Policy, level: str) -> Policy:
         compaction["trigger_ratio"] = min(section.trigger_ratio * trigger, MAX_TRIGGER_RATIO)
     else:
         compaction["reserve_tokens"] = int(section.reserve_tokens * RESERVE_SCALE[level])
-    if hasattr(section, "keep_recent_tokens"):
+    if "keep_recent_tokens" in type(section).model_fields:
         compaction["keep_recent_tokens"] = int(section.keep_recent_tokens * keep)
     target = getattr(section, "target_ratio", None)
     if target is not None:
         ceiling = compaction.get("trigger_ratio", section.trigger_ratio) or MAX_TRIGGER_RATIO
         compaction["target_ratio"] = min(target * trigger, ceiling * 0.9)
     mask = {"keep_last": max(int(policy.mask.keep_last * keep), 1)}
-    return policy.model_copy(update={
-        "name": f"{policy.name}:{level}",
-        "compaction": section.model_copy(update=compaction),
-        "mask": policy.mask.model_copy(update=mask),
-    })
+    data = policy.model_dump()
+    data.update(name=f"{policy.name}:{level}", compaction={**data["compaction"], **compaction},
+                mask={**data["mask"], **mask})
+    return Policy.model_validate(data)  # validated: a level must not make a policy that could not be written

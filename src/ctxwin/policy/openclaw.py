@@ -15,7 +15,7 @@ from typing import Any
 
 from ctxwin.errors import InputError
 from ctxwin.policy.levels import LEVELS, at_level
-from ctxwin.policy.model import Policy, compaction_for
+from ctxwin.policy.model import COMPACTION_MODELS, Policy, compaction_for
 
 COMPACTION_KEYS = {
     "enabled": "enabled",
@@ -99,6 +99,10 @@ def from_openclaw(config: Mapping[str, Any], base: Policy) -> Imported:
                 unmapped["strategy"] = f"unknown level {value!r} (known: {', '.join(LEVELS)})"
         else:
             unmapped[key] = NOT_POLICY.get(key, "no ctxwin counterpart")
+    known = COMPACTION_MODELS[strategy].model_fields
+    for key in [k for k in section if k not in known]:  # e.g. maxHistoryShare with mode "default" (Pi's)
+        unmapped[key] = f"not a knob of the {strategy} strategy (the config's mode)"
+        del section[key]
     try:
         compaction = compaction_for(strategy, base.compaction, **section)
         policy = base.model_copy(update={"name": "openclaw-import", "compaction": compaction,
