@@ -7,26 +7,61 @@
 - `tools`: the memory tools and their schemas; `recall`: conversation search and ref resolution;
   `working_set`: Letta's open files; `sandbox`: file access confined to a folder.
 
+The names below load on first use, so the engine, which reads only `files`, does not pay for the
+index and the embedders (nor httpx).
+
 Imports: errors, files, messages, tokens, policy, store, pipeline, compaction, providers; it sits
 below the engine and the tools.
 """
 
-from ctxwin.memory.chunks import Chunk, entry_chunks, file_chunks
-from ctxwin.memory.embed import (
-    Embedder,
-    HashEmbedder,
-    HttpEmbedder,
-    MiniLMEmbedder,
-    WordLlamaEmbedder,
-    default_embedder,
-    embedder_from_spec,
-)
-from ctxwin.memory.files import bootstrap_files, daily_note_path, memory_files, reinjection, startup_context
-from ctxwin.memory.flush import FLUSH_PROMPT, DailyNotes, daily_notes, flush_due
-from ctxwin.memory.index import IndexReport, MemoryIndex, SearchResult, index_path, open_workspace_index
-from ctxwin.memory.recall import ConversationHit, conversation_search, resolve_ref
-from ctxwin.memory.tools import MemoryToolOutput, MemoryTools, schemas
-from ctxwin.memory.working_set import WorkingSet, limits_for_window
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    **{name: "chunks" for name in ("Chunk", "entry_chunks", "file_chunks",)},
+    **{name: "embed" for name in (
+        "Embedder", "HashEmbedder", "HttpEmbedder", "MiniLMEmbedder", "WordLlamaEmbedder", "default_embedder",
+        "embedder_from_spec",
+    )},
+    **{name: "files" for name in (
+        "bootstrap_files", "daily_note_path", "memory_files", "reinjection", "startup_context",
+    )},
+    **{name: "flush" for name in ("DailyNotes", "FLUSH_PROMPT", "daily_notes", "flush_due",)},
+    **{name: "index" for name in ("IndexReport", "MemoryIndex", "SearchResult", "index_path", "open_workspace_index",)},
+    **{name: "recall" for name in ("ConversationHit", "conversation_search", "resolve_ref",)},
+    **{name: "tools" for name in ("MemoryToolOutput", "MemoryTools", "schemas",)},
+    **{name: "working_set" for name in ("WorkingSet", "limits_for_window",)},
+}
+
+if TYPE_CHECKING:
+    from ctxwin.memory.chunks import Chunk, entry_chunks, file_chunks
+    from ctxwin.memory.embed import (
+        Embedder,
+        HashEmbedder,
+        HttpEmbedder,
+        MiniLMEmbedder,
+        WordLlamaEmbedder,
+        default_embedder,
+        embedder_from_spec,
+    )
+    from ctxwin.memory.files import bootstrap_files, daily_note_path, memory_files, reinjection, startup_context
+    from ctxwin.memory.flush import FLUSH_PROMPT, DailyNotes, daily_notes, flush_due
+    from ctxwin.memory.index import IndexReport, MemoryIndex, SearchResult, index_path, open_workspace_index
+    from ctxwin.memory.recall import ConversationHit, conversation_search, resolve_ref
+    from ctxwin.memory.tools import MemoryToolOutput, MemoryTools, schemas
+    from ctxwin.memory.working_set import WorkingSet, limits_for_window
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ctxwin.memory' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"ctxwin.memory.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "FLUSH_PROMPT",
