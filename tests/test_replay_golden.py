@@ -1,6 +1,9 @@
 """`ctxwin replay --compare <every preset> --json` on the four long shared sessions prints exactly the
-numbers stored in tests/golden/replay (made before the engine was split into a reducer, caches and a
-façade). A change that moves any number must say why and regenerate the files:
+numbers stored in tests/golden/replay. They were first made before the engine was split into a
+reducer, caches and a façade, and the split left every number as it was; later changes that moved
+numbers on purpose (Pi's unsent answers dropped, summaries built from the logged messages, queued
+prompts replayed, the newest round kept in a tool loop) regenerated them and said why in the commit.
+A change that moves any number must do the same:
 
     python tests/test_replay_golden.py --regenerate
 """
