@@ -12,6 +12,7 @@ from ctxwin import policy as policies
 from ctxwin.engine import ContextEngine
 from ctxwin.messages.pairing import validate
 from ctxwin.policy.model import compaction_for
+from ctxwin.store.entries import CompactionEntry, parse
 from ctxwin.store.memory import MemorySessionLog
 from ctxwin.store.session import Session, is_session_dir
 from ctxwin.transcripts import load_transcript
@@ -45,9 +46,10 @@ def compact(source: str | Path, *, focus: str | None = None, strategy: str | Non
             engine.append(transcript.messages)
         before = engine.prepare()
         after = engine.compact(focus=focus)
-        entries = [e for e in session.path() if e.kind == "compaction"]
+        entries = [e for e in session.path() if e.kind == CompactionEntry.kind]
         done = any(e.stage == "compaction" and e.action != "failed" for e in after.events)
-        payload = entries[-1].payload if entries and done else {}
+        last = parse(entries[-1].kind, entries[-1].payload, entry_id=entries[-1].id) if entries and done else None
+        entry = last if isinstance(last, CompactionEntry) else None
         return {
             "source": str(path),
             "stored": stored,
@@ -58,11 +60,11 @@ def compact(source: str | Path, *, focus: str | None = None, strategy: str | Non
             "tokens_after": after.tokens,
             "window": engine.window,
             "valid": not validate(after.messages, "anthropic") and not validate(after.messages, "openai_chat"),
-            "covered_messages": len(payload.get("covered_ids", ())),
+            "covered_messages": len(entry.covered_ids) if entry else 0,
             "kept_messages": sum(1 for i in after.items if not i.synthetic),
-            "summary_tokens": payload.get("summary_tokens", 0),
+            "summary_tokens": entry.summary_tokens if entry else 0,
             "events": [e.to_dict() for e in after.events],
-            "summary": payload.get("summary", ""),
+            "summary": entry.summary if entry else "",
             "problems": [p.to_dict() for p in engine.problems],
         }
     finally:
