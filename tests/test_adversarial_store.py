@@ -401,3 +401,33 @@ def test_item_25_nan_is_never_written_and_the_error_names_the_field(open_log: Op
 def test_item_25_meta_with_nan_is_refused_too(open_log: Opener) -> None:
     with pytest.raises(InputError, match=r"meta\.x is nan"):
         open_log("m", meta={"x": math.nan})
+
+
+# --------------------------------------------------------------------------------------------------
+# Review of items 18-22: what the fixes themselves got wrong
+
+UNDER_MEMORY_LIMIT = r'''
+import os, resource, sys
+from pathlib import Path
+from ctxwin.store import Session
+root = Path(sys.argv[1])
+with Session.open(root / "warm") as log:  # everything imported and touched once before the limit
+    log.append("custom", {})
+with open("/proc/self/status") as status:
+    used = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+limit = used + (512 << 20)  # far below the read caps (4 GiB index, 1 GiB unsized blob)
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+with Session.open(root / "new") as log:
+    log.append("custom", {"n": 1})
+    handle = log.blobs.put(b"spilled\n" * 1000).handle
+    digest = log.blobs.stat(handle).sha256
+os.unlink(root / "new" / "blobs" / digest[:2] / (digest[2:] + ".json"))  # its size is lost: read unsized
+with Session.open(root / "new") as log:
+    print(len(log), log.report.index, len(log.blobs.get(handle)))
+'''
+
+
+def test_store_files_are_read_by_their_size_not_by_the_cap(tmp_path: Path) -> None:
+    result = run_python(UNDER_MEMORY_LIMIT, str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1", "fresh", "8000"]
