@@ -641,3 +641,21 @@ def test_the_cheap_append_check_still_refuses_what_is_not_a_message(open_log: Op
     with pytest.raises(InputError, match="not a message"):
         log.append("message", payload)
     assert len(log) == 0
+
+
+def test_a_writer_whose_folder_was_replaced_never_locks_a_file_in_the_new_one(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    first = Session.open(folder)
+    try:
+        first.append("custom", {})
+        shutil.rmtree(folder)
+        folder.mkdir()  # another session's folder now
+        first.append("custom", {})  # notices writer.lock gone, and that the folder is not its own
+        (lost,) = first.problems
+        assert lost.kind == "lock_file_removed" and "deleted or replaced" in lost.action
+        assert not (folder / WRITER_LOCK).exists()
+        with Session.open(folder) as other:  # the new folder's session is free for its own writer
+            other.append("custom", {})
+    finally:
+        with pytest.raises(SessionFormatError, match="cannot write the index"):  # its index went with the folder
+            first.close()

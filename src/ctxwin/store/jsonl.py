@@ -217,16 +217,13 @@ class FileLock:
         """The folder's fd, flocked, and still the folder named `folder`: one deleted and made again
         while this waited is another session's folder, so the lock is taken again on that one."""
         for _ in range(LOCK_ATTEMPTS):
-            fd = self._wait(os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), deadline, timeout, what,
-                            hint)
-            try:
-                named, opened = os.stat(folder), os.fstat(fd)
-            except FileNotFoundError:
-                named = None
-            if named is not None and (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino):
-                return fd
-            os.close(fd)  # closing drops the flock on the old folder
-            if named is None:
+            self._fd = self._wait(os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), deadline, timeout,
+                                  what, hint)
+            if self._folder_is_ours():
+                return self._fd
+            os.close(self._fd)  # closing drops the flock on the old folder
+            self._fd = None
+            if not folder.exists():
                 raise SessionFormatError(f"{folder} was removed while it was being opened", "open the session again")
         raise SessionLockedError(f"{folder} keeps being removed and made again while it is being opened",
                                  "stop whatever is replacing the folder, then open the session again")
@@ -288,8 +285,21 @@ class FileLock:
         if self._file_fd is not None:
             os.close(self._file_fd)
             self._file_fd = self._file_id = None
+        if not self._folder_is_ours():  # then the path names another folder: never lock a file in it
+            raise OSError(errno.ENOENT, "the session folder was deleted or replaced", str(self.on))
         self._lock_file(f"{self.path} was made again and locked by another process", "close the other writer")
         return True
+
+    def _folder_is_ours(self) -> bool:
+        """Whether the folder at `on` is still the one this lock holds."""
+        if self._fd is None or self.on is None:
+            return False
+        try:
+            named = os.stat(self.on)
+        except FileNotFoundError:
+            return False
+        held = os.fstat(self._fd)
+        return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
     def release(self) -> None:
         # The pid file first: a writer waiting on the folder then finds it free at once.
@@ -711,8 +721,13 @@ class JsonlSessionLog(TreeReads):
             cov.mtime_ns = os.fstat(self._read_fd).st_mtime_ns
             ix.write_coverage(conn, cov)
             conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as error:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            if isinstance(error, sqlite3.Error):  # e.g. the folder was deleted under the writer
+                raise SessionFormatError(f"cannot write the index of {self.directory}: {error}",
+                                         f"the entries are safe in {SESSION_FILE}; reopen the session to rebuild "
+                                         "the index") from None
             raise
         ix.write_sum(self.directory / INDEX_FILE)
         self._pending, self._pending_jumps, self._pending_ids = [], [], {}
