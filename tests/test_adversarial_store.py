@@ -635,6 +635,11 @@ def test_a_damaged_line_raises_the_one_entry_format_error() -> None:
     {"role": "user", "blocks": [{"type": "video"}]},
     {"role": "user", "blocks": {"type": "text", "text": "not a list"}},
     {"blocks": [{"type": "text", "text": "no role"}]},
+    {"role": ["user"], "blocks": []},
+    {"role": "user", "blocks": [{"type": ["text"], "text": "x"}]},
+    {"role": "assistant", "blocks": [{"type": "tool_call", "id": "c1"}]},  # no name
+    {"role": "tool", "blocks": [{"type": "tool_result", "call_id": "c1", "content": [{"type": "tool_call"}]}]},
+    {"role": "tool", "blocks": [{"type": "tool_result", "call_id": "c1", "content": "text"}]},
 ])
 def test_the_cheap_append_check_still_refuses_what_is_not_a_message(open_log: Opener, payload: dict[str, Any]) -> None:
     log = open_log()
@@ -659,3 +664,23 @@ def test_a_writer_whose_folder_was_replaced_never_locks_a_file_in_the_new_one(tm
     finally:
         with pytest.raises(SessionFormatError, match="cannot write the index"):  # its index went with the folder
             first.close()
+
+
+_json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5))
+_block = st.dictionaries(st.sampled_from(["type", "text", "thinking", "id", "name", "call_id", "content"]),
+                         st.one_of(_json_leaf, st.sampled_from(["text", "image", "tool_call", "tool_result", "x"]),
+                                   st.lists(st.dictionaries(st.sampled_from(["type", "text"]),
+                                                            st.sampled_from(["text", "image", "x"])), max_size=2)),
+                         max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(role=st.one_of(st.sampled_from(["user", "assistant", "tool", "system", "wizard"]), st.lists(st.none())),
+       blocks=st.lists(_block, max_size=3))
+def test_what_the_cheap_append_check_lets_through_the_full_check_on_open_accepts(role: Any,
+                                                                                blocks: list[dict[str, Any]]) -> None:
+    from ctxwin.store.tree import message_shape_problem, payload_problem
+
+    payload = {"role": role, "blocks": blocks}
+    if message_shape_problem("message", payload) is None:
+        assert payload_problem("message", payload) is None  # an appended entry is never skipped on reopen

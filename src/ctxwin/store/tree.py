@@ -67,17 +67,38 @@ def message_shape_problem(kind: str, payload: dict[str, Any]) -> str | None:
     if kind != "message" or ("role" not in payload and "blocks" not in payload):
         return None
     role = payload.get("role")
-    if role not in _ROLES:
+    if not isinstance(role, str) or role not in _ROLES:  # (a list is unhashable: no set look-up for it)
         return f"unknown role {role!r}; expected one of {', '.join(ROLES)}"
     blocks = payload.get("blocks", ())
     if not isinstance(blocks, list | tuple):
         return f"'blocks' is a {type(blocks).__name__}, not a list"
     for index, block in enumerate(blocks):
-        if not isinstance(block, dict):
-            return f"blocks[{index}] is a {type(block).__name__}, not an object"
-        if block.get("type") not in BLOCK_TYPES:
-            return f"blocks[{index}] has unknown type {block.get('type')!r}"
+        problem = _block_shape_problem(block, BLOCK_TYPES)
+        if problem is None and block["type"] == "tool_result":
+            parts = block.get("content", ())
+            if not isinstance(parts, list | tuple):
+                problem = f"'content' is a {type(parts).__name__}, not a list"
+            for at, part in enumerate(parts if problem is None else ()):
+                problem = problem or _block_shape_problem(part, _PART_TYPES, f"content[{at}] ")
+        if problem is not None:
+            return f"blocks[{index}] {problem}"
     return None
+
+
+# The fields each block type's reader (`ctxwin.messages.block_from_dict`) cannot do without.
+_REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {"text": ("text",), "thinking": ("thinking",), "image": (),
+                                                "tool_call": ("id", "name"), "tool_result": ("call_id",)}
+_PART_TYPES = frozenset({"text", "image"})  # what a tool result may hold
+
+
+def _block_shape_problem(block: Any, types: frozenset[str], where: str = "") -> str | None:
+    if not isinstance(block, dict):
+        return f"{where}is a {type(block).__name__}, not an object"
+    kind = block.get("type")
+    if not isinstance(kind, str) or kind not in types:
+        return f"{where}has unknown type {kind!r}"
+    missing = [name for name in _REQUIRED_FIELDS.get(kind, ()) if name not in block]
+    return f"{where}({kind}) has no {', '.join(repr(m) for m in missing)}" if missing else None
 
 
 def payload_problem(kind: str, payload: dict[str, Any]) -> str | None:
