@@ -537,14 +537,14 @@ def test_a_writer_waiting_on_a_folder_that_is_replaced_does_not_take_the_new_ses
 
     def second() -> None:
         try:
-            with Session.open(folder, lock_timeout=2) as log:
+            with Session.open(folder, lock_timeout=1) as log:
                 outcome["opened"] = log.append("custom", {"by": "second"}).id
         except SessionLockedError as error:
             outcome["refused"] = str(error)
 
     waiter = threading.Thread(target=second)
     waiter.start()
-    time.sleep(0.5)  # the waiter has the folder open and polls its flock
+    time.sleep(0.3)  # the waiter has the folder open and polls its flock
     shutil.rmtree(folder)
     third = Session.open(folder)
     first.close()  # the flock on the deleted folder is free now
