@@ -4,13 +4,18 @@ in a subprocess with a timeout; where an item applies to both backends, it runs 
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,12 +26,13 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ctxwin.cli.main import app
-from ctxwin.errors import InputError
+from ctxwin.errors import EntryFormatError, InputError
 from ctxwin.messages import ToolCall, assistant, user
 from ctxwin.store import BlobCorruptedError, Session, SessionFormatError, SessionLockedError, StoreProblem
 from ctxwin.store.blobs import FileBlobStore
-from ctxwin.store.jsonl import SESSION_FILE, WRITER_LOCK
+from ctxwin.store.jsonl import SESSION_FILE, WRITER_LOCK, FileLock, lock_error
 from ctxwin.store.session import list_sessions
+from ctxwin.store.tree import decode_entry
 from ctxwin.tools.spilled import read_spilled
 from store_backends import BACKENDS, LOG_BACKENDS, make_blob_store, unique_id
 
@@ -410,3 +416,280 @@ def test_item_25_nan_is_never_written_and_the_error_names_the_field(open_log: Op
 def test_item_25_meta_with_nan_is_refused_too(open_log: Opener) -> None:
     with pytest.raises(InputError, match=r"meta\.x is nan"):
         open_log("m", meta={"x": math.nan})
+
+
+# --------------------------------------------------------------------------------------------------
+# Review of items 18-22: what the fixes themselves got wrong
+
+UNDER_MEMORY_LIMIT = r'''
+import os, resource, sys
+from pathlib import Path
+from ctxwin.store import Session
+root = Path(sys.argv[1])
+with Session.open(root / "warm") as log:  # everything imported and touched once before the limit
+    log.append("custom", {})
+with open("/proc/self/status") as status:
+    used = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+limit = used + (512 << 20)  # far below the read caps (4 GiB index, 1 GiB unsized blob)
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+with Session.open(root / "new") as log:
+    log.append("custom", {"n": 1})
+    handle = log.blobs.put(b"spilled\n" * 1000).handle
+    digest = log.blobs.stat(handle).sha256
+os.unlink(root / "new" / "blobs" / digest[:2] / (digest[2:] + ".json"))  # its size is lost: read unsized
+with Session.open(root / "new") as log:
+    print(len(log), log.report.index, len(log.blobs.get(handle)))
+'''
+
+
+def test_store_files_are_read_by_their_size_not_by_the_cap(tmp_path: Path) -> None:
+    result = run_python(UNDER_MEMORY_LIMIT, str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1", "fresh", "8000"]
+
+
+def test_flush_waits_for_the_disk_while_a_background_sync_is_under_way(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The group-commit thread has begun an fdatasync (held here, as a slow disk would) when flush()
+    arrives: flush must not return until a sync that covers the append has completed."""
+    real_fdatasync = os.fdatasync
+    began, release = threading.Event(), threading.Event()
+    completed: list[str] = []
+
+    def slow_on_the_flusher(fd: int) -> None:
+        if threading.current_thread().name == "ctxwin-group-commit":
+            began.set()
+            release.wait(HANG_TIMEOUT_S)
+        real_fdatasync(fd)
+        completed.append(threading.current_thread().name)
+
+    monkeypatch.setattr(os, "fdatasync", slow_on_the_flusher)
+    log = Session.open(tmp_path / "s", durability="batch")
+    try:
+        log.append("custom", {"n": 1})
+        assert began.wait(HANG_TIMEOUT_S)
+        log.flush()
+        assert completed, "flush() returned while the only sync of the append was still under way"
+        assert log.unsynced == 0
+    finally:
+        release.set()
+        log.close()
+
+
+def _lock_check_raises(self: FileLock) -> bool:
+    # What FileLock.file_lost raises when writer.lock keeps being replaced by a non-file (a race
+    # that cannot be staged deterministically): anything but an OSError.
+    raise SessionFormatError("writer.lock keeps being replaced by something that is not a file", "check the folder")
+
+
+def test_a_failing_lock_check_never_stops_the_group_commit_thread(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(FileLock, "file_lost", _lock_check_raises)
+    with Session.open(tmp_path / "s", durability="batch") as log:
+        for round_ in range(2):  # the thread syncs, meets the failing check, and syncs again later
+            log.append("custom", {"n": round_})
+            deadline = time.monotonic() + HANG_TIMEOUT_S
+            while log.unsynced and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert log.unsynced == 0 and log._flusher is not None and log._flusher.is_alive()
+        assert [p.kind for p in log.problems] == ["lock_check_failed"]
+    with Session.open(tmp_path / "s", readonly=True) as log:
+        assert [e.payload["n"] for e in log] == [0, 1]
+
+
+def test_a_failing_lock_check_after_an_fsync_append_leaves_the_append_whole(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(FileLock, "file_lost", _lock_check_raises)
+    with Session.open(tmp_path / "s") as log:
+        first = log.append("custom", {"n": 0})  # on disk before the check: it must be returned, not raised
+        second = log.append("custom", {"n": 1})
+        assert len(log) == 2 and second.parent_id == first.id and log.leaf_id == second.id
+        assert [e.id for e in log.path()] == [first.id, second.id]  # offsets kept up to date
+        assert "lock_check_failed" in {p.kind for p in log.problems}
+    with Session.open(tmp_path / "s", readonly=True) as log:
+        assert [e.id for e in log] == [first.id, second.id] and not log.problems
+
+
+def test_an_older_ctxwin_writer_and_a_new_one_exclude_each_other(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    with Session.open(folder) as log:
+        log.append("custom", {})
+    # An older ctxwin writer: a flock on writer.lock, its pid inside.
+    older = os.open(folder / WRITER_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(older, fcntl.LOCK_EX)
+    os.ftruncate(older, 0)
+    os.write(older, b"4242\n")
+    try:
+        with pytest.raises(SessionLockedError, match=r"by process 4242.*older ctxwin"):
+            Session.open(folder)
+        with pytest.raises(SessionLockedError, match="older ctxwin"):
+            Session.open(folder, lock_timeout=0.1)
+    finally:
+        os.close(older)
+    with Session.open(folder) as log:  # the refusals left no lock behind; now the new writer holds both
+        log.append("custom", {})
+        again = os.open(folder / WRITER_LOCK, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what an older writer tries first
+        finally:
+            os.close(again)
+
+
+def test_a_writer_waiting_on_a_folder_that_is_replaced_does_not_take_the_new_session(tmp_path: Path) -> None:
+    """The second writer waits on the folder's flock; the folder is deleted and made again by a third
+    writer; the first closes. The lock the second then gets is on a folder that no longer exists: it
+    must not write into the third writer's session."""
+    folder = tmp_path / "s"
+    first = Session.open(folder)
+    outcome: dict[str, str] = {}
+
+    def second() -> None:
+        try:
+            with Session.open(folder, lock_timeout=1) as log:
+                outcome["opened"] = log.append("custom", {"by": "second"}).id
+        except SessionLockedError as error:
+            outcome["refused"] = str(error)
+
+    waiter = threading.Thread(target=second)
+    waiter.start()
+    time.sleep(0.3)  # the waiter has the folder open and polls its flock
+    shutil.rmtree(folder)
+    third = Session.open(folder)
+    first.close()  # the flock on the deleted folder is free now
+    waiter.join(HANG_TIMEOUT_S)
+    third.append("custom", {"by": "third"})
+    third.close()
+    assert "refused" in outcome, outcome
+    with Session.open(folder, readonly=True) as log:
+        assert [e.payload["by"] for e in log] == ["third"]
+
+
+def test_a_folder_where_writer_lock_belongs_is_a_typed_error_and_is_kept(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    (folder / WRITER_LOCK / "notes").mkdir(parents=True)
+    with pytest.raises(SessionFormatError, match="is a directory") as raised:
+        Session.open(folder)
+    assert raised.value.hint and (folder / WRITER_LOCK / "notes").is_dir()
+    (folder / WRITER_LOCK / "notes").rmdir()
+    with pytest.raises(SessionFormatError, match="is a directory"):  # an empty one too: never removed
+        Session.open(folder)
+
+
+def test_a_session_path_through_a_file_is_a_typed_error(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("x")
+    with pytest.raises(SessionFormatError, match="is a file, not a folder"):
+        Session.open(tmp_path / "plain" / "s")
+
+
+@pytest.mark.parametrize(("code", "kind", "words"), [
+    (errno.EBADF, SessionLockedError, "does not lock files"),  # NFS: flock on a read-only folder fd
+    (errno.ENOLCK, SessionLockedError, "does not lock files"),
+    (errno.EACCES, SessionFormatError, "permission denied"),
+    (errno.EROFS, SessionFormatError, "read-only"),
+])
+def test_lock_errors_are_typed_with_a_hint(code: int, kind: type, words: str) -> None:
+    error = lock_error(Path("/x/s"), OSError(code, os.strerror(code)), "fallback hint")
+    assert type(error) is kind and words in error.message and error.hint and error.hint != "fallback hint"
+
+
+READ_ONLY_DISK = r'''
+import subprocess, sys
+from pathlib import Path
+from ctxwin.store import Session
+mount = Path(sys.argv[1])
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], check=True)
+with Session.open(mount / "s") as log:
+    log.append("custom", {})
+subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+for target in (mount / "s", mount / "new"):
+    try:
+        Session.open(target)
+        print("opened")
+    except Exception as error:
+        print(type(error).__name__, error)
+with Session.open(mount / "s", readonly=True) as log:
+    print("read", len(log))
+'''
+
+
+def test_a_session_on_a_read_only_disk_is_a_typed_error_for_writers(tmp_path: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare, to mount a read-only file system in a private mount namespace")
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a mount namespace here: {probe.stderr.decode().strip()}")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c",
+                             textwrap.dedent(READ_ONLY_DISK), str(mount)], capture_output=True, text=True, env=env,
+                            timeout=HANG_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+    existing, new, read = result.stdout.splitlines()
+    assert existing.startswith("SessionFormatError") and "read-only" in existing, existing
+    assert new.startswith("SessionFormatError") and "read-only" in new, new
+    assert read == "read 1"
+
+
+def test_a_damaged_line_raises_the_one_entry_format_error() -> None:
+    with pytest.raises(EntryFormatError) as raised:
+        decode_entry(b'{"id": "a"')
+    assert isinstance(raised.value, InputError)  # one class of that name, in ctxwin.errors
+
+
+@pytest.mark.parametrize("payload", [
+    {"role": "user", "blocks": ["hi"]},
+    {"role": "user", "blocks": [{"text": "no type"}]},
+    {"role": "user", "blocks": [{"type": "video"}]},
+    {"role": "user", "blocks": {"type": "text", "text": "not a list"}},
+    {"blocks": [{"type": "text", "text": "no role"}]},
+    {"role": ["user"], "blocks": []},
+    {"role": "user", "blocks": [{"type": ["text"], "text": "x"}]},
+    {"role": "assistant", "blocks": [{"type": "tool_call", "id": "c1"}]},  # no name
+    {"role": "tool", "blocks": [{"type": "tool_result", "call_id": "c1", "content": [{"type": "tool_call"}]}]},
+    {"role": "tool", "blocks": [{"type": "tool_result", "call_id": "c1", "content": "text"}]},
+])
+def test_the_cheap_append_check_still_refuses_what_is_not_a_message(open_log: Opener, payload: dict[str, Any]) -> None:
+    log = open_log()
+    with pytest.raises(InputError, match="not a message"):
+        log.append("message", payload)
+    assert len(log) == 0
+
+
+def test_a_writer_whose_folder_was_replaced_never_locks_a_file_in_the_new_one(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    first = Session.open(folder)
+    try:
+        first.append("custom", {})
+        shutil.rmtree(folder)
+        folder.mkdir()  # another session's folder now
+        first.append("custom", {})  # notices writer.lock gone, and that the folder is not its own
+        (lost,) = first.problems
+        assert lost.kind == "lock_file_removed" and "deleted or replaced" in lost.action
+        assert not (folder / WRITER_LOCK).exists()
+        with Session.open(folder) as other:  # the new folder's session is free for its own writer
+            other.append("custom", {})
+    finally:
+        with pytest.raises(SessionFormatError, match="cannot write the index"):  # its index went with the folder
+            first.close()
+
+
+_json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5))
+_block = st.dictionaries(st.sampled_from(["type", "text", "thinking", "id", "name", "call_id", "content"]),
+                         st.one_of(_json_leaf, st.sampled_from(["text", "image", "tool_call", "tool_result", "x"]),
+                                   st.lists(st.dictionaries(st.sampled_from(["type", "text"]),
+                                                            st.sampled_from(["text", "image", "x"])), max_size=2)),
+                         max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(role=st.one_of(st.sampled_from(["user", "assistant", "tool", "system", "wizard"]), st.lists(st.none())),
+       blocks=st.lists(_block, max_size=3))
+def test_what_the_cheap_append_check_lets_through_the_full_check_on_open_accepts(role: Any,
+                                                                                blocks: list[dict[str, Any]]) -> None:
+    from ctxwin.store.tree import message_shape_problem, payload_problem
+
+    payload = {"role": role, "blocks": blocks}
+    if message_shape_problem("message", payload) is None:
+        assert payload_problem("message", payload) is None  # an appended entry is never skipped on reopen

@@ -187,14 +187,14 @@ def test_reader_sees_a_live_writer_without_disturbing_it(tmp_path: Path) -> None
 def test_batch_mode_syncs_in_the_background(tmp_path: Path) -> None:
     with Session.open(tmp_path / "s", durability="batch") as log:
         log.append("message", {})
-        assert log._unsynced == 1
+        assert log.unsynced == 1
         deadline = time.monotonic() + 5
-        while log._unsynced and time.monotonic() < deadline:
+        while log.unsynced and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert log._unsynced == 0
+        assert log.unsynced == 0
         for _ in range(jsonl_mod.BATCH_HARD_LIMIT):
             log.append("message", {})
-        assert log._unsynced < jsonl_mod.BATCH_HARD_LIMIT  # a slow disk makes appends wait, never lose more
+        assert log.unsynced < jsonl_mod.BATCH_HARD_LIMIT  # a slow disk makes appends wait, never lose more
 
 
 def test_list_and_delete_sessions(tmp_path: Path) -> None:

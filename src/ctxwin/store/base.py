@@ -30,6 +30,8 @@ ProblemKind: TypeAlias = Literal[
     "torn_tail",  # a last line without its newline: an append cut short (moved aside by a writer)
     "truncated",  # the file is shorter than ctxwin had indexed it: lines removed outside ctxwin
     "lock_file_removed",  # writer.lock deleted while this writer held the session: recreated
+    "lock_check_failed",  # looking at writer.lock failed while open: the append stood, the folder lock held
+    "sync_failed",  # a background fdatasync (batch mode) failed: flush() and close() sync again
     "unreadable",  # a session that cannot be opened at all (listing only)
 ]
 

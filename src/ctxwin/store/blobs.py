@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ctxwin.errors import FileTooLargeError, InputError, NotARegularFileError
-from ctxwin.files import FileLimits, open_regular
+from ctxwin.files import READ_CHUNK_BYTES, FileLimits, open_regular
 from ctxwin.store.base import BlobCorruptedError, BlobInfo, BlobNotFoundError
 
 HANDLE_PREFIX = "blob:"  # every handle starts with this
@@ -172,10 +172,18 @@ def read_store_file(path: Path, max_bytes: int) -> bytes:
     """The whole of a store file (see `open_store_file`), never more than `max_bytes`, even if it grows
     while being read."""
     with open_store_file(path, max_bytes) as handle:
-        data = handle.read(max_bytes + 1)
-    if len(data) > max_bytes:
+        # One read sized by fstat, never by the cap: `read(cap + 1)` allocates the whole cap up front
+        # (4 GiB for the index), which a memory limit refuses. Not `ctxwin.files.read_bytes`: it
+        # decompresses gzip, and a blob that is a gzip file must come back as its own bytes.
+        size = min(os.fstat(handle.fileno()).st_size, max_bytes)
+        chunks = [handle.read(size + 1)]
+        total = len(chunks[0])
+        while size < total <= max_bytes and (chunk := handle.read(min(READ_CHUNK_BYTES, max_bytes + 1 - total))):
+            chunks.append(chunk)  # it grew since fstat: read on, a chunk at a time, up to the cap
+            total += len(chunk)
+    if total > max_bytes:
         raise FileTooLargeError(f"{path} grew past {max_bytes:,} bytes while being read", "it is not ctxwin's file")
-    return data
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
     <dir>/session.jsonl      line 1: header {"format": "ctxwin-session", "version": 1, ...}; then one entry per line
     <dir>/index.sqlite       the index (a cache, rebuilt from session.jsonl whenever missing, stale or corrupt)
     <dir>/blobs/             the session's blobs (`FileBlobStore`)
-    <dir>/writer.lock        the pid of the one writer (the lock itself is a flock on <dir>)
+    <dir>/writer.lock        the pid of the one writer, flocked by it (and <dir> itself is flocked first)
     <dir>/compaction.lock    flock held while a worker compacts the session
     <dir>/session.jsonl.torn-<offset>-<time>   bytes of a crashed append, moved aside on open (never deleted)
 
@@ -19,8 +19,14 @@ half-written entry visible: a torn last line is moved aside on the next open.
 Locking. One writer at a time, by an exclusive `flock` on the session folder itself, held from open to
 close (a second writer is refused at once, or waits up to `lock_timeout` seconds). Locking the folder,
 not a file in it, is what makes the lock survive someone deleting writer.lock; the writer notices such
-a deletion, writes the file again and reports it (`lock_file_removed`). Readers (`readonly=True`) take
-no lock: they see every complete line and ignore a line still being written.
+a deletion, makes, locks and writes the file again and reports it (`lock_file_removed`). Once it has
+the folder, the writer also flocks writer.lock without waiting, because that is the lock older ctxwin
+versions take: an old and a new writer still exclude each other. A folder deleted and made again while
+a writer waited for its lock is noticed (the locked folder is no longer the one at the path) and the
+lock is taken again on the new one. Every OSError on the way (permissions, a read-only disk, a file
+system without locks, a folder where writer.lock belongs) is a `SessionFormatError` or
+`SessionLockedError` saying what to do. Readers (`readonly=True`) take no lock: they see every complete
+line and ignore a line still being written.
 
 Damage. Every file of the folder is opened without following symbolic links and refused unless it
 is a regular file (a FIFO never blocks an open). Lines that are not usable entries are skipped and
@@ -45,13 +51,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ctxwin.errors import InputError
+from ctxwin.errors import CtxwinError, EntryFormatError, InputError
 from ctxwin.store import jsonl_index as ix
 from ctxwin.store.base import Entry, EntryKind, SessionFormatError, SessionLockedError, StoreProblem
 from ctxwin.store.blobs import DIR_MODE, FILE_MODE, FileBlobStore, open_store_file, read_store_file, write_atomic
 from ctxwin.store.tree import (
     ROOT,
-    EntryFormatError,
     TreeReads,
     check_append,
     decode_entry,
@@ -76,6 +81,7 @@ INDEX_FLUSH_ROWS = 4096  # index rows kept in memory before they are written to 
 ITER_CHUNK = 1024  # entries read at once when iterating
 LOCK_POLL_S = 0.005  # how often a waiting writer retries the lock (doubling up to LOCK_POLL_MAX_S)
 LOCK_POLL_MAX_S = 0.05
+LOCK_ATTEMPTS = 3  # times the folder lock is taken again when the folder was replaced while waiting
 LOG_MAX_BYTES = 1 << 62  # the log is read by offset, never whole: no cap on its size
 HOLDER_MAX_BYTES = 64  # writer.lock holds one pid
 
@@ -124,13 +130,17 @@ class OpenReport:
 
 def open_lock_file(path: Path) -> int:
     """An fd on the lock file `path`, created if missing, never through a symbolic link and never on
-    a FIFO or device (one in its place is replaced: a lock file holds nothing worth keeping)."""
+    a FIFO or device (one in its place is replaced: a lock file holds nothing worth keeping). A folder
+    in its place is refused, not removed: it may hold something. Raises OSError for what it cannot open."""
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     for _ in range(2):
         try:
             fd = os.open(path, flags, FILE_MODE)
+        except IsADirectoryError:
+            raise SessionFormatError(f"{path} is a directory, not ctxwin's lock file",
+                                     "remove it (ctxwin keeps only a pid there), then open the session again") from None
         except OSError as error:
-            if error.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            if error.errno not in (errno.ELOOP, errno.ENXIO):
                 raise
         else:
             if stat.S_ISREG(os.fstat(fd).st_mode):
@@ -148,61 +158,123 @@ def holder_of(path: Path) -> str:
         return ""
 
 
+def lock_error(path: Path, error: OSError, hint: str) -> CtxwinError:
+    """An OSError met while opening or locking `path`, as the typed error a user can act on."""
+    reason = error.strerror or str(error)
+    if error.errno in (errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):  # NFS, some FUSE mounts
+        return SessionLockedError(f"cannot lock {path}: {reason} (this file system does not lock files)",
+                                  "open the session read-only, or keep sessions on a local disk")
+    if error.errno == errno.EROFS:
+        return SessionFormatError(f"cannot write in {path}: the file system is read-only",
+                                  "open the session read-only (readonly=True, or --readonly)")
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return SessionFormatError(f"permission denied opening {path} for writing",
+                                  "check the folder's owner and permissions, or open the session read-only")
+    if error.errno in (errno.ENOTDIR, errno.EEXIST):
+        return SessionFormatError(f"cannot open {path}: a part of the path is a file, not a folder", "check the path")
+    if error.errno == errno.ENOENT:
+        return SessionFormatError(f"{path} was removed while it was being opened", "open the session again")
+    return SessionFormatError(f"cannot open {path}: {reason}", hint)
+
+
 class FileLock:
-    """An exclusive flock. `path` is the lock file, holding the holder's pid. By default the flock is on
-    that file; with `on` it is on `on` (the session folder), which nobody can delete while the
-    session exists, so the lock survives the deletion of `path`. Locks belong to the open file, so
-    two opens in one process exclude each other just as two processes do."""
+    """An exclusive flock, held from `acquire` to `release`. `path` is the lock file, holding the
+    holder's pid. With `on` (the session folder) the flock is on `on` first, which nobody can delete
+    while a writer holds it, so the lock survives the deletion of `path`; and then on `path` as well,
+    without waiting, because older ctxwin writers lock only `path` and must still be kept out (and
+    keep this one out). Locks belong to the open file, so two opens in one process exclude each other
+    just as two processes do."""
 
     def __init__(self, path: Path, on: Path | None = None) -> None:
         self.path = path
         self.on = on
-        self._fd: int | None = None  # what the flock is on
-        self._file_fd: int | None = None  # the pid file, when the flock is elsewhere
+        self._fd: int | None = None  # the folder (with `on`), or the lock file
+        self._file_fd: int | None = None  # the lock file, when `_fd` is the folder
         self._file_id: tuple[int, int] | None = None
 
     def acquire(self, timeout: float | None, what: str, hint: str) -> None:
-        if self.on is None:
-            fd = open_lock_file(self.path)
-        else:
-            fd = os.open(self.on, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        """Raises SessionLockedError when another holds the lock (after `timeout` seconds; None waits
+        forever), SessionFormatError (or SessionLockedError, for a file system without locks) for
+        every OSError met on the way."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause = LOCK_POLL_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if deadline is not None and time.monotonic() >= deadline:
-                    holder = holder_of(self.path)
-                    os.close(fd)
-                    waited = f" after waiting {timeout:g} s" if timeout else ""
-                    by = f" (by process {holder})" if holder else ""
-                    raise SessionLockedError(f"{what}{by}{waited}", hint) from None
-                time.sleep(pause)
-                pause = min(pause * 2, LOCK_POLL_MAX_S)
-        self._fd = fd
+        target = self.path if self.on is None else self.on
         try:
-            self._write_holder()
-        except BaseException:
+            if self.on is None:
+                self._fd = self._wait(open_lock_file(self.path), deadline, timeout, what, hint)
+                os.ftruncate(self._fd, 0)
+                os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+                return
+            self._fd = self._lock_folder(self.on, deadline, timeout, what, hint)
+            target = self.path
+            self._lock_file(what, hint)
+        except BaseException as error:
             self.release()
+            if isinstance(error, OSError):
+                raise lock_error(target, error, hint) from None
             raise
 
-    def _write_holder(self) -> None:
-        if self.on is None:
-            fd = self._fd
-        else:
-            fd = self._file_fd = open_lock_file(self.path)
-            info = os.fstat(fd)
-            self._file_id = (info.st_dev, info.st_ino)
-        assert fd is not None
+    def _lock_folder(self, folder: Path, deadline: float | None, timeout: float | None, what: str, hint: str) -> int:
+        """The folder's fd, flocked, and still the folder named `folder`: one deleted and made again
+        while this waited is another session's folder, so the lock is taken again on that one."""
+        for _ in range(LOCK_ATTEMPTS):
+            self._fd = self._wait(os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), deadline, timeout,
+                                  what, hint)
+            if self._folder_is_ours():
+                return self._fd
+            os.close(self._fd)  # closing drops the flock on the old folder
+            self._fd = None
+            if not folder.exists():
+                raise SessionFormatError(f"{folder} was removed while it was being opened", "open the session again")
+        raise SessionLockedError(f"{folder} keeps being removed and made again while it is being opened",
+                                 "stop whatever is replacing the folder, then open the session again")
+
+    def _wait(self, fd: int, deadline: float | None, timeout: float | None, what: str, hint: str) -> int:
+        """`fd`, once flocked; closed, and SessionLockedError naming the holder, at the deadline."""
+        pause = LOCK_POLL_S
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return fd
+                except BlockingIOError:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        waited = f" after waiting {timeout:g} s" if timeout else ""
+                        raise self._locked(what, hint, waited) from None
+                    time.sleep(pause)
+                    pause = min(pause * 2, LOCK_POLL_MAX_S)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _locked(self, what: str, hint: str, why: str = "") -> SessionLockedError:
+        holder = holder_of(self.path)
+        by = f" (by process {holder})" if holder else ""
+        return SessionLockedError(f"{what}{by}{why}", hint)
+
+    def _lock_file(self, what: str, hint: str) -> None:
+        """Opens, flocks (never waiting: whoever holds it is an older writer inside the session) and
+        writes the pid file of a folder lock."""
+        fd = open_lock_file(self.path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise self._locked(what, hint, f", holding {WRITER_LOCK} (an older ctxwin)") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        self._file_fd = fd
+        info = os.fstat(fd)
+        self._file_id = (info.st_dev, info.st_ino)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
 
     def file_lost(self) -> bool:
-        """Whether the pid file was deleted or replaced since it was written; if so it is written
-        again (the lock itself, on the folder, was never lost). Only for locks with `on`."""
-        if self._file_id is None:
+        """Whether the pid file was deleted or replaced since it was written; if so it is made, locked
+        and written again (the lock on the folder was never lost). Only for locks with `on`. Raises
+        SessionLockedError when an older ctxwin writer locked the new file first, OSError when it
+        cannot be made."""
+        if self._file_id is None and self._file_fd is None:
             return False
         try:
             named = os.lstat(self.path)
@@ -212,21 +284,34 @@ class FileLock:
             pass
         if self._file_fd is not None:
             os.close(self._file_fd)
-            self._file_fd = None
-        self._write_holder()
+            self._file_fd = self._file_id = None
+        if not self._folder_is_ours():  # then the path names another folder: never lock a file in it
+            raise OSError(errno.ENOENT, "the session folder was deleted or replaced", str(self.on))
+        self._lock_file(f"{self.path} was made again and locked by another process", "close the other writer")
         return True
 
+    def _folder_is_ours(self) -> bool:
+        """Whether the folder at `on` is still the one this lock holds."""
+        if self._fd is None or self.on is None:
+            return False
+        try:
+            named = os.stat(self.on)
+        except FileNotFoundError:
+            return False
+        held = os.fstat(self._fd)
+        return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
     def release(self) -> None:
+        # The pid file first: a writer waiting on the folder then finds it free at once.
         if self._file_fd is not None:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._file_fd, 0)
-            os.close(self._file_fd)
+            os.close(self._file_fd)  # closing drops its flock
             self._file_fd = self._file_id = None
         if self._fd is not None:
             if self.on is None:
                 with contextlib.suppress(OSError):
                     os.ftruncate(self._fd, 0)
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
 
@@ -309,7 +394,8 @@ class JsonlSessionLog(TreeReads):
         self._flusher: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._unsynced = 0
+        self._appended = 0  # appends written to the OS since open
+        self._synced = 0  # of those, how many a completed fdatasync covers (only ever raised after one)
         self._pending: list[tuple[Any, ...]] = []  # index rows not yet in SQLite
         self._pending_jumps: list[tuple[int, int]] = []
         self._pending_ids: dict[str, int] = {}
@@ -317,8 +403,11 @@ class JsonlSessionLog(TreeReads):
         self._ids: set[str] | None = None
         try:
             self._open(lock_timeout, session_id, meta)
-        except BaseException:
+        except BaseException as error:
             self._release()
+            if isinstance(error, OSError):  # anything the steps below did not name more precisely
+                raise lock_error(Path(error.filename or self.directory), error, "check the folder and the disk") \
+                    from None
             raise
         self.report.entries = self._count
         self.report.seconds = time.perf_counter() - started
@@ -333,19 +422,25 @@ class JsonlSessionLog(TreeReads):
             if not os.path.lexists(self._file):
                 raise InputError(f"no session at {self.directory} (no {SESSION_FILE})", "check the path")
         else:
-            self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-            self._writer_lock.acquire(
-                lock_timeout,
-                f"session {self.directory} is already open for writing",
-                "close the other writer first, wait for it (lock_timeout=SECONDS), or open the session read-only",
-            )
+            hint = "close the other writer first, wait for it (lock_timeout=SECONDS), or open the session read-only"
+            try:
+                self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+            except OSError as error:
+                raise lock_error(self.directory, error, hint) from None
+            self._writer_lock.acquire(lock_timeout, f"session {self.directory} is already open for writing", hint)
             if not os.path.lexists(self._file):
-                write_atomic(self._file, make_header(session_id or self.directory.name, meta))
+                try:
+                    write_atomic(self._file, make_header(session_id or self.directory.name, meta))
+                except OSError as error:
+                    raise lock_error(self._file, error, "check the disk") from None
                 self.report.index = "created"
         self._read_handle = open_store_file(self._file, LOG_MAX_BYTES)
         self._read_fd = self._read_handle.fileno()
         if not self.readonly:
-            self._write_fd = self._open_for_append()
+            try:
+                self._write_fd = self._open_for_append()
+            except OSError as error:
+                raise lock_error(self._file, error, "check the disk") from None
         header_end = ix.first_line_end(self._read_fd)
         if header_end < 0:
             raise SessionFormatError(f"{self._file} has no complete header line", "it is not a ctxwin session")
@@ -487,6 +582,12 @@ class JsonlSessionLog(TreeReads):
     def size_bytes(self) -> int:
         return self._size
 
+    @property
+    def unsynced(self) -> int:
+        """Appends acknowledged but not yet covered by a completed fdatasync (always 0 in fsync mode)."""
+        with self._mutex:
+            return self._appended - self._synced
+
     # ---- writing
 
     def append(self, kind: EntryKind, payload: dict[str, Any], *, parent_id: str | None = None,
@@ -512,13 +613,15 @@ class JsonlSessionLog(TreeReads):
                     # Not known to be on disk, so not appended: an append that raises leaves no entry.
                     os.ftruncate(self._write_fd, offset)
                     raise
-                self._check_lock_file()
+                self._appended += 1
+                self._synced = self._appended
             else:
-                self._unsynced += 1
-                if self._unsynced == BATCH_MAX_ENTRIES:
-                    self._wake.set()
-                elif self._unsynced >= BATCH_HARD_LIMIT:
+                self._appended += 1
+                unsynced = self._appended - self._synced
+                if unsynced >= BATCH_HARD_LIMIT:
                     self._sync()
+                elif unsynced >= BATCH_MAX_ENTRIES and not self._wake.is_set():
+                    self._wake.set()
             self._size += len(line)
             self._lines += 1
             seq = self._count
@@ -531,6 +634,8 @@ class JsonlSessionLog(TreeReads):
             self._pending_ids[entry.id] = seq
             self._jumps.add(seq, parent_seq)
             self._leaf = (seq, entry.id)
+            if self.durability == "fsync":
+                self._check_lock_file()  # after the state update: the entry is appended whatever it finds
             if len(self._pending) >= INDEX_FLUSH_ROWS:
                 self._flush_index()
             return entry
@@ -546,20 +651,37 @@ class JsonlSessionLog(TreeReads):
             raise
 
     def _sync(self) -> None:
-        if self._unsynced:
+        """Every append so far on disk when this returns (called under the mutex). A sync the
+        background thread has begun does not count: only one that completed covers an append."""
+        if self._appended > self._synced:
+            covered = self._appended
             os.fdatasync(self._write_fd)
-            self._unsynced = 0
+            self._synced = max(self._synced, covered)
+
+    def _report(self, problem: StoreProblem) -> None:
+        """Records a problem found while open, once per kind (called under the mutex)."""
+        if not any(p.kind == problem.kind for p in self._runtime_problems):
+            self._runtime_problems.append(problem)
 
     def _check_lock_file(self) -> None:
         """Notices writer.lock deleted (or replaced) behind the writer's back: the folder lock still
-        excludes other writers, but the file naming this writer is written again, and it is reported."""
+        excludes other writers, but the file naming this writer is made, locked and written again, and
+        it is reported. Never raises: it runs after an entry is already appended, and on the
+        group-commit thread."""
         try:
             lost = self._writer_lock.file_lost()
             action = "written again; the lock itself is on the folder and was never lost, so no other writer got in"
         except OSError as error:  # the folder itself is going away: the append stands, the file cannot
             lost, action = True, f"could not be written again ({error.strerror}); no other writer can get in"
-        if lost and not any(p.kind == "lock_file_removed" for p in self._runtime_problems):
-            self._runtime_problems.append(StoreProblem(
+        except SessionLockedError as error:
+            lost, action = True, (f"could not be locked again: {error.message}; ctxwin writers are still kept out "
+                                  "by the folder lock, an older ctxwin is not")
+        except Exception as error:  # whatever it is, the append stands and it is reported
+            self._report(StoreProblem("lock_check_failed", f"checking {WRITER_LOCK} failed: {error}",
+                                      "the append stands; the folder lock still keeps other ctxwin writers out"))
+            return
+        if lost:
+            self._report(StoreProblem(
                 "lock_file_removed", f"{WRITER_LOCK} was deleted or replaced while this writer held the session",
                 action))
 
@@ -568,14 +690,22 @@ class JsonlSessionLog(TreeReads):
             self._wake.wait(BATCH_MAX_DELAY_S)
             self._wake.clear()
             with self._mutex:
-                pending, self._unsynced = self._unsynced, 0
-                if pending:
-                    self._check_lock_file()
-            if pending:
-                # Outside the mutex, so appends go on meanwhile: fdatasync covers every write that
-                # returned before it was called, and later writes count towards the next sync.
-                # close() stops this thread before it closes the file.
+                covered, synced = self._appended, self._synced
+            if covered <= synced:
+                continue
+            # Outside the mutex, so appends go on meanwhile: fdatasync covers every write that
+            # returned before it was called, and later ones count towards the next sync. close()
+            # stops this thread before it closes the file.
+            try:
                 os.fdatasync(self._write_fd)
+            except OSError as error:
+                with self._mutex:  # nothing counted as synced: flush() and close() sync again, and raise
+                    self._report(StoreProblem("sync_failed", f"a background fdatasync failed ({error.strerror})",
+                                              "the entries stay unsynced; flush() or close() will try again"))
+                continue
+            with self._mutex:
+                self._synced = max(self._synced, covered)
+                self._check_lock_file()
 
     def _flush_index(self) -> None:
         if not self._pending:
@@ -591,8 +721,13 @@ class JsonlSessionLog(TreeReads):
             cov.mtime_ns = os.fstat(self._read_fd).st_mtime_ns
             ix.write_coverage(conn, cov)
             conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as error:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            if isinstance(error, sqlite3.Error):  # e.g. the folder was deleted under the writer
+                raise SessionFormatError(f"cannot write the index of {self.directory}: {error}",
+                                         f"the entries are safe in {SESSION_FILE}; reopen the session to rebuild "
+                                         "the index") from None
             raise
         ix.write_sum(self.directory / INDEX_FILE)
         self._pending, self._pending_jumps, self._pending_ids = [], [], {}

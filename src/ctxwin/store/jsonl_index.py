@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxwin.errors import InputError
+from ctxwin.errors import EntryFormatError, InputError
 from ctxwin.store.base import ProblemKind, StoreProblem
 from ctxwin.store.blobs import FILE_MODE, read_store_file
-from ctxwin.store.tree import ROOT, EntryFormatError, Jumps, decode_entry, payload_problem, salvage_head
+from ctxwin.store.tree import ROOT, Jumps, decode_entry, payload_problem, salvage_head
 
 INDEX_VERSION = 2  # bump when the schema below changes: older indexes are then rebuilt
 READ_CHUNK = 8 << 20  # bytes of JSONL read at once while indexing

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ctxwin.errors import InputError
+from ctxwin.errors import EntryFormatError, InputError
 from ctxwin.store.base import (
     BlobCorruptedError,
     BlobInfo,
@@ -54,7 +54,6 @@ from ctxwin.store.blobs import (
 )
 from ctxwin.store.tree import (
     ROOT,
-    EntryFormatError,
     Jumps,
     TreeReads,
     check_append,
