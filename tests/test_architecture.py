@@ -123,3 +123,18 @@ def test_siblings_may_not_import_each_other(tmp_path: Path) -> None:
         (tree / name / "__init__.py").write_text("")
     (tree / "a" / "x.py").write_text("from pkg.b import y\n")
     assert [str(v) for v in violations(tmp_path, "pkg", {"a": 3, "b": 3})] == ["pkg.a.x:1 imports pkg.b"]
+
+
+def test_every_public_error_is_defined_in_the_errors_module() -> None:
+    """One error hierarchy (httpx's `_exceptions.py`): a class deriving from an exception outside
+    `ctxwin/errors.py` must be private (a leading underscore) — control flow inside one module."""
+    found = []
+    for path in sorted((SRC / "ctxwin").rglob("*.py")):
+        if path.name == "errors.py" and path.parent.name == "ctxwin":
+            continue
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_") and any(
+                    isinstance(b, ast.Name) and (b.id.endswith(("Error", "Exception")) or b.id in
+                                                 ("Exception", "CtxwinError", "InputError")) for b in node.bases):
+                found.append(f"{path.relative_to(SRC)}: {node.name}")
+    assert not found, "errors defined outside ctxwin/errors.py:\n" + "\n".join(found)

@@ -4,17 +4,33 @@
     CtxwinError
     ├── InputError                 a file, argument or message ctxwin cannot use as given (exit 2)
     │   ├── EntryFormatError       a stored log entry without the shape its kind promises
+    │   ├── BlobNotFoundError      a handle that names no blob
+    │   ├── BlobCorruptedError     stored bytes that no longer match their hash (never served)
+    │   ├── SessionFormatError     a session file or database that is not a session log
     │   ├── NotARegularFileError   a FIFO, device, socket or folder where a file was needed
     │   ├── FileTooLargeError      a file, or what it decompresses to, over the cap
     │   ├── JSONTooDeepError       JSON nested deeper than the limit
-    │   └── MalformedJSONError     text that does not parse as JSON (with the position)
+    │   ├── MalformedJSONError     text that does not parse as JSON (with the position)
+    │   ├── ToolError              a tool refusing a call (a reason code, a hint)
+    │   ├── SubagentError          a sub-agent request that cannot run as asked
+    │   ├── MemoryPathError        a memory path outside the memory folder
+    │   └── MemoryEditError        a memory edit that cannot apply (no match, several)
     ├── ContextBudgetError         no request can be made to fit (the system prompt alone is too large)
     ├── ContextOverflowError       the provider keeps rejecting the request as too long after recovery
     ├── CompactionFailed           a compaction that did not happen; history is untouched
-    └── ToolDefinitionError        a function that cannot be registered as a tool (tools.spec)
+    ├── SummaryFailed              a model summary failed with no fallback
+    ├── SessionLockedError         another writer holds the session
+    ├── EncodingError              a vendored tokenizer file is missing or corrupt
+    ├── ProviderError              a provider's HTTP error, error event or malformed answer
+    ├── ModelCallCancelled         a model call stopped by its cancel event
+    ├── Interrupted                the user stopped the agent's current step (Ctrl-C)
+    ├── ToolDefinitionError        a function that cannot be registered as a tool
+    ├── MemoryIndexError           the memory index cannot be used as asked
+    └── EmbedderError              an embedder that cannot load or embed
 
-Catch `CtxwinError` for everything, or the one leaf you care about. Errors of the other packages
-(store, tools, providers) derive from these too and live here as well, so that one import finds any.
+Catch `CtxwinError` for everything, or the one leaf you care about. Every package's errors live here,
+so one import finds any; the packages re-export their own (`ctxwin.store.SessionLockedError` is this
+one). `tests/test_architecture.py` checks that no module outside this one defines a public error.
 """
 
 from __future__ import annotations
@@ -88,6 +104,24 @@ class EntryFormatError(InputError):
     """A stored log entry whose payload does not have the shape its kind promises."""
 
 
+class BlobNotFoundError(InputError):
+    """A handle that names no blob in this store (or is not a handle at all)."""
+
+
+class BlobCorruptedError(InputError):
+    """Stored bytes that no longer match their sha256, or a blob file that is not a regular file of
+    its recorded size: refused, never served. An InputError (a stored file ctxwin cannot use as it
+    is), so tools answer it as a refusal rather than raising."""
+
+
+class SessionLockedError(CtxwinError):
+    """Another writer holds the session (or another worker is compacting it)."""
+
+
+class SessionFormatError(InputError):
+    """A session file or database ctxwin cannot read as a session log."""
+
+
 # --- files: the guarded reader (ctxwin.files)
 
 
@@ -154,6 +188,13 @@ class ModelCallCancelled(CtxwinError):
 
 
 # --- agent (the loop and sub-agents)
+
+
+class Interrupted(CtxwinError):
+    """The user stopped the current step (Ctrl-C): raised inside the agent loop, caught by `run`."""
+
+    def __init__(self, message: str = "the step was stopped (Ctrl-C)", hint: str | None = None) -> None:
+        super().__init__(message, hint)
 
 
 class SubagentError(InputError):

@@ -26,7 +26,7 @@ from ctxwin.agent.processes import child_groups, kill_tool_processes
 from ctxwin.compaction.checkpoint import META as CHECKPOINT_META
 from ctxwin.compaction.checkpoint import REQUEST as CHECKPOINT_REQUEST
 from ctxwin.engine import ContextEngine, Prepared
-from ctxwin.errors import CtxwinError, ModelCallCancelled
+from ctxwin.errors import CtxwinError, Interrupted, ModelCallCancelled
 from ctxwin.memory.flush import daily_notes
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.messages.providers._common import RAW_ARGUMENTS
@@ -71,10 +71,6 @@ class AgentConfig(BaseModel):
     memory_flush: bool = False
     """Before an automatic compaction, append notes on the span leaving the view to the workspace's
     memory/YYYY-MM-DD.md (OpenClaw's pre-compaction flush; the engine calls it)."""
-
-
-class Interrupted(Exception):
-    """The user stopped the current step (Ctrl-C): raised inside the loop, caught by `run`."""
 
 
 def tool_schema(spec: ToolSpec) -> dict[str, Any]:

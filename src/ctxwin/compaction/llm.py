@@ -66,7 +66,7 @@ _STOPWORDS = frozenset({
 T = TypeVar("T")
 
 
-class SummaryRejected(Exception):
+class _SummaryRejected(Exception):
     """The model answered, but not with a usable summary (empty, malformed, failed quality check)."""
 
 
@@ -177,7 +177,7 @@ class LLMSummarizer:
             text = final("; ".join(problems))
             problems = self._problems(text, span)
         if problems:
-            raise SummaryRejected("; ".join(problems))
+            raise _SummaryRejected("; ".join(problems))
 
         trimmed = False
         full = text + tags
@@ -250,7 +250,7 @@ class LLMSummarizer:
         if self.style == "claude-code":
             text = strip_analysis(text)
         if not text:
-            raise SummaryRejected("empty output")
+            raise _SummaryRejected("empty output")
         return text
 
     def chunk(self, span: Sequence[Message], previous_text: str | None, focus: str | None, budget: int,
@@ -263,7 +263,7 @@ class LLMSummarizer:
         overhead = counter.count_text(frame.system) + counter.count_text(frame.user) + summary_room + max_output
         room = int((self.window_tokens - overhead - PROMPT_MARGIN_TOKENS) / SAFETY_MARGIN)
         if room < MIN_CHUNK_TOKENS:
-            raise SummaryRejected(
+            raise _SummaryRejected(
                 f"the summarizer's window ({self.window_tokens} tokens) leaves {max(room, 0)} tokens for the "
                 f"conversation after the prompt, summary and output; at least {MIN_CHUNK_TOKENS} are needed"
             )

@@ -17,7 +17,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias
 
-from ctxwin.errors import CtxwinError, InputError
+# The store's errors live with every other error; they stay importable from here.
+from ctxwin.errors import BlobCorruptedError as BlobCorruptedError
+from ctxwin.errors import BlobNotFoundError as BlobNotFoundError
+from ctxwin.errors import SessionFormatError as SessionFormatError
+from ctxwin.errors import SessionLockedError as SessionLockedError
 
 EntryKind: TypeAlias = Literal[
     "message", "compaction", "decision", "checkpoint", "pin", "label", "model_change", "custom"
@@ -34,24 +38,6 @@ ProblemKind: TypeAlias = Literal[
     "sync_failed",  # a background fdatasync (batch mode) failed: flush() and close() sync again
     "unreadable",  # a session that cannot be opened at all (listing only)
 ]
-
-
-class BlobNotFoundError(InputError):
-    """A handle that names no blob in this store (or is not a handle at all)."""
-
-
-class BlobCorruptedError(InputError):
-    """Stored bytes that no longer match their sha256, or a blob file that is not a regular file of
-    its recorded size: refused, never served. An InputError (a stored file ctxwin cannot use as it
-    is), so tools answer it as a refusal rather than raising."""
-
-
-class SessionLockedError(CtxwinError):
-    """Another writer holds the session (or another worker is compacting it)."""
-
-
-class SessionFormatError(InputError):
-    """A session file or database ctxwin cannot read as a session log."""
 
 
 @dataclass(frozen=True, slots=True)

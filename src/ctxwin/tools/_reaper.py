@@ -19,12 +19,12 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
-class Stop(Exception):
+class _Stop(Exception):
     """Raised by the SIGTERM handler to leave the wait loop."""
 
 
 def _stop(signum: int, frame: object) -> None:
-    raise Stop
+    raise _Stop
 
 
 def children() -> list[int]:
@@ -86,7 +86,7 @@ def main() -> None:
             if got == pid:
                 os.write(status_fd, f"{os.waitstatus_to_exitcode(status)}\n".encode())
                 os.close(status_fd)
-    except Stop:
+    except _Stop:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         kill_all()
 
