@@ -5,6 +5,8 @@ editing, the commit it made, the UUID the user pasted, the error code it was cha
 finds them, `guard` appends the ones a summary lost (OpenClaw's strict identifier policy, but checked
 and repaired instead of only asked for), and `extract_file_ops` gives the read and modified file lists
 that Pi carries across compactions.
+
+(Long on purpose: the identifier and file-operation patterns, mostly regular expressions with their cases.)
 """
 
 from __future__ import annotations

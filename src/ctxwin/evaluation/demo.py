@@ -14,6 +14,8 @@ rendered as the HTML report.
 Everything is deterministic: the workspace is a fresh copy without bytecode caches, the clock is
 scripted, tool call ids are numbered, and the commands print nothing that depends on time or on
 where the copy lives.
+
+(Long on purpose: the scripted agent's whole script, a realistic long task, is data written as code.)
 """
 
 from __future__ import annotations

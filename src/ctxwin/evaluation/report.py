@@ -6,6 +6,8 @@ CSS, and nothing is loaded at view time (no script, font, image or stylesheet fr
 string that can come from a transcript or from the user (paths, model names, policy names, event
 reasons, probe texts) goes through `esc`; numbers are formatted here. The same input gives the same
 bytes (no clock, no randomness), so a report can be diffed.
+
+(Long on purpose: one self-contained page; most of the length is the HTML and the SVG plots it writes.)
 """
 
 from __future__ import annotations

@@ -65,6 +65,9 @@ it does not change stay the same objects):
    calls, a user message with the text `TRAILING_USER_TEXT` is appended (the assistant's text is kept).
 No user or assistant text is ever dropped: only empty text, thinking, misplaced calls, and orphan or
 duplicate results are. The result validates for the same provider, so repairing twice changes nothing.
+
+(Long on purpose: one validator and one repair for three providers' rules, kept together so the
+repair fixes exactly what the validator reports.)
 """
 
 from __future__ import annotations

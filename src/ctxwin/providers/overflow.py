@@ -13,6 +13,8 @@ Sources: Pi `packages/ai/src/utils/overflow.ts` (badlogic/pi-mono a2dbd625, eare
 and its live test `packages/ai/test/context-overflow.test.ts`; OpenClaw
 `src/agents/pi-embedded-helpers/{errors.ts,provider-error-patterns.ts}` (openclaw/openclaw); and the
 provider error bodies users pasted into the GitHub issues cited next to each entry.
+
+(Long on purpose: most of it is the catalog, data with one real error body per provider.)
 """
 
 from __future__ import annotations

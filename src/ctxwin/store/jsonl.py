@@ -32,6 +32,9 @@ Damage. Every file of the folder is opened without following symbolic links and 
 is a regular file (a FIFO never blocks an open). Lines that are not usable entries are skipped and
 reported, and the entries hanging under them are re-attached (see `jsonl_index.py`); everything found
 is in `problems`, a list of `StoreProblem`.
+
+(Long on purpose: the writer's locking, durability modes, torn-line recovery and index upkeep share
+one file handle and one mutex; split apart their invariants would be harder to see.)
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ sessions. Same API and semantics as the JSONL backend (`jsonl.py`), with these e
 - Readers (`readonly=True`) take no lock and see the log as it was when they opened it.
 
 Needs the `postgres` extra (psycopg 3).
+
+(Long on purpose: the same API as the JSONL backend, with its migrations and advisory locks.)
 """
 
 from __future__ import annotations

@@ -29,6 +29,9 @@ order. Every request it received is in `requests`.
     with FakeProvider(context_window=8_000, max_output=1_000) as fake:
         client = AnthropicClient(fake.anthropic_base_url, "key", "claude-test")
         ...
+
+(Long on purpose: three APIs' request validation, answers and SSE streams, faults and cache
+accounting must agree with each other; split by API it would repeat the shared server.)
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ binary files and files over 50 MB; hidden files are searched.
 
 File names that hold control characters (a newline), a backslash or a leading quote are printed as a
 JSON string literal, so every listed line names exactly one path.
+
+(Long on purpose: grep's two engines must produce the same records in the same order, so they live
+beside the one formatter; find and ls share its walk.)
 """
 
 from __future__ import annotations
