@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -304,3 +305,17 @@ def test_an_openclaw_default_mode_reports_the_safeguard_knobs_it_cannot_take(tmp
     imported = policies.openclaw_file(path)
     assert imported.policy.compaction.strategy == "pi" and imported.policy.compaction.keep_recent_tokens == 9000
     assert "history_share" in imported.unmapped
+
+
+@pytest.mark.parametrize("strategy", ["letta", "ctxwin", "pi"])
+def test_a_turn_trigger_compacts_in_batches_whatever_the_strategy(strategy: str) -> None:
+    """The kept tail holds at most half the turn trigger, so a compaction is not due again at once."""
+    engine = ContextEngine(model="gpt-4o", policy=with_compaction(strategy, trigger_turns=4))
+    compacted = []
+    for t in range(12):
+        engine.append(Message("user", (Text(f"turn {t}: do step {t}"),)))
+        prepared = engine.prepare()
+        compacted.append(any(e.stage == "compaction" and e.action != "failed" for e in prepared.events))
+        engine.append(Message("assistant", (Text(f"did {t}"),)))
+    assert any(compacted)
+    assert not any(a and b for a, b in pairwise(compacted)), compacted

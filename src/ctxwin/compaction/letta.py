@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from ctxwin.compaction.cuts import CutPlan, first_content, plan_at
+from ctxwin.compaction.pi import turns_cut
 from ctxwin.compaction.strategy import AgentSummary, Strategy
 from ctxwin.pipeline.view import Item, StageContext, total_tokens
 
@@ -45,4 +46,5 @@ class LettaStrategy(Strategy):
             return plan_at(items, len(items), pins, split_turns=False)
         target = int(ctx.window * (policy.target_ratio or DEFAULT_TARGET) / factor)
         cut = letta_cut(items, first_content(items), target, ctx.system_tokens)
-        return plan_at(items, cut, pins, split_turns=False)
+        # The turn caps hold for every strategy: a tail past the turn trigger would compact again at once.
+        return plan_at(items, turns_cut(items, cut, policy, float("inf")), pins, split_turns=False)

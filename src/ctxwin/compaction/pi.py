@@ -44,13 +44,14 @@ def turns_cut(items: Sequence[Item], cut: int, policy: Any, limit: float) -> int
     holds at most `max_turns`, and, under a turn trigger, at most half of it (or `keep_recent_turns`):
     a tail that still passed the trigger would compact again on the next request. The caps win over
     the floor."""
-    if policy.keep_recent_turns:
-        floor = recent_turns_cut(items, policy.keep_recent_turns)
+    keep_turns = getattr(policy, "keep_recent_turns", 0)  # only the strategies that keep a recent tail have it
+    if keep_turns:
+        floor = recent_turns_cut(items, keep_turns)
         if total_tokens(items[floor:]) <= limit:
             cut = min(cut, floor)
     cap = policy.max_turns
     if policy.trigger_turns is not None:
-        room = max(policy.keep_recent_turns, policy.trigger_turns // 2)
+        room = max(keep_turns, policy.trigger_turns // 2)
         cap = room if cap is None else min(cap, room)
     if cap is not None and len(turn_starts(items)) > cap:
         cut = max(cut, recent_turns_cut(items, cap))
