@@ -18,7 +18,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("files",),
     ("messages",),
     ("tokens",),
-    ("policy",),
+    ("policies",),
     ("store",),
     ("pipeline",),
     ("compaction",),

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import shared_path
-from ctxwin import policy as policies
+from ctxwin import policies
 from ctxwin.compaction.compact import plan_cut, threshold
 from ctxwin.compaction.cuts import find_cut, is_cut_point
 from ctxwin.engine import ContextEngine

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from conftest import shared_path
-from ctxwin import policy as policies
+from ctxwin import policies
 from ctxwin.errors import InputError
 from ctxwin.evaluation import RECORDED, compare, replay_setup
 from ctxwin.evaluation.compare import DEFAULT_POLICIES, latest_session

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxwin import policy as policies
+from ctxwin import policies
 from ctxwin.engine import ContextEngine
 from ctxwin.messages import Image, Message, Text, ToolCall, ToolResult
 from ctxwin.messages.pairing import validate

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import TRANSCRIPTS, shared_path
-from ctxwin import policy as policies
+from ctxwin import policies
 from ctxwin.engine import ContextEngine
 from ctxwin.evaluation.replay import iter_replay
 from ctxwin.messages import Message, Text, ToolCall, ToolResult

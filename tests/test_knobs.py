@@ -17,13 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import shared_path
-from ctxwin import ContextEngine
-from ctxwin import policy as policies
+from ctxwin import ContextEngine, policies
 from ctxwin.errors import InputError
 from ctxwin.evaluation.replay import iter_replay
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.messages.pairing import validate
-from ctxwin.policy.model import compaction_for
+from ctxwin.policies.model import compaction_for
 from ctxwin.transcripts import load_transcript
 from store_backends import LOG_BACKENDS, unique_id
 from test_engine import check_call, check_recoverable, run_session, sessions

@@ -40,7 +40,7 @@ from ctxwin.memory.chunks import split_lines
 from ctxwin.memory.sandbox import Confined, parts_of
 from ctxwin.memory.scoring import fuse, normalize_text
 from ctxwin.messages import ToolCall, assistant, tool_result, user
-from ctxwin.policy.model import BootstrapPolicy
+from ctxwin.policies.model import BootstrapPolicy
 from ctxwin.store import pgtemp
 from ctxwin.store.memory import MemorySessionLog
 

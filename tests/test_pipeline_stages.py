@@ -8,7 +8,7 @@ from ctxwin.messages import Message, Text, ToolCall, ToolResult, assistant, tool
 from ctxwin.pipeline import bootstrap, budget, dedup, fit, mask, prune, spill
 from ctxwin.pipeline.cut import has_important_tail, head_tail
 from ctxwin.pipeline.view import Item, StageContext, total_tokens
-from ctxwin.policy.model import (
+from ctxwin.policies.model import (
     BootstrapPolicy,
     DedupPolicy,
     FitPolicy,

@@ -2,16 +2,16 @@
 
 The root holds the few names a harness needs (the engine, the session store, policies, the message
 types, the request it returns, the errors); everything else is reachable from its package:
-`ctxwin.messages`, `ctxwin.tokens`, `ctxwin.policy`, `ctxwin.store`, `ctxwin.pipeline`,
+`ctxwin.messages`, `ctxwin.tokens`, `ctxwin.policies`, `ctxwin.store`, `ctxwin.pipeline`,
 `ctxwin.compaction`, `ctxwin.providers`, `ctxwin.engine`, `ctxwin.tools`, `ctxwin.transcripts`,
 `ctxwin.evaluation`, `ctxwin.testing`.
 """
 
-from ctxwin import policy as policies
+from ctxwin import policies
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.errors import CompactionFailed, ContextBudgetError, ContextOverflowError, CtxwinError, InputError
 from ctxwin.messages import Image, Message, Text, Thinking, ToolCall, ToolResult
-from ctxwin.policy import Policy
+from ctxwin.policies import Policy
 from ctxwin.store import Session
 
 __version__ = "0.1.0"

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from ctxwin import policy as policies
+from ctxwin import policies
 from ctxwin.agent.events import LoopEvent, RunResult, RunStats
 from ctxwin.agent.model import Model
 from ctxwin.agent.processes import child_groups, kill_tool_processes
@@ -31,7 +31,7 @@ from ctxwin.memory.flush import daily_notes
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.messages.providers._common import RAW_ARGUMENTS
 from ctxwin.pipeline.view import Event
-from ctxwin.policy.model import Policy
+from ctxwin.policies.model import Policy
 from ctxwin.providers import Completion, ProviderError
 from ctxwin.store.base import SessionLog
 from ctxwin.tokens import model_info

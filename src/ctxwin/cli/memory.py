@@ -70,7 +70,7 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="Print as one JSON object."),
 ) -> None:
     """The memory files, what a session starting today loads of them, and the index's state."""
-    from ctxwin.policy.model import BootstrapPolicy
+    from ctxwin.policies.model import BootstrapPolicy
 
     if not workspace.is_dir():
         raise InputError(f"no workspace folder at {workspace}", "give the folder that holds MEMORY.md and memory/")

@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.table import Table
 
-from ctxwin import policy as policies
+from ctxwin import policies
 from ctxwin.cli.app import app, console, err_console, handle_errors, print_json
 
 

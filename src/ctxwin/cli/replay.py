@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ctxwin import policy as policies
+from ctxwin import policies
 from ctxwin.cli.app import app, console, handle_errors, print_json
 from ctxwin.cli.progress import progress_bars
 from ctxwin.cli.reads import SessionReads

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ctxwin.errors import CtxwinError
-from ctxwin.policy.model import Policy
+from ctxwin.policies.model import Policy
 
 UNLIMITED_WINDOW = 10**12
 """The window of a policy with `unlimited_window` (the raw baseline)."""

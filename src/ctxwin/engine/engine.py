@@ -17,7 +17,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from ctxwin import policy as policies
+from ctxwin import policies
 from ctxwin.compaction.base import Summarizer
 from ctxwin.compaction.compact import strategy_for
 from ctxwin.compaction.strategy import BY_TURNS
@@ -26,7 +26,7 @@ from ctxwin.memory.files import bootstrap_files
 from ctxwin.messages import Message
 from ctxwin.pipeline import bootstrap
 from ctxwin.pipeline.view import Event, StageContext
-from ctxwin.policy.model import Policy
+from ctxwin.policies.model import Policy
 from ctxwin.providers.overflow import is_overflow_error, reported_context_tokens
 from ctxwin.store.base import SessionLog
 from ctxwin.store.entries import (

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxwin import policy as policies
+from ctxwin import policies
 from ctxwin.errors import CtxwinError
 from ctxwin.pipeline.view import Event
-from ctxwin.policy.model import Policy
+from ctxwin.policies.model import Policy
 
 
 @dataclass(frozen=True)

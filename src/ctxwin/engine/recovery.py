@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ctxwin.errors import ContextOverflowError, CtxwinError
 from ctxwin.pipeline.view import Event
-from ctxwin.policy.model import Policy
+from ctxwin.policies.model import Policy
 from ctxwin.providers.overflow import OverflowMatch
 from ctxwin.store.entries import RecoveryEntry
 

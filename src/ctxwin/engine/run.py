@@ -22,7 +22,7 @@ from ctxwin.messages import Message
 from ctxwin.pipeline import budget, dedup, fit, mask, prune, spill, turns
 from ctxwin.pipeline.validate import common_prefix
 from ctxwin.pipeline.view import Event, Item, StageContext, StageResult, total_tokens
-from ctxwin.policy.model import Policy
+from ctxwin.policies.model import Policy
 from ctxwin.store.base import Entry, SessionLog
 from ctxwin.store.entries import DecisionEntry, LogEntry, MessageEntry
 from ctxwin.tokens import CachedCounter

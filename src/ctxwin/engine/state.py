@@ -17,7 +17,7 @@ from ctxwin.compaction.compact import attachment_message
 from ctxwin.compaction.strategy import AgentSummary, Strategy
 from ctxwin.messages import Message, ToolCall
 from ctxwin.pipeline.view import Item
-from ctxwin.policy.model import Policy
+from ctxwin.policies.model import Policy
 from ctxwin.store.entries import (
     CalibrationEntry,
     CompactionEntry,

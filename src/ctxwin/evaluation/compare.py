@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxwin import policy as policies
+from ctxwin import policies
 from ctxwin.engine import ContextEngine
 from ctxwin.engine.engine import UNLIMITED_WINDOW
 from ctxwin.errors import InputError

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import ctxwin
-from ctxwin import policy as presets
+from ctxwin import policies as presets
 from ctxwin.agent import Agent, AgentConfig, FunctionModel, create_agent
 from ctxwin.errors import CtxwinError, InputError
 from ctxwin.evaluation.compare import compare
@@ -354,18 +354,18 @@ def _policies_and_models(agent: ScriptedAgent, sizes: dict[str, int]) -> None:
         f"Production runs {DEMO_MODEL} with a {DEMO_WINDOW}-token window and 64000 max output tokens. Check the "
         "policy presets and the model registry, and show me what the CLI lists. Use the presets as they "
         "ship; don't invent new ones.")
-    presets = agent.one("The presets folder:", "ls", path="ctxwin/policy/presets")
+    presets = agent.one("The presets folder:", "ls", path="ctxwin/policies/presets")
     for name in _listed(presets, ".toml"):
-        agent.one(f"Preset {name}:", "read", path=f"ctxwin/policy/presets/{name}")
-    agent.read_module("ctxwin/policy/model.py", sizes.get("ctxwin/policy/model.py", 0),
+        agent.one(f"Preset {name}:", "read", path=f"ctxwin/policies/presets/{name}")
+    agent.read_module("ctxwin/policies/model.py", sizes.get("ctxwin/policies/model.py", 0),
                       "The policy model, every knob with its documentation.")
     agent.one("The presets as the library lists them:", "shell", command=(
-        "python -c \"from ctxwin import policy; [print(f'{n:12} {policy.get(n).description}') "
-        "for n in policy.names()]\""))
+        "python -c \"from ctxwin import policies; [print(f'{n:12} {policies.get(n).description}') "
+        "for n in policies.names()]\""))
     agent.one("And the masking preset in full, every field:", "shell", command=(
-        "python -c \"from ctxwin import policy; print(policy.to_toml(policy.get('masking')))\""))
+        "python -c \"from ctxwin import policies; print(policies.to_toml(policies.get('masking')))\""))
     agent.one("Is there a 'fast' preset, as the runbook says?", "shell", command=(
-        "python - <<'EOF'\nimport sys\nfrom ctxwin import policy\ntry:\n    print(policy.get('fast'))\n"
+        "python - <<'EOF'\nimport sys\nfrom ctxwin import policies\ntry:\n    print(policies.get('fast'))\n"
         "except Exception as error:\n    sys.exit(f'error: {error}')\nEOF"))
     agent.one("The registry entry for the production model:", "grep", pattern="claude-sonnet-4",
               path="ctxwin/tokens/registry.py")
@@ -398,7 +398,7 @@ def _dump_and_search(agent: ScriptedAgent, sizes: dict[str, int]) -> None:
     agent.one("Around the masking stage:", "grep_spilled", handle=handle, pattern="def stage", limit=20)
     agent.one("Let me re-read the masking stage itself.", "read", path="ctxwin/pipeline/mask.py")
     agent.one("And the policy fields it reads.", "grep", pattern="batch|keep_last|trigger_ratio",
-              path="ctxwin/policy/model.py", context=3)
+              path="ctxwin/policies/model.py", context=3)
     agent.say(
         f"The full dump is kept under {handle}; the batch decision is in ctxwin/pipeline/mask.py, in `stage`: "
         "results older than the last `keep_last` are collected, and nothing is masked until `batch` of them "
@@ -429,14 +429,14 @@ def _fix(agent: ScriptedAgent, sizes: dict[str, int]) -> None:
     if first is not None:
         agent.one("Adding the note at the top of the masking module.", "edit", path=mask_path, old_text=first,
                   new_text=f"{first}\n# {TICKET}: masking waits for `batch` results so the cached prefix breaks "
-                  "once per batch,\n# not once per call (see ctxwin/policy/presets/ctxwin.toml).")
-    preset = "ctxwin/policy/presets/ctxwin.toml"
+                  "once per batch,\n# not once per call (see ctxwin/policies/presets/ctxwin.toml).")
+    preset = "ctxwin/policies/presets/ctxwin.toml"
     agent.one("Now the preset.", "edit", path=preset, old_text="batch = 8", new_text="batch = 12")
     agent.one("Trying the same edit again to be sure it applied once:", "edit", path=preset,
               old_text="batch = 8", new_text="batch = 12")
     agent.one("Re-reading the masking module after the edit.", "read", path=mask_path, limit=40)
     agent.one("Does the package still import, and does the preset load?", "shell", command=(
-        "python -c \"from ctxwin import policy; p = policy.get('ctxwin'); print(p.name, p.mask.batch, "
+        "python -c \"from ctxwin import policies; p = policies.get('ctxwin'); print(p.name, p.mask.batch, "
         "p.mask.keep_last)\""))
     agent.one("Any other place that hard-codes the old batch?", "grep", pattern="batch = 8|batch=8", path="ctxwin")
     agent.say(f"Done: the note in {mask_path} references {TICKET}, and the ctxwin preset now has batch = 12 "
@@ -467,7 +467,7 @@ def _survey(agent: ScriptedAgent, sizes: dict[str, int]) -> None:
     agent.say(
         f"Summary for {TICKET} ({TICKET_URL}), regression from commit {BAD_COMMIT[:12]}, fix in {PR_URL}: "
         "masking breaks the prompt cache each time it edits old tool outputs, so it now waits for 12 due "
-        "results instead of 8 (ctxwin/policy/presets/ctxwin.toml), and ctxwin/pipeline/mask.py documents why. "
+        "results instead of 8 (ctxwin/policies/presets/ctxwin.toml), and ctxwin/pipeline/mask.py documents why. "
         "Compaction bounds its summary by summary_max_tokens; the tools cap every output at 2000 lines or 50 KB "
         "and spill the rest under blob handles; the store keeps everything, append-only. Public names are "
         "unchanged and no line exceeds 120 characters.")

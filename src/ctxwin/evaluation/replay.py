@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxwin import policy as policies
+from ctxwin import policies
 from ctxwin.compaction.base import Summarizer
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.messages import Message
 from ctxwin.pipeline.validate import common_prefix
 from ctxwin.pipeline.view import Event, keys_of, total_tokens
-from ctxwin.policy.model import Policy
+from ctxwin.policies.model import Policy
 from ctxwin.store.base import BlobStore
 from ctxwin.store.entries import epoch
 from ctxwin.store.memory import MemorySessionLog

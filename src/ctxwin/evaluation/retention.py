@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxwin import policy as policies
+from ctxwin import policies
 from ctxwin.compaction.compact import summary_message
 from ctxwin.engine import ContextEngine
 from ctxwin.engine.prepared import Prepared

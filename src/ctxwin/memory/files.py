@@ -17,7 +17,7 @@ from datetime import date, timedelta
 from pathlib import Path
 
 from ctxwin.pipeline import bootstrap
-from ctxwin.policy.model import BootstrapPolicy
+from ctxwin.policies.model import BootstrapPolicy
 
 MEMORY_FILE = "MEMORY.md"
 MEMORY_DIR = "memory"

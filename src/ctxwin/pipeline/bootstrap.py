@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxwin.pipeline.cut import head_tail
-from ctxwin.policy.model import BootstrapPolicy
+from ctxwin.policies.model import BootstrapPolicy
 
 MIN_REMAINING_CHARS = 64
 """Stop adding files once fewer characters than this remain of the total budget."""

@@ -21,7 +21,7 @@ from ctxwin.pipeline.view import (
     text_result,
     with_results,
 )
-from ctxwin.policy.model import ResultBudgetPolicy
+from ctxwin.policies.model import ResultBudgetPolicy
 
 NOTICE_RESERVE = 200
 """Characters set aside for the notice inside the cap."""

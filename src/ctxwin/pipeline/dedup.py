@@ -28,7 +28,7 @@ from ctxwin.pipeline.view import (
     text_result,
     with_results,
 )
-from ctxwin.policy.model import DedupPolicy
+from ctxwin.policies.model import DedupPolicy
 
 
 @dataclass(frozen=True, slots=True)

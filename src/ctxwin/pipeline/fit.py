@@ -25,7 +25,7 @@ from ctxwin.pipeline.view import (
     total_tokens,
     with_results,
 )
-from ctxwin.policy.model import FitPolicy
+from ctxwin.policies.model import FitPolicy
 
 MARKER_ID = "fit:dropped"
 MIN_CUT_CHARS = 200

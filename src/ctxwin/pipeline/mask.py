@@ -25,7 +25,7 @@ from ctxwin.pipeline.view import (
     total_tokens,
     with_results,
 )
-from ctxwin.policy.model import MaskPolicy
+from ctxwin.policies.model import MaskPolicy
 
 MASKED_BY = ("mask", "prune", "dedup", "fit")
 """Renderings that are already placeholders or stubs: never masked again."""

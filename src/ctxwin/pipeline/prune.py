@@ -24,7 +24,7 @@ from ctxwin.pipeline.view import (
     tool_matches,
     with_results,
 )
-from ctxwin.policy.model import PrunePolicy
+from ctxwin.policies.model import PrunePolicy
 
 CLEARED_BY = ("prune", "mask", "fit")
 """Renderings that are already placeholders: never pruned again."""

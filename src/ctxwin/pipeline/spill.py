@@ -19,7 +19,7 @@ from ctxwin.pipeline.view import (
     text_result,
     with_results,
 )
-from ctxwin.policy.model import SpillPolicy
+from ctxwin.policies.model import SpillPolicy
 
 PREVIEW_SNAP_SHARE = 0.5
 """The preview ends at the last line end if that is past this share of the preview size."""

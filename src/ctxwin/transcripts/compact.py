@@ -8,10 +8,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ctxwin import policy as policies
+from ctxwin import policies
 from ctxwin.engine import ContextEngine
 from ctxwin.messages.pairing import validate
-from ctxwin.policy.model import compaction_for
+from ctxwin.policies.model import compaction_for
 from ctxwin.store.entries import CompactionEntry, parse
 from ctxwin.store.memory import MemorySessionLog
 from ctxwin.store.session import Session, is_session_dir

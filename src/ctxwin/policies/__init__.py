@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from ctxwin import files
 from ctxwin.errors import InputError
-from ctxwin.policy.levels import LEVELS, at_level
-from ctxwin.policy.model import (
+from ctxwin.policies.levels import LEVELS, at_level
+from ctxwin.policies.model import (
     COMPACTION_MODELS,
     STRATEGIES,
     BootstrapPolicy,
@@ -36,7 +36,7 @@ from ctxwin.policy.model import (
     SpillPolicy,
     compaction_for,
 )
-from ctxwin.policy.openclaw import Imported, from_openclaw
+from ctxwin.policies.openclaw import Imported, from_openclaw
 
 DEFAULT = "ctxwin"
 
@@ -127,7 +127,7 @@ def openclaw_file(path: str | Path) -> Imported:
         data = yaml.safe_load(text) if str(path).endswith((".yaml", ".yml")) else files.loads_json(text)
     except (yaml.YAMLError, RecursionError, InputError) as error:
         raise InputError(f"{path}: not valid {'YAML' if str(path).endswith(('.yaml', '.yml')) else 'JSON'}: "
-                         f"{error}", "fix the file; the keys read are listed in ctxwin.policy.openclaw") from None
+                         f"{error}", "fix the file; the keys read are listed in ctxwin.policies.openclaw") from None
     return from_openclaw(data, get("openclaw"))
 
 

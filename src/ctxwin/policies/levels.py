@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ctxwin.errors import InputError
-from ctxwin.policy.model import Policy
+from ctxwin.policies.model import Policy
 
 Level = Literal["aggressive", "balanced", "conservative"]
 LEVELS: tuple[str, ...] = ("aggressive", "balanced", "conservative")

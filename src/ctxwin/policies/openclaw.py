@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxwin.errors import InputError
-from ctxwin.policy.levels import LEVELS, at_level
-from ctxwin.policy.model import COMPACTION_MODELS, Policy, compaction_for
+from ctxwin.policies.levels import LEVELS, at_level
+from ctxwin.policies.model import COMPACTION_MODELS, Policy, compaction_for
 
 COMPACTION_KEYS = {
     "enabled": "enabled",
