@@ -35,8 +35,8 @@ from ctxwin.compaction.identifiers import (
 from ctxwin.compaction.summary import (
     MAX_FIT_ATTEMPTS,
     Fitted,
-    Item,
     Section,
+    SectionItem,
     clip,
     fit_sections,
     item_key,
@@ -806,11 +806,11 @@ def _is_referenced(item: str, referenced: frozenset[str]) -> bool:
 
 
 def recent_or_referenced(items: Sequence[str], referenced: frozenset[str], boost: Callable[[str], float],
-                         variants: Callable[[str], tuple[str, ...]]) -> tuple[Item, ...]:
+                         variants: Callable[[str], tuple[str, ...]]) -> tuple[SectionItem, ...]:
     """Items ranked for the budget: the most recent first, and an item naming something the end of
     the history still uses counts as twice as recent."""
     n = len(items)
-    return tuple(Item(variants(t), rank=(n - 1 - i) * (0.5 if _is_referenced(t, referenced) else 1.0) + boost(t))
+    return tuple(SectionItem(variants(t), rank=(n - 1 - i) * (0.5 if _is_referenced(t, referenced) else 1.0) + boost(t))
                  for i, t in enumerate(items))
 
 
@@ -828,7 +828,7 @@ def error_variants(entry: str) -> tuple[str, ...]:
 
 
 def commands_items(commands: Sequence[str], referenced: frozenset[str],
-                   boost: Callable[[str], float]) -> tuple[Item, ...]:
+                   boost: Callable[[str], float]) -> tuple[SectionItem, ...]:
     """The commands section: the directories line first, then each command whole; a long one
     (over COMMAND_MEDIUM_CHARS) may shrink to its long arguments shortened, then to its head, before
     it is dropped. A short command is kept whole or not at all: a command is only worth its exact text."""
@@ -845,7 +845,8 @@ def commands_items(commands: Sequence[str], referenced: frozenset[str],
 
     head = [c for c in commands if c.startswith(DIRECTORY_PREFIX)]
     rest = [c for c in commands if not c.startswith(DIRECTORY_PREFIX)]
-    return tuple(Item((h,), rank=-1.0) for h in head[-1:]) + recent_or_referenced(rest, referenced, boost, variants)
+    newest_root = tuple(SectionItem((h,), rank=-1.0) for h in head[-1:])
+    return newest_root + recent_or_referenced(rest, referenced, boost, variants)
 
 
 def fit_input(state: Mapping[str, Sequence[str]], *, root: str | None, focus: str | None = None,
@@ -863,12 +864,12 @@ def fit_input(state: Mapping[str, Sequence[str]], *, root: str | None, focus: st
         low = text.casefold()
         return -FOCUS_BOOST if any(t in low for t in terms) else 0.0
 
-    def newest_first(items: Sequence[str], *limits: int) -> tuple[Item, ...]:
+    def newest_first(items: Sequence[str], *limits: int) -> tuple[SectionItem, ...]:
         n = len(items)
-        return tuple(Item(_variants(t, *limits), rank=(n - 1 - i) + boost(t)) for i, t in enumerate(items))
+        return tuple(SectionItem(_variants(t, *limits), rank=(n - 1 - i) + boost(t)) for i, t in enumerate(items))
 
-    def in_order(items: Sequence[str], *limits: int) -> tuple[Item, ...]:
-        return tuple(Item(_variants(t, *limits), rank=i + boost(t)) for i, t in enumerate(items))
+    def in_order(items: Sequence[str], *limits: int) -> tuple[SectionItem, ...]:
+        return tuple(SectionItem(_variants(t, *limits), rank=i + boost(t)) for i, t in enumerate(items))
 
     if identifiers is None:
         covered = normalize("\n".join(i for k, v in state.items() if k != IDENTIFIERS for i in v))
@@ -877,10 +878,10 @@ def fit_input(state: Mapping[str, Sequence[str]], *, root: str | None, focus: st
         MODIFIED: [_relative(p, root) for p in state.get(MODIFIED, ())],
         READ: [_relative(p, root) for p in state.get(READ, ())],
     }
-    built: dict[str, tuple[Item, ...]] = {
+    built: dict[str, tuple[SectionItem, ...]] = {
         GOAL: in_order(state.get(GOAL, ()), GOAL_CHARS, USER_MEDIUM_CHARS, USER_SHORT_CHARS),
         USER: newest_first(state.get(USER, ()), per_message_chars, USER_MEDIUM_CHARS, USER_SHORT_CHARS),
-        ROOT: (Item((root,)),) if root and (files[MODIFIED] or files[READ]) else (),
+        ROOT: (SectionItem((root,)),) if root and (files[MODIFIED] or files[READ]) else (),
         MODIFIED: newest_first(files[MODIFIED], 10_000),
         READ: newest_first(files[READ], 10_000),
         COMMANDS: commands_items(state.get(COMMANDS, ()), referenced, boost),

@@ -216,7 +216,7 @@ def merge_sections(previous: Mapping[str, Sequence[str]], new: Mapping[str, Sequ
 
 
 @dataclass(frozen=True)
-class Item:
+class SectionItem:
     """One item to fit. `variants` are renderings from longest to shortest (the fitter uses the
     longest that fits); `rank` orders what is kept when space runs out, lower first."""
 
@@ -227,7 +227,7 @@ class Item:
 @dataclass(frozen=True)
 class Section:
     key: str
-    items: tuple[Item, ...]
+    items: tuple[SectionItem, ...]
     weight: float = 1.0  # share of the budget when sections compete for it
     title: str | None = None  # the heading shown, when it differs from `key`
 
@@ -418,7 +418,7 @@ def sections_as_items(sections: Mapping[str, Sequence[str]], *, weight: Callable
     out = []
     for key, items in sections.items():
         fit_items = tuple(
-            Item(variants=(item,) if len(item) <= min_chars else (item, clip(item, min_chars)), rank=index)
+            SectionItem(variants=(item,) if len(item) <= min_chars else (item, clip(item, min_chars)), rank=index)
             for index, item in enumerate(items)
         )
         if fit_items:
