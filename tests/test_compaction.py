@@ -25,7 +25,7 @@ from ctxwin.memory.flush import daily_notes
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.messages.pairing import validate
 from ctxwin.pipeline.view import Item, StageContext
-from ctxwin.store.memory import MemorySessionLog
+from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.tokens import CachedCounter, counter_for
 from ctxwin.transcripts import load_transcript
 

@@ -22,7 +22,7 @@ from ctxwin.messages import Image, Message, Text, ToolCall, ToolResult
 from ctxwin.messages.pairing import validate
 from ctxwin.pipeline.fit import ContextBudgetError
 from ctxwin.store.blobs import FileBlobStore
-from ctxwin.store.memory import MemorySessionLog
+from ctxwin.store.in_memory import MemorySessionLog
 
 PRESETS = [n for n in policies.names() if n != "raw"]
 

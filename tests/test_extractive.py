@@ -41,7 +41,7 @@ from ctxwin.compaction.summary import (
 from ctxwin.engine import ContextEngine
 from ctxwin.messages import Message, ToolCall, assign_ids, assistant, tool_result, user
 from ctxwin.pipeline.failures import error_line, error_lines
-from ctxwin.store.memory import MemorySessionLog
+from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.tokens.encodings import get_encoding
 
 

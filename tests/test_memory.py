@@ -42,7 +42,7 @@ from ctxwin.memory.scoring import fuse, normalize_text
 from ctxwin.messages import ToolCall, assistant, tool_result, user
 from ctxwin.policies.model import BootstrapPolicy
 from ctxwin.store import pgtemp
-from ctxwin.store.memory import MemorySessionLog
+from ctxwin.store.in_memory import MemorySessionLog
 
 INDEX_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
                   pytest.param("pgvector", marks=pytest.mark.postgres)]

@@ -25,7 +25,7 @@ from ctxwin.evaluation.probes import (
 from ctxwin.evaluation.retention import points, queued_prompts, request_text, resolve_refs, retention
 from ctxwin.messages import Message, Text, Thinking, ToolCall, assistant, tool_result, user
 from ctxwin.store.blobs import FileBlobStore
-from ctxwin.store.memory import MemorySessionLog
+from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.transcripts import load_transcript
 from ctxwin.transcripts.model import CompactionRecord, Transcript
 

@@ -35,7 +35,7 @@ from ctxwin.errors import SubagentError
 from ctxwin.messages import Message, Text, ToolResult
 from ctxwin.store import Session
 from ctxwin.store.base import SessionLog
-from ctxwin.store.memory import MemorySessionLog
+from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.tools import ToolError, ToolOutput, ToolSpec, Workspace
 
 FORK_TAG = "fork-boilerplate"

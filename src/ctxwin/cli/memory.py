@@ -145,7 +145,7 @@ def search_session(
     """Search every message of a session, the ones compaction or masking took out of the view included.
     Each hit's ref (entry:<id>#<call>) returns the original text through recall."""
     from ctxwin.store import Session
-    from ctxwin.store.memory import MemorySessionLog
+    from ctxwin.store.in_memory import MemorySessionLog
     from ctxwin.store.session import is_session_dir
     from ctxwin.transcripts import load_transcript
 

@@ -36,7 +36,7 @@ from ctxwin.store.entries import (
     epoch,
     parse,
 )
-from ctxwin.store.memory import MemorySessionLog
+from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.tokens import CachedCounter, counter_for, model_info
 from ctxwin.tokens.base import TokenCounter
 

@@ -21,7 +21,7 @@ from ctxwin.pipeline.view import Event, keys_of, total_tokens
 from ctxwin.policies.model import Policy
 from ctxwin.store.base import BlobStore
 from ctxwin.store.entries import epoch
-from ctxwin.store.memory import MemorySessionLog
+from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.tokens.base import TokenCounter
 from ctxwin.transcripts.model import Transcript
 

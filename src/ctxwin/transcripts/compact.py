@@ -13,7 +13,7 @@ from ctxwin.engine import ContextEngine
 from ctxwin.messages.pairing import validate
 from ctxwin.policies.model import compaction_for
 from ctxwin.store.entries import CompactionEntry, parse
-from ctxwin.store.memory import MemorySessionLog
+from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.store.session import Session, is_session_dir
 from ctxwin.transcripts import load_transcript
 from ctxwin.transcripts.model import DamagedInputWarning, ReadReport
