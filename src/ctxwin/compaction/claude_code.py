@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from ctxwin.compaction.cuts import CutPlan, plan_at
-from ctxwin.compaction.identifiers import call_arguments, call_path, tool_kind
+from ctxwin.compaction.identifiers import READ_TOOLS, call_arguments, call_path, tool_kind
 from ctxwin.compaction.strategy import AgentSummary, Strategy
 from ctxwin.messages import ToolResult
 from ctxwin.pipeline.cut import head_tail
@@ -16,8 +16,6 @@ from ctxwin.pipeline.view import Item, StageContext
 RESTORE_WINDOW_SHARE = 0.25
 """Re-attached files never take more than this share of the window (Claude Code's 50K is a quarter
 of 200K)."""
-READ_TOOLS = ("read", "read_file", "view", "open_file", "cat")
-"""Tool kinds whose results are a file's content, worth re-attaching."""
 
 
 class ClaudeCodeStrategy(Strategy):
