@@ -188,3 +188,16 @@ def test_a_final_call_is_missing_its_result_not_an_ending_answer() -> None:
     repaired = repair(messages, "anthropic", request=True)
     assert [c.kind for c in repaired.changes] == ["synthetic_result"]
     assert isinstance(repaired.messages[-1].blocks[0], ToolResult)
+
+
+def test_a_replayed_call_that_ends_in_an_answer_is_flagged_invalid() -> None:
+    """Two assistant messages in a row in the source: the request before the second ends with the
+    first, which a provider would take as a prefill to continue, not as a request for an answer."""
+    from ctxwin.evaluation.replay import replay
+    from ctxwin.messages import Message, Text
+    from ctxwin.transcripts.model import Transcript
+
+    transcript = Transcript(messages=[Message("user", (Text("hi"),)), Message("assistant", (Text("one"),)),
+                                      Message("assistant", (Text("two"),))], format="openai")
+    result = replay(transcript, "raw")
+    assert [c.valid for c in result.calls] == [True, False]

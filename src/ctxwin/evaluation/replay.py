@@ -16,6 +16,7 @@ from ctxwin import policies
 from ctxwin.compaction.base import Summarizer
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.messages import Message
+from ctxwin.messages.pairing import validate
 from ctxwin.pipeline.validate import common_prefix
 from ctxwin.pipeline.view import Event, keys_of, total_tokens
 from ctxwin.policies.model import Policy
@@ -125,7 +126,10 @@ def call_record(index: int, prepared: Prepared, engine: ContextEngine, *, model:
         messages=len(prepared.items),
         cached_tokens=round(shared * factor),
         prefix_kept=prepared.prefix_kept,
-        valid=prepared.valid,
+        # A model call is a request for an answer: one that ends in an assistant turn (two answers in a
+        # row in the source) would have the model continue it instead, so it counts as invalid here.
+        valid=prepared.valid and not (prepared.messages and prepared.messages[-1].role == "assistant"
+                                      and validate(prepared.messages[-1:], "anthropic", request=True)),
         over_budget=prepared.tokens > prepared.budget,
         latency_ms=prepared.elapsed_ms,
         timestamp=engine.clock(),
