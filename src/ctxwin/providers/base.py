@@ -27,6 +27,7 @@ import httpx
 
 from ctxwin.errors import CtxwinError, InputError, ModelCallCancelled, ProviderError
 from ctxwin.messages import Message, ToolCall
+from ctxwin.messages.tools import ToolSchema
 
 DEFAULT_TIMEOUT = 120.0  # seconds for connecting and for each read when neither the client nor the call says
 CANCEL_POLL_SECONDS = 0.05  # how often a blocked read checks its cancel event
@@ -81,13 +82,7 @@ def token_count(usage: Mapping[str, Any], key: str) -> int:
 # Tools, for the clients that send them
 
 
-@dataclass(frozen=True, slots=True)
-class ToolDef:
-    """A tool the model may call: its name, what it does, and the JSON Schema of its arguments."""
-
-    name: str
-    description: str = ""
-    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+ToolDef = ToolSchema  # a tool the model may call (name, description, JSON Schema of its arguments)
 
 
 ToolChoice: TypeAlias = str  # "auto", "none", "required" (any tool), or a tool's name
