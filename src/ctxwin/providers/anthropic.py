@@ -8,38 +8,31 @@ are counted separately, so `Usage.context_tokens` is what the model read.
 from __future__ import annotations
 
 import json
-import random
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
 
 from ctxwin.messages import Message, Text
 from ctxwin.providers.base import (
-    DEFAULT_TIMEOUT,
-    MALFORMED,
-    NO_RETRY,
     SSE,
     Completion,
     Done,
     HttpClient,
-    ProviderError,
-    Retrying,
-    RetryPolicy,
-    Stream,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
     ToolCallDelta,
     ToolCallStarted,
     ToolChoice,
-    ToolDef,
+    Tools,
     Usage,
     UsageReported,
+    event_json,
     guarded_events,
     guarded_parse,
     malformed,
+    malformed_inside,
     stream_error,
     text_field,
     token_count,
@@ -58,25 +51,15 @@ class AnthropicClient(HttpClient):
 
     provider = PROVIDER
     key_env = "ANTHROPIC_API_KEY"
+    default_base_url = ANTHROPIC_BASE_URL
+    default_model = "claude-sonnet-4-5"
+    path = "/v1/messages"
 
-    def __init__(
-        self,
-        base_url: str = ANTHROPIC_BASE_URL,
-        api_key: str | None = None,
-        model: str = "claude-sonnet-4-5",
-        http_client: httpx.Client | None = None,
-        *,
-        headers: Mapping[str, str] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        version: str = ANTHROPIC_VERSION,
-        timeout: float = DEFAULT_TIMEOUT,
-        retry: RetryPolicy = NO_RETRY,
-        on_retry: Callable[[Retrying], None] | None = None,
-        rng: random.Random | None = None,
-        prompt_cache: bool = False,
-    ) -> None:
-        super().__init__(base_url, api_key, model, http_client, headers=headers, extra_body=extra_body,
-                         timeout=timeout, retry=retry, on_retry=on_retry, rng=rng)
+    def __init__(self, base_url: str | None = None, api_key: str | None = None, model: str | None = None,
+                 http_client: httpx.Client | None = None, *, version: str = ANTHROPIC_VERSION,
+                 prompt_cache: bool = False, **options: Any) -> None:
+        """`options`: headers, extra_body, timeout, retry, on_retry, rng (see `HttpClient`)."""
+        super().__init__(base_url, api_key, model, http_client, **options)
         self.version = version
         self.prompt_cache = prompt_cache  # mark cache breakpoints (see `with_cache_breakpoints`)
 
@@ -87,8 +70,8 @@ class AnthropicClient(HttpClient):
         return {**headers, **self.headers}
 
     def build_request(self, messages: Sequence[Message], *, system: str | None = None,
-                      max_tokens: int | None = 4096, tools: Sequence[ToolDef | Mapping[str, Any]] | None = None,
-                      tool_choice: ToolChoice | None = None, stream: bool = False) -> dict[str, Any]:
+                      max_tokens: int | None = 4096, tools: Tools = None, tool_choice: ToolChoice | None = None,
+                      stream: bool = False) -> dict[str, Any]:
         from ctxwin.messages.providers import to_anthropic
 
         head = [Message("system", (Text(system),))] if system else []
@@ -105,23 +88,13 @@ class AnthropicClient(HttpClient):
             payload = with_cache_breakpoints(payload)
         return {**payload, **self.extra_body}
 
-    def complete(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
-                 timeout: float | None = None, tools: Sequence[ToolDef | Mapping[str, Any]] | None = None,
-                 tool_choice: ToolChoice | None = None, cancel: threading.Event | None = None) -> Completion:
-        payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
-                                     tool_choice=tool_choice)
-        return self._complete(self.base_url + "/v1/messages", payload, timeout, cancel, parse_anthropic_message)
+    def parse(self, data: Mapping[str, Any]) -> Completion:
+        return parse_anthropic_message(data)
 
-    def stream(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
-               tools: Sequence[ToolDef | Mapping[str, Any]] | None = None, tool_choice: ToolChoice | None = None,
-               timeout: float | None = None, cancel: threading.Event | None = None) -> Stream:
-        payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
-                                     tool_choice=tool_choice, stream=True)
-        return Stream(self._stream_from(self.base_url + "/v1/messages", payload, timeout, cancel,
-                                        anthropic_stream_events, parse_anthropic_message))
+    def stream_events(self, source: Iterator[SSE]) -> Iterator[StreamEvent]:
+        return anthropic_stream_events(source)
 
-    def count_tokens(self, messages: Sequence[Message], *, system: str | None = None,
-                     tools: Sequence[ToolDef | Mapping[str, Any]] | None = None,
+    def count_tokens(self, messages: Sequence[Message], *, system: str | None = None, tools: Tools = None,
                      timeout: float | None = None) -> int:
         payload = self.build_request(messages, system=system, max_tokens=None, tools=tools)
         payload.pop("max_tokens", None)
@@ -205,14 +178,9 @@ def _anthropic_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     calls: dict[int, int] = {}  # content index -> tool call index
     stopped = False
     for sse in source:
-        try:
-            data = sse.json()
-        except (ValueError, RecursionError) as problem:
-            raise malformed(PROVIDER, 200, sse.data, problem) from None
-        if not isinstance(data, Mapping):
-            raise malformed(PROVIDER, 200, data, "an event that is not a JSON object")
+        data = event_json(PROVIDER, sse)
         kind = data.get("type", sse.event)
-        try:
+        with malformed_inside(PROVIDER, data):
             if kind == "error":
                 raise stream_error(PROVIDER, data)
             if kind == "message_start":
@@ -267,10 +235,6 @@ def _anthropic_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
             elif kind == "message_stop":
                 stopped = True
                 break
-        except ProviderError:
-            raise
-        except MALFORMED as problem:
-            raise malformed(PROVIDER, 200, dict(data), problem) from None
     if not message or not stopped:
         raise malformed(PROVIDER, 200, message or None, "the stream ended before message_stop")
     message["content"] = [blocks[i] for i in sorted(blocks)]

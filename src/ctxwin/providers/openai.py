@@ -9,38 +9,31 @@ cached tokens, so they are subtracted), so `Usage.context_tokens` is what the mo
 
 from __future__ import annotations
 
-import random
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
 
 from ctxwin.messages import Message, Text
 from ctxwin.providers.base import (
-    DEFAULT_TIMEOUT,
-    MALFORMED,
-    NO_RETRY,
     SSE,
     Completion,
     Done,
     HttpClient,
-    ProviderError,
-    Retrying,
-    RetryPolicy,
-    Stream,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
     ToolCallDelta,
     ToolCallStarted,
     ToolChoice,
-    ToolDef,
+    Tools,
     Usage,
     UsageReported,
+    event_json,
     guarded_events,
     guarded_parse,
     malformed,
+    malformed_inside,
     stream_error,
     text_field,
     token_count,
@@ -50,65 +43,17 @@ from ctxwin.providers.tools import add_tools
 OPENAI_BASE_URL = "https://api.openai.com/v1"  # the SDK convention: the base URL includes the version
 PROVIDER = "openai"
 
-Tools = Sequence[ToolDef | Mapping[str, Any]] | None
-
-
 class _OpenAIClient(HttpClient):
     provider = PROVIDER
     key_env = "OPENAI_API_KEY"
-    path = ""
-
-    def __init__(
-        self,
-        base_url: str = OPENAI_BASE_URL,
-        api_key: str | None = None,
-        model: str = "gpt-4o-mini",
-        http_client: httpx.Client | None = None,
-        *,
-        headers: Mapping[str, str] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        retry: RetryPolicy = NO_RETRY,
-        on_retry: Callable[[Retrying], None] | None = None,
-        rng: random.Random | None = None,
-    ) -> None:
-        super().__init__(base_url, api_key, model, http_client, headers=headers, extra_body=extra_body,
-                         timeout=timeout, retry=retry, on_retry=on_retry, rng=rng)
-
-    @property
-    def url(self) -> str:
-        return self.base_url + self.path
+    default_base_url = OPENAI_BASE_URL
+    default_model = "gpt-4o-mini"
 
     def request_headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json"}
         if self.api_key:
             headers["authorization"] = f"Bearer {self.api_key}"
         return {**headers, **self.headers}
-
-    def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
-                      tools: Tools = None, tool_choice: ToolChoice | None = None,
-                      stream: bool = False) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def parse(self, data: Mapping[str, Any]) -> Completion:
-        raise NotImplementedError
-
-    def stream_events(self, source: Iterator[SSE]) -> Iterator[StreamEvent]:
-        raise NotImplementedError
-
-    def complete(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
-                 timeout: float | None = None, tools: Tools = None, tool_choice: ToolChoice | None = None,
-                 cancel: threading.Event | None = None) -> Completion:
-        payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
-                                     tool_choice=tool_choice)
-        return self._complete(self.url, payload, timeout, cancel, self.parse)
-
-    def stream(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
-               tools: Tools = None, tool_choice: ToolChoice | None = None, timeout: float | None = None,
-               cancel: threading.Event | None = None) -> Stream:
-        payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
-                                     tool_choice=tool_choice, stream=True)
-        return Stream(self._stream_from(self.url, payload, timeout, cancel, self.stream_events, self.parse))
 
 
 class OpenAIChatClient(_OpenAIClient):
@@ -119,13 +64,11 @@ class OpenAIChatClient(_OpenAIClient):
 
     path = "/chat/completions"
 
-    def __init__(self, base_url: str = OPENAI_BASE_URL, api_key: str | None = None, model: str = "gpt-4o-mini",
+    def __init__(self, base_url: str | None = None, api_key: str | None = None, model: str | None = None,
                  http_client: httpx.Client | None = None, *, max_tokens_field: str = "max_completion_tokens",
-                 headers: Mapping[str, str] | None = None, extra_body: Mapping[str, Any] | None = None,
-                 timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = NO_RETRY,
-                 on_retry: Callable[[Retrying], None] | None = None, rng: random.Random | None = None) -> None:
-        super().__init__(base_url, api_key, model, http_client, headers=headers, extra_body=extra_body,
-                         timeout=timeout, retry=retry, on_retry=on_retry, rng=rng)
+                 **options: Any) -> None:
+        """`options`: headers, extra_body, timeout, retry, on_retry, rng (see `HttpClient`)."""
+        super().__init__(base_url, api_key, model, http_client, **options)
         self.max_tokens_field = max_tokens_field
 
     def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
@@ -243,16 +186,6 @@ def usage_from_openai(usage: Any) -> Usage | None:
 # Streams
 
 
-def _event_json(sse: SSE) -> Mapping[str, Any]:
-    try:
-        data = sse.json()
-    except (ValueError, RecursionError) as problem:
-        raise malformed(PROVIDER, 200, sse.data, problem) from None
-    if not isinstance(data, Mapping):
-        raise malformed(PROVIDER, 200, data, "an event that is not a JSON object")
-    return data
-
-
 def chat_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     """Chat Completions chunks (`delta.content`, `delta.tool_calls` by index, `finish_reason`, the final
     usage chunk, `[DONE]`, an `{"error": ...}` chunk) as typed events, ending with `Done`. A stream that
@@ -271,8 +204,8 @@ def _chat_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
         if sse.data.strip() == "[DONE]":
             done = True
             break
-        data = _event_json(sse)
-        try:
+        data = event_json(PROVIDER, sse)
+        with malformed_inside(PROVIDER, data):
             if data.get("error") is not None:
                 raise stream_error(PROVIDER, data)
             head = head or {k: data.get(k) for k in ("id", "model", "created", "system_fingerprint")}
@@ -305,10 +238,6 @@ def _chat_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
                         yield ToolCallDelta(index, function["arguments"])
                 if choice.get("finish_reason"):
                     finish = choice["finish_reason"]
-        except ProviderError:
-            raise
-        except MALFORMED as problem:
-            raise malformed(PROVIDER, 200, dict(data), problem) from None
     if not done and finish is None:
         raise malformed(PROVIDER, 200, None, "the stream ended before its last chunk")
     message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
@@ -332,9 +261,9 @@ def _responses_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     calls: dict[int, int] = {}  # output index -> tool call index
     final: Mapping[str, Any] | None = None
     for sse in source:
-        data = _event_json(sse)
+        data = event_json(PROVIDER, sse)
         kind = data.get("type", sse.event)
-        try:
+        with malformed_inside(PROVIDER, data):
             if kind == "error":
                 raise stream_error(PROVIDER, {"error": {"type": data.get("code") or "server_error",
                                                         "message": data.get("message") or "stream error",
@@ -365,10 +294,6 @@ def _responses_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
                 if reported is not None:
                     yield UsageReported(reported)
                 break
-        except ProviderError:
-            raise
-        except MALFORMED as problem:
-            raise malformed(PROVIDER, 200, dict(data), problem) from None
     if final is None:
         raise malformed(PROVIDER, 200, None, "the stream ended before response.completed")
     if not final.get("output") and items:  # some servers leave the final output empty: use what streamed
