@@ -33,6 +33,7 @@ from ctxwin.providers.base import (
     guarded_parse,
     malformed,
     malformed_inside,
+    object_list,
     stream_error,
     text_field,
     token_count,
@@ -143,11 +144,7 @@ def parse_anthropic_message(data: Mapping[str, Any]) -> Completion:
 def _parse_message(data: Mapping[str, Any]) -> Completion:
     from ctxwin.messages.providers import from_anthropic
 
-    content = data.get("content")
-    if content is None:
-        content = []
-    if not isinstance(content, list) or not all(isinstance(b, Mapping) for b in content):
-        raise malformed(PROVIDER, 200, dict(data), "content is not a list of blocks")
+    content = object_list(PROVIDER, data, "content", "blocks")
     converted = from_anthropic([{"role": "assistant", "content": content}]) if content else []
     blocks = tuple(b for m in converted if m.role == "assistant" for b in m.blocks)
     stop = data.get("stop_reason")

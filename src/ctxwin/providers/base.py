@@ -324,6 +324,17 @@ def guarded_parse(provider: str, data: Any, parse: Callable[[Mapping[str, Any]],
         return parse(data)
 
 
+def object_list(provider: str, data: Mapping[str, Any], key: str, what: str) -> list[Mapping[str, Any]]:
+    """`data[key]` where the API documents a list of JSON objects (absent or null: none); anything else
+    is a malformed answer."""
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
+        raise malformed(provider, 200, dict(data), f"{key} is not a list of {what}")
+    return value
+
+
 def event_json(provider: str, sse: SSE) -> Mapping[str, Any]:
     """The JSON object one server-sent event carries; anything else is a malformed stream."""
     try:
@@ -713,6 +724,7 @@ __all__ = [
     "guarded_parse",
     "malformed",
     "malformed_inside",
+    "object_list",
     "post_json",
     "provider_error",
     "retry_after_seconds",

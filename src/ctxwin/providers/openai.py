@@ -34,6 +34,7 @@ from ctxwin.providers.base import (
     guarded_parse,
     malformed,
     malformed_inside,
+    object_list,
     stream_error,
     text_field,
     token_count,
@@ -157,11 +158,7 @@ def parse_responses_response(data: Mapping[str, Any]) -> Completion:
 def _parse_responses(data: Mapping[str, Any]) -> Completion:
     from ctxwin.messages.providers import from_openai_responses
 
-    output = data.get("output")
-    if output is None:
-        output = []
-    if not isinstance(output, list) or not all(isinstance(item, Mapping) for item in output):
-        raise malformed(PROVIDER, 200, dict(data), "output is not a list of items")
+    output = object_list(PROVIDER, data, "output", "items")
     blocks = tuple(b for m in from_openai_responses(output) if m.role == "assistant" for b in m.blocks)
     details = data.get("incomplete_details")
     stop = details.get("reason") if isinstance(details, Mapping) else None
