@@ -17,8 +17,20 @@ from rich.table import Table
 
 from ctxwin.agent import Agent, LoopEvent
 from ctxwin.cli.app import app, console, handle_errors
-from ctxwin.cli.run import describe, options
-from ctxwin.providers import APIS
+from ctxwin.cli.run import (
+    AllowShellOption,
+    ApiKeyOption,
+    ApiOption,
+    BaseUrlOption,
+    MaxOutputOption,
+    ModelOption,
+    PolicyOption,
+    StreamOption,
+    SubagentsOption,
+    WorkspaceOption,
+    describe,
+    options,
+)
 from ctxwin.store import DEFAULT_ROOT
 from ctxwin.tokens.breakdown import LABELS
 
@@ -187,22 +199,16 @@ class Repl:
 @app.command("chat")
 @handle_errors
 def chat(
-    base_url: str = typer.Option(..., "--base-url", help="The endpoint (OpenAI: with /v1; Anthropic: without)."),
-    api: str = typer.Option("openai", "--api", help=f"Its API: {', '.join(APIS)}."),
-    model: str | None = typer.Option(None, "--model", "-m", help="Model name (default per API).", show_default=False),
+    base_url: BaseUrlOption = ..., api: ApiOption = "openai", model: ModelOption = None,
     session: Path | None = typer.Option(None, "--session", help="Session folder (default: a new one).",
                                         show_default=False),
     sessions: Path = typer.Option(DEFAULT_ROOT, "--sessions", help="Where new chat sessions go."),
-    workspace: Path = typer.Option(Path("."), "--workspace", help="Where the tools work."),
+    workspace: WorkspaceOption = Path("."),
     window: int | None = typer.Option(None, "--window", help="Context window in tokens.", show_default=False),
-    max_output: int | None = typer.Option(None, "--max-output", help="Output cap in tokens.", show_default=False),
-    policy: str = typer.Option("ctxwin", "--policy", help="Policy preset or TOML file."),
+    max_output: MaxOutputOption = None, policy: PolicyOption = "ctxwin",
     max_steps: int = typer.Option(100, "--max-steps", help="Model calls one turn may make."),
-    allow_shell: bool = typer.Option(False, "--allow-shell", help="Offer the shell tool."),
-    api_key: str | None = typer.Option(None, "--api-key", help="Key (default: ANTHROPIC_API_KEY / OPENAI_API_KEY).",
-                                       show_default=False),
-    subagents: bool = typer.Option(True, "--subagents/--no-subagents", help="Offer the task tool."),
-    stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream the model's answers (SSE)."),
+    allow_shell: AllowShellOption = False, api_key: ApiKeyOption = None, subagents: SubagentsOption = True,
+    stream: StreamOption = True,
 ) -> None:
     """Chat with the agent in the terminal."""
     opts = options(base_url, api, model, session, workspace, window, max_output, policy, max_steps, allow_shell,

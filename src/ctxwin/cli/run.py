@@ -8,7 +8,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -23,6 +23,21 @@ from ctxwin.tools import Workspace
 
 SUMMARY_KEYS = ("turns", "model_calls", "compactions", "compactions_inside_tool_loops", "overflows_recovered",
                 "max_request_tokens", "window", "errors")
+
+
+# The options `run` and `chat` share, declared once (each command gives its own default where they differ).
+BaseUrlOption = Annotated[str, typer.Option("--base-url", help="The endpoint (OpenAI: with /v1; Anthropic: without).")]
+ApiOption = Annotated[str, typer.Option("--api", help=f"Its API: {', '.join(APIS)}.")]
+ModelOption = Annotated[str | None, typer.Option("--model", "-m", help="Model name (default per API).",
+                                                 show_default=False)]
+WorkspaceOption = Annotated[Path, typer.Option("--workspace", help="Where the tools work.")]
+MaxOutputOption = Annotated[int | None, typer.Option("--max-output", help="Output cap in tokens.", show_default=False)]
+PolicyOption = Annotated[str, typer.Option("--policy", help="Policy preset or TOML file.")]
+AllowShellOption = Annotated[bool, typer.Option("--allow-shell", help="Offer the shell tool.")]
+ApiKeyOption = Annotated[str | None, typer.Option(
+    "--api-key", help="Key (default: ANTHROPIC_API_KEY / OPENAI_API_KEY).", show_default=False)]
+SubagentsOption = Annotated[bool, typer.Option("--subagents/--no-subagents", help="Offer the task tool.")]
+StreamOption = Annotated[bool, typer.Option("--stream/--no-stream", help="Stream the model's answers (SSE).")]
 
 
 @dataclass
@@ -103,22 +118,16 @@ def summary(agent: Agent, stop: str) -> dict[str, Any]:
 @handle_errors
 def run(
     task: str | None = typer.Argument(None, help="What the agent should do (omit with --resume).", show_default=False),
-    base_url: str = typer.Option(..., "--base-url", help="The endpoint (OpenAI: with /v1; Anthropic: without)."),
-    api: str = typer.Option("openai", "--api", help=f"Its API: {', '.join(APIS)}."),
-    model: str | None = typer.Option(None, "--model", "-m", help="Model name (default per API).", show_default=False),
+    base_url: BaseUrlOption = ..., api: ApiOption = "openai", model: ModelOption = None,
     session: Path | None = typer.Option(None, "--session", help="Session folder to log to (and resume from).",
                                         show_default=False),
-    workspace: Path = typer.Option(Path("."), "--workspace", help="Where the tools work."),
+    workspace: WorkspaceOption = Path("."),
     window: int | None = typer.Option(None, "--window", help="Context window in tokens (default: the registry's).",
                                       show_default=False),
-    max_output: int | None = typer.Option(None, "--max-output", help="Output cap in tokens.", show_default=False),
-    policy: str = typer.Option("ctxwin", "--policy", help="Policy preset or TOML file."),
+    max_output: MaxOutputOption = None, policy: PolicyOption = "ctxwin",
     max_steps: int = typer.Option(100, "--max-steps", help="Model calls before the run stops."),
-    allow_shell: bool = typer.Option(False, "--allow-shell", help="Offer the shell tool."),
-    api_key: str | None = typer.Option(None, "--api-key", help="Key (default: ANTHROPIC_API_KEY / OPENAI_API_KEY).",
-                                       show_default=False),
-    subagents: bool = typer.Option(True, "--subagents/--no-subagents", help="Offer the task tool."),
-    stream: bool = typer.Option(False, "--stream/--no-stream", help="Stream the model's answers (SSE)."),
+    allow_shell: AllowShellOption = False, api_key: ApiKeyOption = None, subagents: SubagentsOption = True,
+    stream: StreamOption = False,
     resume: bool = typer.Option(False, "--resume", help="Continue the session from its last message."),
     as_json: bool = typer.Option(False, "--json", help="One JSON event a line; the totals on the last line."),
 ) -> None:

@@ -48,3 +48,13 @@ class Summarizer(Protocol):
         most `budget_tokens` by `counter`. `focus` is the user's custom instruction ("/compact the
         API design"). Raises on failure; never returns a placeholder that would delete history."""
         ...
+
+
+def summary_counter(counter: TokenCounter | None, model: str | None = None) -> TokenCounter:
+    """The counter a summarizer measures with: the caller's, else the default one for `model` (loaded
+    here, on first need, so that importing a summarizer does not load the tokenizers)."""
+    if counter is not None:
+        return counter
+    from ctxwin.tokens import counter_for
+
+    return counter_for(model)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from ctxwin.compaction.base import Summary
+from ctxwin.compaction.base import Summary, summary_counter
 from ctxwin.compaction.identifiers import (
     call_arguments,
     call_path,
@@ -148,19 +148,9 @@ class ExtractiveSummarizer:
     command_chars: int = COMMAND_STATE_CHARS
     name: str = "extractive"
 
-    def summarize(
-        self,
-        span: Sequence[Message],
-        *,
-        previous: Summary | None = None,
-        focus: str | None = None,
-        budget_tokens: int = DEFAULT_BUDGET_TOKENS,
-        counter: TokenCounter | None = None,
-    ) -> Summary:
-        if counter is None:
-            from ctxwin.tokens import counter_for
-
-            counter = counter_for()
+    def summarize(self, span: Sequence[Message], *, previous: Summary | None = None, focus: str | None = None,
+                  budget_tokens: int = DEFAULT_BUDGET_TOKENS, counter: TokenCounter | None = None) -> Summary:
+        counter = summary_counter(counter)
         names = [message_names(m) for m in span]  # scanned once, for references and for what refers back
         new = span_state(span, per_message_chars=self.per_message_chars, command_chars=self.command_chars,
                          names=names)

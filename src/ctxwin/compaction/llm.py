@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ctxwin.compaction.base import Summarizer, Summary
+from ctxwin.compaction.base import Summarizer, Summary, summary_counter
 from ctxwin.compaction.extractive import ExtractiveSummarizer
 from ctxwin.compaction.identifiers import extract_file_ops, extract_identifiers, normalize, survives, user_text
 from ctxwin.compaction.prompts import (
@@ -111,19 +111,9 @@ class LLMSummarizer:
         """Close the circuit breaker: the next summary calls the model again."""
         self.consecutive_failures = 0
 
-    def summarize(
-        self,
-        span: Sequence[Message],
-        *,
-        previous: Summary | None = None,
-        focus: str | None = None,
-        budget_tokens: int = DEFAULT_BUDGET_TOKENS,
-        counter: TokenCounter | None = None,
-    ) -> Summary:
-        if counter is None:
-            from ctxwin.tokens import counter_for
-
-            counter = counter_for(getattr(self.client, "model", None))
+    def summarize(self, span: Sequence[Message], *, previous: Summary | None = None, focus: str | None = None,
+                  budget_tokens: int = DEFAULT_BUDGET_TOKENS, counter: TokenCounter | None = None) -> Summary:
+        counter = summary_counter(counter, getattr(self.client, "model", None))
         if self.breaker_open:
             reason = f"circuit breaker open after {self.consecutive_failures} consecutive failures; model not called"
             return self._fall_back(span, previous, focus, budget_tokens, counter, reason, _Run())

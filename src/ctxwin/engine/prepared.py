@@ -7,6 +7,7 @@ from typing import Any
 
 from ctxwin.messages import Message
 from ctxwin.messages.pairing import Problem
+from ctxwin.messages.tools import as_tool_schema, to_format
 from ctxwin.pipeline.view import Event, Item
 
 
@@ -52,7 +53,7 @@ class Prepared:
 
         body = to_anthropic(self._with_system())
         if self.tools:
-            body["tools"] = [_anthropic_tool(t) for t in self.tools]
+            body["tools"] = [to_format(as_tool_schema(t), "anthropic") for t in self.tools]
         return body
 
     def to_openai_chat(self) -> dict[str, Any]:
@@ -61,7 +62,7 @@ class Prepared:
 
         body: dict[str, Any] = {"messages": to_openai_chat(self._with_system(for_provider="openai_chat"))}
         if self.tools:
-            body["tools"] = [_openai_tool(t) for t in self.tools]
+            body["tools"] = [to_format(as_tool_schema(t), "openai") for t in self.tools]
         return body
 
     def to_openai_responses(self) -> dict[str, Any]:
@@ -72,7 +73,7 @@ class Prepared:
         if self.system:
             body["instructions"] = self.system
         if self.tools:
-            body["tools"] = [{"type": "function", **_plain_tool(t)} for t in self.tools]
+            body["tools"] = [to_format(as_tool_schema(t), "openai-responses") for t in self.tools]
         return body
 
     def _for(self, provider: str) -> list[Message]:
@@ -104,20 +105,3 @@ class Prepared:
             "events": [e.to_dict() for e in self.events],
         }
 
-
-def _plain_tool(tool: dict[str, Any]) -> dict[str, Any]:
-    """Tool schemas are accepted in any of the three shapes; this is the plain one
-    (name, description, parameters)."""
-    if "function" in tool:
-        tool = tool["function"]
-    parameters = tool.get("parameters") or tool.get("input_schema") or {"type": "object", "properties": {}}
-    return {"name": tool["name"], "description": tool.get("description", ""), "parameters": parameters}
-
-
-def _anthropic_tool(tool: dict[str, Any]) -> dict[str, Any]:
-    plain = _plain_tool(tool)
-    return {"name": plain["name"], "description": plain["description"], "input_schema": plain["parameters"]}
-
-
-def _openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "function", "function": _plain_tool(tool)}

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ctxwin.errors import InputError, MemoryEditError, MemoryPathError
 from ctxwin.memory.files import MEMORY_DIR, MEMORY_FILE
@@ -26,8 +26,8 @@ from ctxwin.memory.index import MemoryIndex
 from ctxwin.memory.recall import DEFAULT_LIMIT, ROLES, conversation_search, index_sessions
 from ctxwin.memory.sandbox import ROOT_ALIAS, Confined, parts_of
 from ctxwin.memory.working_set import WorkingSet
+from ctxwin.messages.tools import SchemaFormat, to_format
 
-SchemaFormat = Literal["openai", "openai-responses", "anthropic", "jsonschema"]
 MAX_RESULTS = 6
 """memory_search's default number of results (OpenClaw's)."""
 MIN_SCORE = 0.2
@@ -151,21 +151,7 @@ def schemas(format: SchemaFormat = "openai", names: Sequence[str] | None = None)
     for name in names or SPECS:
         if name not in SPECS:
             raise InputError(f"unknown memory tool {name!r}", f"memory tools: {', '.join(SPECS)}")
-        spec = SPECS[name]
-        params = dict(spec.parameters)
-        if format == "openai":
-            out.append({"type": "function", "function": {"name": name, "description": spec.description,
-                                                         "parameters": params}})
-        elif format == "openai-responses":
-            out.append({"type": "function", "name": name, "description": spec.description, "parameters": params})
-        elif format == "anthropic":
-            out.append({"name": name, "description": spec.description, "input_schema": params})
-        elif format == "jsonschema":
-            out.append({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": name,
-                        "description": spec.description, **params})
-        else:
-            raise InputError(f"unknown schema format {format!r}",
-                             "use openai, openai-responses, anthropic or jsonschema")
+        out.append(to_format(SPECS[name], format))
     return out
 
 

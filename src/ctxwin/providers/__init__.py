@@ -59,27 +59,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = [
-    "APIS",
-    "NO_RETRY",
-    "AnthropicClient",
-    "Completion",
-    "Done",
-    "ModelClient",
-    "OpenAIChatClient",
-    "OpenAIResponsesClient",
-    "ProviderError",
-    "RetryPolicy",
-    "Retrying",
-    "Stream",
-    "StreamEvent",
-    "StreamingClient",
-    "TextDelta",
-    "ThinkingDelta",
-    "ToolCallDelta",
-    "ToolCallStarted",
-    "ToolDef",
-    "Usage",
-    "UsageReported",
-    "client_for",
-]
+__all__ = ["APIS", "NO_RETRY", "AnthropicClient", "Completion", "Done", "ModelClient", "OpenAIChatClient",
+           "OpenAIResponsesClient", "ProviderError", "RetryPolicy", "Retrying", "Stream", "StreamEvent",
+           "StreamingClient", "TextDelta", "ThinkingDelta", "ToolCallDelta", "ToolCallStarted", "ToolDef", "Usage",
+           "UsageReported", "client_for"]

@@ -8,42 +8,14 @@ are counted separately, so `Usage.context_tokens` is what the model read.
 from __future__ import annotations
 
 import json
-import random
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
 
 from ctxwin.messages import Message, Text
-from ctxwin.providers.base import (
-    DEFAULT_TIMEOUT,
-    MALFORMED,
-    NO_RETRY,
-    SSE,
-    Completion,
-    Done,
-    HttpClient,
-    ProviderError,
-    Retrying,
-    RetryPolicy,
-    Stream,
-    StreamEvent,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallDelta,
-    ToolCallStarted,
-    ToolChoice,
-    ToolDef,
-    Usage,
-    UsageReported,
-    guarded_events,
-    guarded_parse,
-    malformed,
-    stream_error,
-    text_field,
-    token_count,
-)
+from ctxwin.providers import base
+from ctxwin.providers.base import SSE, Completion, HttpClient, StreamEvent, ToolChoice, Tools, Usage
 from ctxwin.providers.tools import add_tools
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"  # the SDK convention: the base URL excludes /v1
@@ -58,25 +30,15 @@ class AnthropicClient(HttpClient):
 
     provider = PROVIDER
     key_env = "ANTHROPIC_API_KEY"
+    default_base_url = ANTHROPIC_BASE_URL
+    default_model = "claude-sonnet-4-5"
+    path = "/v1/messages"
 
-    def __init__(
-        self,
-        base_url: str = ANTHROPIC_BASE_URL,
-        api_key: str | None = None,
-        model: str = "claude-sonnet-4-5",
-        http_client: httpx.Client | None = None,
-        *,
-        headers: Mapping[str, str] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        version: str = ANTHROPIC_VERSION,
-        timeout: float = DEFAULT_TIMEOUT,
-        retry: RetryPolicy = NO_RETRY,
-        on_retry: Callable[[Retrying], None] | None = None,
-        rng: random.Random | None = None,
-        prompt_cache: bool = False,
-    ) -> None:
-        super().__init__(base_url, api_key, model, http_client, headers=headers, extra_body=extra_body,
-                         timeout=timeout, retry=retry, on_retry=on_retry, rng=rng)
+    def __init__(self, base_url: str | None = None, api_key: str | None = None, model: str | None = None,
+                 http_client: httpx.Client | None = None, *, version: str = ANTHROPIC_VERSION,
+                 prompt_cache: bool = False, **options: Any) -> None:
+        """`options`: headers, extra_body, timeout, retry, on_retry, rng (see `HttpClient`)."""
+        super().__init__(base_url, api_key, model, http_client, **options)
         self.version = version
         self.prompt_cache = prompt_cache  # mark cache breakpoints (see `with_cache_breakpoints`)
 
@@ -87,8 +49,8 @@ class AnthropicClient(HttpClient):
         return {**headers, **self.headers}
 
     def build_request(self, messages: Sequence[Message], *, system: str | None = None,
-                      max_tokens: int | None = 4096, tools: Sequence[ToolDef | Mapping[str, Any]] | None = None,
-                      tool_choice: ToolChoice | None = None, stream: bool = False) -> dict[str, Any]:
+                      max_tokens: int | None = 4096, tools: Tools = None, tool_choice: ToolChoice | None = None,
+                      stream: bool = False) -> dict[str, Any]:
         from ctxwin.messages.providers import to_anthropic
 
         head = [Message("system", (Text(system),))] if system else []
@@ -105,30 +67,20 @@ class AnthropicClient(HttpClient):
             payload = with_cache_breakpoints(payload)
         return {**payload, **self.extra_body}
 
-    def complete(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
-                 timeout: float | None = None, tools: Sequence[ToolDef | Mapping[str, Any]] | None = None,
-                 tool_choice: ToolChoice | None = None, cancel: threading.Event | None = None) -> Completion:
-        payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
-                                     tool_choice=tool_choice)
-        return self._complete(self.base_url + "/v1/messages", payload, timeout, cancel, parse_anthropic_message)
+    def parse(self, data: Mapping[str, Any]) -> Completion:
+        return parse_anthropic_message(data)
 
-    def stream(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
-               tools: Sequence[ToolDef | Mapping[str, Any]] | None = None, tool_choice: ToolChoice | None = None,
-               timeout: float | None = None, cancel: threading.Event | None = None) -> Stream:
-        payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
-                                     tool_choice=tool_choice, stream=True)
-        return Stream(self._stream_from(self.base_url + "/v1/messages", payload, timeout, cancel,
-                                        anthropic_stream_events, parse_anthropic_message))
+    def stream_events(self, source: Iterator[SSE]) -> Iterator[StreamEvent]:
+        return anthropic_stream_events(source)
 
-    def count_tokens(self, messages: Sequence[Message], *, system: str | None = None,
-                     tools: Sequence[ToolDef | Mapping[str, Any]] | None = None,
+    def count_tokens(self, messages: Sequence[Message], *, system: str | None = None, tools: Tools = None,
                      timeout: float | None = None) -> int:
         payload = self.build_request(messages, system=system, max_tokens=None, tools=tools)
         payload.pop("max_tokens", None)
         data = self._post_to(self.base_url + "/v1/messages/count_tokens", payload, timeout)
         count = data.get("input_tokens")
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise malformed(PROVIDER, 200, data, "input_tokens is not a count")
+            raise base.malformed(PROVIDER, 200, data, "input_tokens is not a count")
         return count
 
 
@@ -164,17 +116,13 @@ def with_cache_breakpoints(payload: Mapping[str, Any]) -> dict[str, Any]:
 def parse_anthropic_message(data: Mapping[str, Any]) -> Completion:
     """A Messages API response as a `Completion`; one that is not what the API documents (content not a
     list of blocks, usage counts that are not numbers) is a `ProviderError`."""
-    return guarded_parse(PROVIDER, data, _parse_message)
+    return base.guarded_parse(PROVIDER, data, _parse_message)
 
 
 def _parse_message(data: Mapping[str, Any]) -> Completion:
     from ctxwin.messages.providers import from_anthropic
 
-    content = data.get("content")
-    if content is None:
-        content = []
-    if not isinstance(content, list) or not all(isinstance(b, Mapping) for b in content):
-        raise malformed(PROVIDER, 200, dict(data), "content is not a list of blocks")
+    content = base.object_list(PROVIDER, data, "content", "blocks")
     converted = from_anthropic([{"role": "assistant", "content": content}]) if content else []
     blocks = tuple(b for m in converted if m.role == "assistant" for b in m.blocks)
     stop = data.get("stop_reason")
@@ -185,9 +133,10 @@ def _parse_message(data: Mapping[str, Any]) -> Completion:
 def usage_from_anthropic(usage: Any) -> Usage | None:
     if not isinstance(usage, Mapping):
         return None
-    return Usage(input_tokens=token_count(usage, "input_tokens"), output_tokens=token_count(usage, "output_tokens"),
-                 cache_read_tokens=token_count(usage, "cache_read_input_tokens"),
-                 cache_write_tokens=token_count(usage, "cache_creation_input_tokens"))
+    return Usage(input_tokens=base.token_count(usage, "input_tokens"),
+                 output_tokens=base.token_count(usage, "output_tokens"),
+                 cache_read_tokens=base.token_count(usage, "cache_read_input_tokens"),
+                 cache_write_tokens=base.token_count(usage, "cache_creation_input_tokens"))
 
 
 def anthropic_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
@@ -195,7 +144,7 @@ def anthropic_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     message_stop, ping, error) as typed events, ending with `Done`; the completion is built from the
     accumulated message exactly as a non-streamed answer is parsed. A stream that is not what the API
     documents is a `ProviderError`."""
-    return guarded_events(PROVIDER, _anthropic_events(source))
+    return base.guarded_events(PROVIDER, _anthropic_events(source))
 
 
 def _anthropic_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
@@ -205,49 +154,44 @@ def _anthropic_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     calls: dict[int, int] = {}  # content index -> tool call index
     stopped = False
     for sse in source:
-        try:
-            data = sse.json()
-        except (ValueError, RecursionError) as problem:
-            raise malformed(PROVIDER, 200, sse.data, problem) from None
-        if not isinstance(data, Mapping):
-            raise malformed(PROVIDER, 200, data, "an event that is not a JSON object")
+        data = base.event_json(PROVIDER, sse)
         kind = data.get("type", sse.event)
-        try:
+        with base.malformed_inside(PROVIDER, data):
             if kind == "error":
-                raise stream_error(PROVIDER, data)
+                raise base.stream_error(PROVIDER, data)
             if kind == "message_start":
                 message = dict(data["message"])
                 usage = usage_from_anthropic(message.get("usage"))
                 if usage is not None:
-                    yield UsageReported(usage)
+                    yield base.UsageReported(usage)
             elif kind == "content_block_start":
                 index, block = int(data["index"]), dict(data["content_block"])
                 blocks[index] = block
                 if block.get("type") == "tool_use":
                     calls[index] = len(calls)
                     partial[index] = []
-                    yield ToolCallStarted(calls[index], text_field(block["id"], "tool_use.id"),
-                                          text_field(block["name"], "tool_use.name"))
+                    yield base.ToolCallStarted(calls[index], base.text_field(block["id"], "tool_use.id"),
+                                          base.text_field(block["name"], "tool_use.name"))
                 elif block.get("type") == "text" and block.get("text"):
-                    yield TextDelta(text_field(block["text"], "text"))
+                    yield base.TextDelta(base.text_field(block["text"], "text"))
             elif kind == "content_block_delta":
                 index, delta = int(data["index"]), data["delta"]
                 block = blocks[index]
                 if delta["type"] == "text_delta":
-                    piece = text_field(delta["text"], "text_delta.text")
-                    block["text"] = text_field(block.get("text", ""), "text") + piece
-                    yield TextDelta(piece)
+                    piece = base.text_field(delta["text"], "text_delta.text")
+                    block["text"] = base.text_field(block.get("text", ""), "text") + piece
+                    yield base.TextDelta(piece)
                 elif delta["type"] == "input_json_delta":
-                    piece = text_field(delta["partial_json"], "input_json_delta.partial_json")
+                    piece = base.text_field(delta["partial_json"], "input_json_delta.partial_json")
                     partial[index].append(piece)
-                    yield ToolCallDelta(calls[index], piece)
+                    yield base.ToolCallDelta(calls[index], piece)
                 elif delta["type"] == "thinking_delta":
-                    piece = text_field(delta["thinking"], "thinking_delta.thinking")
-                    block["thinking"] = text_field(block.get("thinking", ""), "thinking") + piece
-                    yield ThinkingDelta(piece)
+                    piece = base.text_field(delta["thinking"], "thinking_delta.thinking")
+                    block["thinking"] = base.text_field(block.get("thinking", ""), "thinking") + piece
+                    yield base.ThinkingDelta(piece)
                 elif delta["type"] == "signature_delta":
-                    block["signature"] = text_field(block.get("signature", ""), "signature") + \
-                        text_field(delta["signature"], "signature_delta.signature")
+                    block["signature"] = base.text_field(block.get("signature", ""), "signature") + \
+                        base.text_field(delta["signature"], "signature_delta.signature")
                 elif delta["type"] == "citations_delta":
                     block.setdefault("citations", []).append(delta["citation"])
             elif kind == "content_block_stop":
@@ -263,18 +207,14 @@ def _anthropic_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
                 message["usage"] = usage
                 reported = usage_from_anthropic(usage)
                 if reported is not None:
-                    yield UsageReported(reported)
+                    yield base.UsageReported(reported)
             elif kind == "message_stop":
                 stopped = True
                 break
-        except ProviderError:
-            raise
-        except MALFORMED as problem:
-            raise malformed(PROVIDER, 200, dict(data), problem) from None
     if not message or not stopped:
-        raise malformed(PROVIDER, 200, message or None, "the stream ended before message_stop")
+        raise base.malformed(PROVIDER, 200, message or None, "the stream ended before message_stop")
     message["content"] = [blocks[i] for i in sorted(blocks)]
-    yield Done(parse_anthropic_message(message))
+    yield base.Done(parse_anthropic_message(message))
 
 
 __all__ = ["ANTHROPIC_BASE_URL", "ANTHROPIC_VERSION", "AnthropicClient", "anthropic_stream_events",

@@ -27,6 +27,7 @@ import httpx
 
 from ctxwin.errors import CtxwinError, InputError, ModelCallCancelled, ProviderError
 from ctxwin.messages import Message, ToolCall
+from ctxwin.messages.tools import ToolSchema
 
 DEFAULT_TIMEOUT = 120.0  # seconds for connecting and for each read when neither the client nor the call says
 CANCEL_POLL_SECONDS = 0.05  # how often a blocked read checks its cancel event
@@ -81,16 +82,11 @@ def token_count(usage: Mapping[str, Any], key: str) -> int:
 # Tools, for the clients that send them
 
 
-@dataclass(frozen=True, slots=True)
-class ToolDef:
-    """A tool the model may call: its name, what it does, and the JSON Schema of its arguments."""
-
-    name: str
-    description: str = ""
-    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+ToolDef = ToolSchema  # a tool the model may call (name, description, JSON Schema of its arguments)
 
 
 ToolChoice: TypeAlias = str  # "auto", "none", "required" (any tool), or a tool's name
+Tools: TypeAlias = Sequence[ToolDef | Mapping[str, Any]] | None  # what a call's `tools=` takes
 
 
 # --------------------------------------------------------------------------------------------------
@@ -200,42 +196,20 @@ class ModelClient(Protocol):
 
     model: str
 
-    def complete(
-        self,
-        messages: list[Message],
-        *,
-        system: str | None = None,
-        max_tokens: int = 4096,
-        timeout: float | None = None,
-    ) -> Completion: ...
+    def complete(self, messages: list[Message], *, system: str | None = None, max_tokens: int = 4096,
+                 timeout: float | None = None) -> Completion: ...
 
 
 class StreamingClient(ModelClient, Protocol):
     """What an agent lives on: calls with tools, streamed or not, cancellable."""
 
-    def complete(
-        self,
-        messages: list[Message],
-        *,
-        system: str | None = None,
-        max_tokens: int = 4096,
-        timeout: float | None = None,
-        tools: Sequence[ToolDef | Mapping[str, Any]] | None = None,
-        tool_choice: ToolChoice | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Completion: ...
+    def complete(self, messages: list[Message], *, system: str | None = None, max_tokens: int = 4096,
+                 timeout: float | None = None, tools: Tools = None, tool_choice: ToolChoice | None = None,
+                 cancel: threading.Event | None = None) -> Completion: ...
 
-    def stream(
-        self,
-        messages: Sequence[Message],
-        *,
-        system: str | None = None,
-        max_tokens: int = 4096,
-        tools: Sequence[ToolDef | Mapping[str, Any]] | None = None,
-        tool_choice: ToolChoice | None = None,
-        timeout: float | None = None,
-        cancel: threading.Event | None = None,
-    ) -> Stream: ...
+    def stream(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
+               tools: Tools = None, tool_choice: ToolChoice | None = None, timeout: float | None = None,
+               cancel: threading.Event | None = None) -> Stream: ...
 
 
 # --------------------------------------------------------------------------------------------------
@@ -322,15 +296,23 @@ def text_field(value: Any, what: str) -> str:
     return value
 
 
-def guarded_events(provider: str, events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
-    """`events`, with anything in the stream that is not what the API documents turned into a
-    `ProviderError` (wherever the parser trips over it, the final assembly included)."""
+@contextlib.contextmanager
+def malformed_inside(provider: str, body: Mapping[str, Any] | None) -> Iterator[None]:
+    """Anything that goes wrong reading `body` (wrong types, missing fields) becomes the `ProviderError`
+    of a malformed answer carrying it; a `ProviderError` raised inside passes as it is."""
     try:
-        yield from events
+        yield
     except ProviderError:
         raise
     except MALFORMED as problem:
-        raise malformed(provider, 200, None, problem) from None
+        raise malformed(provider, 200, None if body is None else dict(body), problem) from None
+
+
+def guarded_events(provider: str, events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
+    """`events`, with anything in the stream that is not what the API documents turned into a
+    `ProviderError` (wherever the parser trips over it, the final assembly included)."""
+    with malformed_inside(provider, None):
+        yield from events
 
 
 def guarded_parse(provider: str, data: Any, parse: Callable[[Mapping[str, Any]], Completion]) -> Completion:
@@ -338,12 +320,30 @@ def guarded_parse(provider: str, data: Any, parse: Callable[[Mapping[str, Any]],
     missing fields) turned into a `ProviderError` carrying the answer."""
     if not isinstance(data, Mapping):
         raise malformed(provider, 200, data, "the answer is not a JSON object")
-    try:
+    with malformed_inside(provider, data):
         return parse(data)
-    except ProviderError:
-        raise
-    except MALFORMED as problem:
-        raise malformed(provider, 200, dict(data), problem) from None
+
+
+def object_list(provider: str, data: Mapping[str, Any], key: str, what: str) -> list[Mapping[str, Any]]:
+    """`data[key]` where the API documents a list of JSON objects (absent or null: none); anything else
+    is a malformed answer."""
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
+        raise malformed(provider, 200, dict(data), f"{key} is not a list of {what}")
+    return value
+
+
+def event_json(provider: str, sse: SSE) -> Mapping[str, Any]:
+    """The JSON object one server-sent event carries; anything else is a malformed stream."""
+    try:
+        data = sse.json()
+    except (ValueError, RecursionError) as problem:
+        raise malformed(provider, 200, sse.data, problem) from None
+    if not isinstance(data, Mapping):
+        raise malformed(provider, 200, data, "an event that is not a JSON object")
+    return data
 
 
 def stream_error(provider: str, body: Mapping[str, Any]) -> ProviderError:
@@ -420,12 +420,15 @@ class HttpClient:
 
     provider = ""
     key_env = ""  # the environment variable the key comes from when none is given
+    default_base_url = ""
+    default_model = ""
+    path = ""  # where `complete` and `stream` post, after the base URL
 
     def __init__(
         self,
-        base_url: str,
-        api_key: str | None,
-        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        model: str | None = None,
         http_client: httpx.Client | None = None,
         *,
         headers: Mapping[str, str] | None = None,
@@ -435,9 +438,9 @@ class HttpClient:
         on_retry: Callable[[Retrying], None] | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = (self.default_base_url if base_url is None else base_url).rstrip("/")
         self.api_key = api_key if api_key is not None else (os.environ.get(self.key_env) if self.key_env else None)
-        self.model = model
+        self.model = self.default_model if model is None else model
         self.headers = dict(headers or {})
         self.extra_body = dict(extra_body or {})
         self.timeout = timeout
@@ -451,8 +454,40 @@ class HttpClient:
         key = "set" if self.api_key else "none"
         return f"{type(self).__name__}(base_url={self.base_url!r}, model={self.model!r}, api_key={key})"
 
+    @property
+    def url(self) -> str:
+        return self.base_url + self.path
+
     def request_headers(self) -> dict[str, str]:
         raise NotImplementedError
+
+    def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int | None = 4096,
+                      tools: Tools = None, tool_choice: ToolChoice | None = None,
+                      stream: bool = False) -> dict[str, Any]:
+        """The JSON body of one call in the API's shape."""
+        raise NotImplementedError
+
+    def parse(self, data: Mapping[str, Any]) -> Completion:
+        """A whole JSON answer as a `Completion`."""
+        raise NotImplementedError
+
+    def stream_events(self, source: Iterator[SSE]) -> Iterator[StreamEvent]:
+        """The server-sent events of a streamed answer as typed events, ending with `Done`."""
+        raise NotImplementedError
+
+    def complete(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
+                 timeout: float | None = None, tools: Tools = None, tool_choice: ToolChoice | None = None,
+                 cancel: threading.Event | None = None) -> Completion:
+        payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
+                                     tool_choice=tool_choice)
+        return self._complete(self.url, payload, timeout, cancel, self.parse)
+
+    def stream(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
+               tools: Tools = None, tool_choice: ToolChoice | None = None, timeout: float | None = None,
+               cancel: threading.Event | None = None) -> Stream:
+        payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
+                                     tool_choice=tool_choice, stream=True)
+        return Stream(self._stream_from(self.url, payload, timeout, cancel, self.stream_events, self.parse))
 
     def _post_to(self, url: str, payload: Mapping[str, Any], timeout: float | None,
                  cancel: threading.Event | None = None) -> dict[str, Any]:
@@ -681,11 +716,15 @@ __all__ = [
     "ToolCallStarted",
     "ToolChoice",
     "ToolDef",
+    "Tools",
     "Usage",
     "UsageReported",
+    "event_json",
     "guarded_events",
     "guarded_parse",
     "malformed",
+    "malformed_inside",
+    "object_list",
     "post_json",
     "provider_error",
     "retry_after_seconds",

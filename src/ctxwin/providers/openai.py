@@ -9,106 +9,30 @@ cached tokens, so they are subtracted), so `Usage.context_tokens` is what the mo
 
 from __future__ import annotations
 
-import random
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
 
 from ctxwin.messages import Message, Text
-from ctxwin.providers.base import (
-    DEFAULT_TIMEOUT,
-    MALFORMED,
-    NO_RETRY,
-    SSE,
-    Completion,
-    Done,
-    HttpClient,
-    ProviderError,
-    Retrying,
-    RetryPolicy,
-    Stream,
-    StreamEvent,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallDelta,
-    ToolCallStarted,
-    ToolChoice,
-    ToolDef,
-    Usage,
-    UsageReported,
-    guarded_events,
-    guarded_parse,
-    malformed,
-    stream_error,
-    text_field,
-    token_count,
-)
+from ctxwin.providers import base
+from ctxwin.providers.base import SSE, Completion, HttpClient, StreamEvent, ToolChoice, Tools, Usage
 from ctxwin.providers.tools import add_tools
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"  # the SDK convention: the base URL includes the version
 PROVIDER = "openai"
 
-Tools = Sequence[ToolDef | Mapping[str, Any]] | None
-
-
 class _OpenAIClient(HttpClient):
     provider = PROVIDER
     key_env = "OPENAI_API_KEY"
-    path = ""
-
-    def __init__(
-        self,
-        base_url: str = OPENAI_BASE_URL,
-        api_key: str | None = None,
-        model: str = "gpt-4o-mini",
-        http_client: httpx.Client | None = None,
-        *,
-        headers: Mapping[str, str] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        retry: RetryPolicy = NO_RETRY,
-        on_retry: Callable[[Retrying], None] | None = None,
-        rng: random.Random | None = None,
-    ) -> None:
-        super().__init__(base_url, api_key, model, http_client, headers=headers, extra_body=extra_body,
-                         timeout=timeout, retry=retry, on_retry=on_retry, rng=rng)
-
-    @property
-    def url(self) -> str:
-        return self.base_url + self.path
+    default_base_url = OPENAI_BASE_URL
+    default_model = "gpt-4o-mini"
 
     def request_headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json"}
         if self.api_key:
             headers["authorization"] = f"Bearer {self.api_key}"
         return {**headers, **self.headers}
-
-    def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
-                      tools: Tools = None, tool_choice: ToolChoice | None = None,
-                      stream: bool = False) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def parse(self, data: Mapping[str, Any]) -> Completion:
-        raise NotImplementedError
-
-    def stream_events(self, source: Iterator[SSE]) -> Iterator[StreamEvent]:
-        raise NotImplementedError
-
-    def complete(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
-                 timeout: float | None = None, tools: Tools = None, tool_choice: ToolChoice | None = None,
-                 cancel: threading.Event | None = None) -> Completion:
-        payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
-                                     tool_choice=tool_choice)
-        return self._complete(self.url, payload, timeout, cancel, self.parse)
-
-    def stream(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
-               tools: Tools = None, tool_choice: ToolChoice | None = None, timeout: float | None = None,
-               cancel: threading.Event | None = None) -> Stream:
-        payload = self.build_request(messages, system=system, max_tokens=max_tokens, tools=tools,
-                                     tool_choice=tool_choice, stream=True)
-        return Stream(self._stream_from(self.url, payload, timeout, cancel, self.stream_events, self.parse))
 
 
 class OpenAIChatClient(_OpenAIClient):
@@ -119,13 +43,11 @@ class OpenAIChatClient(_OpenAIClient):
 
     path = "/chat/completions"
 
-    def __init__(self, base_url: str = OPENAI_BASE_URL, api_key: str | None = None, model: str = "gpt-4o-mini",
+    def __init__(self, base_url: str | None = None, api_key: str | None = None, model: str | None = None,
                  http_client: httpx.Client | None = None, *, max_tokens_field: str = "max_completion_tokens",
-                 headers: Mapping[str, str] | None = None, extra_body: Mapping[str, Any] | None = None,
-                 timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy = NO_RETRY,
-                 on_retry: Callable[[Retrying], None] | None = None, rng: random.Random | None = None) -> None:
-        super().__init__(base_url, api_key, model, http_client, headers=headers, extra_body=extra_body,
-                         timeout=timeout, retry=retry, on_retry=on_retry, rng=rng)
+                 **options: Any) -> None:
+        """`options`: headers, extra_body, timeout, retry, on_retry, rng (see `HttpClient`)."""
+        super().__init__(base_url, api_key, model, http_client, **options)
         self.max_tokens_field = max_tokens_field
 
     def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
@@ -183,7 +105,7 @@ class OpenAIResponsesClient(_OpenAIClient):
 def parse_chat_completion(data: Mapping[str, Any]) -> Completion:
     """A Chat Completions response as a `Completion` (the first choice); one that is not what the API
     documents (choices not a list of objects, usage counts that are not numbers) is a `ProviderError`."""
-    return guarded_parse(PROVIDER, data, _parse_chat)
+    return base.guarded_parse(PROVIDER, data, _parse_chat)
 
 
 def _parse_chat(data: Mapping[str, Any]) -> Completion:
@@ -193,11 +115,11 @@ def _parse_chat(data: Mapping[str, Any]) -> Completion:
     if choices is None or choices == []:
         choices = [{}]
     if not isinstance(choices, list) or not isinstance(choices[0], Mapping):
-        raise malformed(PROVIDER, 200, dict(data), "choices is not a list of objects")
+        raise base.malformed(PROVIDER, 200, dict(data), "choices is not a list of objects")
     choice = choices[0]
     raw_message = choice.get("message") or {"role": "assistant", "content": ""}
     if not isinstance(raw_message, Mapping):
-        raise malformed(PROVIDER, 200, dict(data), "choices[0].message is not an object")
+        raise base.malformed(PROVIDER, 200, dict(data), "choices[0].message is not an object")
     messages = from_openai_chat([{**raw_message, "role": "assistant"}])
     message = messages[0] if messages else Message("assistant", ())
     stop = choice.get("finish_reason")
@@ -208,17 +130,13 @@ def _parse_chat(data: Mapping[str, Any]) -> Completion:
 def parse_responses_response(data: Mapping[str, Any]) -> Completion:
     """A Responses API response as a `Completion`: every assistant item of `output` (reasoning, text,
     function calls) in one assistant message."""
-    return guarded_parse(PROVIDER, data, _parse_responses)
+    return base.guarded_parse(PROVIDER, data, _parse_responses)
 
 
 def _parse_responses(data: Mapping[str, Any]) -> Completion:
     from ctxwin.messages.providers import from_openai_responses
 
-    output = data.get("output")
-    if output is None:
-        output = []
-    if not isinstance(output, list) or not all(isinstance(item, Mapping) for item in output):
-        raise malformed(PROVIDER, 200, dict(data), "output is not a list of items")
+    output = base.object_list(PROVIDER, data, "output", "items")
     blocks = tuple(b for m in from_openai_responses(output) if m.role == "assistant" for b in m.blocks)
     details = data.get("incomplete_details")
     stop = details.get("reason") if isinstance(details, Mapping) else None
@@ -233,9 +151,9 @@ def usage_from_openai(usage: Any) -> Usage | None:
     if not isinstance(usage, Mapping):
         return None
     details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
-    cached = token_count(details, "cached_tokens") if isinstance(details, Mapping) else 0
-    prompt = token_count(usage, "prompt_tokens" if "prompt_tokens" in usage else "input_tokens")
-    output = token_count(usage, "completion_tokens" if "completion_tokens" in usage else "output_tokens")
+    cached = base.token_count(details, "cached_tokens") if isinstance(details, Mapping) else 0
+    prompt = base.token_count(usage, "prompt_tokens" if "prompt_tokens" in usage else "input_tokens")
+    output = base.token_count(usage, "completion_tokens" if "completion_tokens" in usage else "output_tokens")
     return Usage(input_tokens=max(0, prompt - cached), output_tokens=output, cache_read_tokens=cached)
 
 
@@ -243,21 +161,11 @@ def usage_from_openai(usage: Any) -> Usage | None:
 # Streams
 
 
-def _event_json(sse: SSE) -> Mapping[str, Any]:
-    try:
-        data = sse.json()
-    except (ValueError, RecursionError) as problem:
-        raise malformed(PROVIDER, 200, sse.data, problem) from None
-    if not isinstance(data, Mapping):
-        raise malformed(PROVIDER, 200, data, "an event that is not a JSON object")
-    return data
-
-
 def chat_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     """Chat Completions chunks (`delta.content`, `delta.tool_calls` by index, `finish_reason`, the final
     usage chunk, `[DONE]`, an `{"error": ...}` chunk) as typed events, ending with `Done`. A stream that
     is not what the API documents is a `ProviderError`."""
-    return guarded_events(PROVIDER, _chat_events(source))
+    return base.guarded_events(PROVIDER, _chat_events(source))
 
 
 def _chat_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
@@ -271,52 +179,48 @@ def _chat_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
         if sse.data.strip() == "[DONE]":
             done = True
             break
-        data = _event_json(sse)
-        try:
+        data = base.event_json(PROVIDER, sse)
+        with base.malformed_inside(PROVIDER, data):
             if data.get("error") is not None:
-                raise stream_error(PROVIDER, data)
+                raise base.stream_error(PROVIDER, data)
             head = head or {k: data.get(k) for k in ("id", "model", "created", "system_fingerprint")}
             if data.get("usage") is not None:
                 usage = data["usage"]
                 reported = usage_from_openai(usage)
                 if reported is not None:
-                    yield UsageReported(reported)
+                    yield base.UsageReported(reported)
             for choice in data.get("choices") or ():
                 if choice.get("index", 0) != 0:
                     continue
                 delta = choice.get("delta") or {}
                 if delta.get("content"):
-                    text.append(text_field(delta["content"], "delta.content"))
-                    yield TextDelta(delta["content"])
+                    text.append(base.text_field(delta["content"], "delta.content"))
+                    yield base.TextDelta(delta["content"])
                 if delta.get("reasoning_content"):  # DeepSeek, vLLM, llama.cpp
-                    yield ThinkingDelta(text_field(delta["reasoning_content"], "delta.reasoning_content"))
+                    yield base.ThinkingDelta(base.text_field(delta["reasoning_content"], "delta.reasoning_content"))
                 for piece in delta.get("tool_calls") or ():
                     index = int(piece.get("index", len(calls)))
                     function = piece.get("function") or {}
                     call = calls.get(index)
                     if call is None:
                         call = calls[index] = {
-                            "id": text_field(piece.get("id") or "", "tool_calls.id"), "type": "function",
-                            "function": {"name": text_field(function.get("name") or "", "function.name"),
+                            "id": base.text_field(piece.get("id") or "", "tool_calls.id"), "type": "function",
+                            "function": {"name": base.text_field(function.get("name") or "", "function.name"),
                                          "arguments": ""}}
-                        yield ToolCallStarted(index, call["id"], call["function"]["name"])
+                        yield base.ToolCallStarted(index, call["id"], call["function"]["name"])
                     if function.get("arguments"):
-                        call["function"]["arguments"] += text_field(function["arguments"], "function.arguments")
-                        yield ToolCallDelta(index, function["arguments"])
+                        call["function"]["arguments"] += base.text_field(function["arguments"], "function.arguments")
+                        yield base.ToolCallDelta(index, function["arguments"])
                 if choice.get("finish_reason"):
                     finish = choice["finish_reason"]
-        except ProviderError:
-            raise
-        except MALFORMED as problem:
-            raise malformed(PROVIDER, 200, dict(data), problem) from None
     if not done and finish is None:
-        raise malformed(PROVIDER, 200, None, "the stream ended before its last chunk")
+        raise base.malformed(PROVIDER, 200, None, "the stream ended before its last chunk")
     message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
     if calls:
         message["tool_calls"] = [calls[i] for i in sorted(calls)]
     completion = {**head, "object": "chat.completion",
                   "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
-    yield Done(parse_chat_completion(completion))
+    yield base.Done(parse_chat_completion(completion))
 
 
 def responses_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
@@ -324,7 +228,7 @@ def responses_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     response.output_text.delta, response.function_call_arguments.delta, response.completed /
     incomplete / failed, error) as typed events, ending with `Done` built from the final response. A
     stream that is not what the API documents is a `ProviderError`."""
-    return guarded_events(PROVIDER, _responses_events(source))
+    return base.guarded_events(PROVIDER, _responses_events(source))
 
 
 def _responses_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
@@ -332,48 +236,45 @@ def _responses_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     calls: dict[int, int] = {}  # output index -> tool call index
     final: Mapping[str, Any] | None = None
     for sse in source:
-        data = _event_json(sse)
+        data = base.event_json(PROVIDER, sse)
         kind = data.get("type", sse.event)
-        try:
+        with base.malformed_inside(PROVIDER, data):
             if kind == "error":
-                raise stream_error(PROVIDER, {"error": {"type": data.get("code") or "server_error",
+                raise base.stream_error(PROVIDER, {"error": {"type": data.get("code") or "server_error",
                                                         "message": data.get("message") or "stream error",
                                                         "param": data.get("param")}})
             if kind == "response.failed":
                 error = (data.get("response") or {}).get("error") or {}
-                raise stream_error(PROVIDER, {"error": {"type": error.get("code") or "server_error",
+                raise base.stream_error(PROVIDER, {"error": {"type": error.get("code") or "server_error",
                                                         "message": error.get("message") or "the response failed"}})
             if kind == "response.output_item.added":
                 index, item = int(data["output_index"]), dict(data["item"])
                 items[index] = item
                 if item.get("type") == "function_call":
                     calls[index] = len(calls)
-                    yield ToolCallStarted(calls[index], text_field(item.get("call_id"), "function_call.call_id"),
-                                          text_field(item.get("name"), "function_call.name"))
+                    yield base.ToolCallStarted(calls[index],
+                                               base.text_field(item.get("call_id"), "function_call.call_id"),
+                                               base.text_field(item.get("name"), "function_call.name"))
             elif kind == "response.output_text.delta":
-                yield TextDelta(text_field(data["delta"], "output_text.delta"))
+                yield base.TextDelta(base.text_field(data["delta"], "output_text.delta"))
             elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-                yield ThinkingDelta(text_field(data["delta"], "reasoning delta"))
+                yield base.ThinkingDelta(base.text_field(data["delta"], "reasoning delta"))
             elif kind == "response.function_call_arguments.delta":
                 index = int(data["output_index"])
-                yield ToolCallDelta(calls[index], text_field(data["delta"], "function_call_arguments.delta"))
+                yield base.ToolCallDelta(calls[index], base.text_field(data["delta"], "function_call_arguments.delta"))
             elif kind == "response.output_item.done":
                 items[int(data["output_index"])] = dict(data["item"])
             elif kind in ("response.completed", "response.incomplete"):
                 final = dict(data["response"])
                 reported = usage_from_openai(final.get("usage"))
                 if reported is not None:
-                    yield UsageReported(reported)
+                    yield base.UsageReported(reported)
                 break
-        except ProviderError:
-            raise
-        except MALFORMED as problem:
-            raise malformed(PROVIDER, 200, dict(data), problem) from None
     if final is None:
-        raise malformed(PROVIDER, 200, None, "the stream ended before response.completed")
+        raise base.malformed(PROVIDER, 200, None, "the stream ended before response.completed")
     if not final.get("output") and items:  # some servers leave the final output empty: use what streamed
         final = {**final, "output": [items[i] for i in sorted(items)]}
-    yield Done(parse_responses_response(final))
+    yield base.Done(parse_responses_response(final))
 
 
 __all__ = [

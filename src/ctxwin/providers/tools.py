@@ -1,7 +1,8 @@
 """Tool definitions and tool choice in each API's shape. A client takes `ToolDef`s or any of the shapes
 the APIs and ctxwin's tool registry use (`{"name", "description", "parameters" | "input_schema"}`,
 Chat's `{"type": "function", "function": {...}}`, Responses' `{"type": "function", "name", ...}`), and
-sends them the way its API wants them; anything else is an `InputError` naming the bad entry."""
+sends them the way its API wants them; anything else is an `InputError` naming the bad entry. Reading and
+writing the shapes is `ctxwin.messages.tools`, the one tool-schema conversion."""
 
 from __future__ import annotations
 
@@ -9,28 +10,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ctxwin.errors import InputError
+from ctxwin.messages.tools import SchemaFormat, as_tool_schema, to_format
 from ctxwin.providers.base import ToolChoice, ToolDef
 
 Api = Literal["anthropic", "chat", "responses"]
 
 
-def tool_def(tool: ToolDef | Mapping[str, Any], where: str = "tools[0]") -> ToolDef:
-    """One tool definition, from any of the accepted shapes."""
-    if isinstance(tool, ToolDef):
-        return tool
-    if not isinstance(tool, Mapping):
-        raise InputError(f"{where}: a tool must be a ToolDef or a mapping, not {type(tool).__name__}",
-                         'pass {"name": ..., "description": ..., "parameters": {JSON Schema}}')
-    inner = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
-    name = inner.get("name")
-    if not isinstance(name, str) or not name:
-        raise InputError(f"{where}: the tool has no name", 'give every tool a "name" string')
-    description = inner.get("description") or ""
-    schema = inner.get("parameters", inner.get("input_schema", {"type": "object", "properties": {}}))
-    if not isinstance(description, str) or not isinstance(schema, Mapping):
-        raise InputError(f"{where} ({name}): description must be a string and parameters a JSON Schema object",
-                         "fix the tool definition")
-    return ToolDef(name, description, dict(schema))
+tool_def = as_tool_schema  # one tool definition, from any of the accepted shapes
 
 
 def tool_defs(tools: Sequence[ToolDef | Mapping[str, Any]] | None) -> list[ToolDef]:
@@ -38,18 +24,15 @@ def tool_defs(tools: Sequence[ToolDef | Mapping[str, Any]] | None) -> list[ToolD
         return []
     if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Sequence):
         raise InputError(f"tools must be a list of tool definitions, not {type(tools).__name__}",
-                         "pass a list, e.g. ctxwin.tools.registry.schemas('jsonschema')")
-    return [tool_def(tool, f"tools[{i}]") for i, tool in enumerate(tools)]
+                         "pass a list, e.g. ctxwin.tools.registry.schemas('openai')")
+    return [as_tool_schema(tool, f"tools[{i}]") for i, tool in enumerate(tools)]
+
+
+FORMAT_OF: dict[str, SchemaFormat] = {"anthropic": "anthropic", "chat": "openai", "responses": "openai-responses"}
 
 
 def tools_payload(api: Api, tools: Sequence[ToolDef]) -> list[dict[str, Any]]:
-    if api == "anthropic":
-        return [{"name": t.name, "description": t.description, "input_schema": dict(t.parameters)} for t in tools]
-    if api == "chat":
-        return [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                  "parameters": dict(t.parameters)}} for t in tools]
-    return [{"type": "function", "name": t.name, "description": t.description, "parameters": dict(t.parameters)}
-            for t in tools]
+    return [to_format(tool, FORMAT_OF[api]) for tool in tools]
 
 
 def tool_choice_payload(api: Api, choice: ToolChoice, tools: Sequence[ToolDef]) -> Any:

@@ -10,8 +10,8 @@ The function's first parameter is the workspace (or what the tool reads from); p
 model does not see. `{name}` in the docstring is replaced by `facts[name]`, so the limits a
 description quotes are the constants the code uses.
 
-One conversion turns a spec into each provider's format (`to_format`): OpenAI Chat function tools,
-OpenAI Responses, Anthropic, plain JSON Schema.
+A spec turns into each provider's format by the one tool-schema conversion, `ctxwin.messages.tools.to_format`
+(re-exported here): OpenAI Chat function tools, OpenAI Responses, Anthropic, plain JSON Schema.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import Annotated, Any, Generic, Literal, ParamSpec, Union
 import annotated_types
 
 from ctxwin.errors import ToolDefinitionError
+from ctxwin.messages.tools import FORMATS as FORMATS  # re-exported: callers read the formats here
+from ctxwin.messages.tools import SchemaFormat, to_format
 from ctxwin.tools.base import ToolError, ToolOutput, refusals_as_output
 
-SchemaFormat = Literal["openai", "openai-responses", "anthropic", "jsonschema"]
-FORMATS: tuple[str, ...] = ("openai", "openai-responses", "anthropic", "jsonschema")
 CONTEXT_PARAMETERS = ("state", "call_id")  # handed in by the runner when the function takes them
 Needs = Literal["shell", "blobs"]
 Runner = Callable[..., ToolOutput]
@@ -259,27 +259,6 @@ _BOUNDS: tuple[tuple[type, str, str], ...] = (
 
 def _bound(item: object) -> dict[str, Any]:
     return {keyword: getattr(item, attribute) for marker, keyword, attribute in _BOUNDS if isinstance(item, marker)}
-
-
-# --------------------------------------------------------------------------------------------------
-# Formats
-
-
-def to_format(spec: ToolSpec, format: SchemaFormat) -> dict[str, Any]:
-    """The tool definition in a provider's format: `openai` (Chat Completions function tools),
-    `openai-responses`, `anthropic`, or `jsonschema` (one JSON Schema document)."""
-    params = dict(spec.parameters)
-    if format == "openai":
-        return {"type": "function", "function": {"name": spec.name, "description": spec.description,
-                                                 "parameters": params}}
-    if format == "openai-responses":
-        return {"type": "function", "name": spec.name, "description": spec.description, "parameters": params}
-    if format == "anthropic":
-        return {"name": spec.name, "description": spec.description, "input_schema": params}
-    if format == "jsonschema":
-        return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": spec.name,
-                "description": spec.description, **params}
-    raise ToolError("bad_argument", f"unknown schema format {format!r}", f"Use {', '.join(FORMATS)}.")
 
 
 # --------------------------------------------------------------------------------------------------

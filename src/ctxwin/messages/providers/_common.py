@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ctxwin.messages.model import Block, Text, Thinking
+from ctxwin.messages.model import Block, Image, Text, Thinking, image_placeholder, image_problem
 
 ANTHROPIC = "anthropic"
 OPENAI_CHAT = "openai_chat"
@@ -120,14 +120,27 @@ def arguments_object(arguments: Any) -> Any:
 # -- images -----------------------------------------------------------------------------------------
 
 
-def parse_data_url(url: str) -> tuple[str, str] | None:
-    """(media type, base64 data) of a `data:<type>;base64,<data>` URL, else None."""
+def read_image_url(url: str, fmt: str, fields: Mapping[str, Any]) -> Image:
+    """The image an OpenAI `image_url` stands for: a `data:<type>;base64,<data>` URL becomes media type
+    and data, any other URL stays a URL; `fields` are the part's other fields, kept as `fmt`'s extras."""
     match = _DATA_URL.match(url)
-    return (match.group(1), match.group(2)) if match else None
+    if match:
+        return Image(media_type=match.group(1), data=match.group(2), extra=extra_for(fmt, fields))
+    return Image(url=url, extra=extra_for(fmt, fields))
 
 
-def data_url(media_type: str | None, data: str) -> str:
-    return f"data:{media_type or 'application/octet-stream'};base64,{data}"
+def write_image_url(image: Image) -> str:
+    """The `image_url` OpenAI takes for an image: its data as a data URL, else its URL."""
+    if image.data is not None:
+        return f"data:{image.media_type or 'application/octet-stream'};base64,{image.data}"
+    return image.url or ""
+
+
+def sendable_image(image: Image) -> Image | Text:
+    """The image as a request may carry it: itself, or the placeholder text for an image the API would
+    refuse (it would refuse the whole request; the log keeps the image)."""
+    problem = image_problem(image)
+    return image if problem is None else image_placeholder(problem)
 
 
 # -- blocks we have no type for ---------------------------------------------------------------------

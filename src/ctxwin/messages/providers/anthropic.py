@@ -41,17 +41,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxwin.messages.model import (
-    Block,
-    Image,
-    Message,
-    Text,
-    Thinking,
-    ToolCall,
-    ToolResult,
-    image_placeholder,
-    image_problem,
-)
+from ctxwin.messages.model import Block, Image, Message, Text, Thinking, ToolCall, ToolResult
 from ctxwin.messages.providers._common import (
     ANTHROPIC,
     arguments_object,
@@ -60,6 +50,7 @@ from ctxwin.messages.providers._common import (
     put_back,
     read_content,
     require_mapping,
+    sendable_image,
     thinking_written,
     unsupported,
     unsupported_block,
@@ -273,9 +264,9 @@ def _write_part(block: Text | Image) -> dict[str, Any]:
         if raw is not None:
             return raw
         return put_back({"type": "text", "text": block.text}, fields_of(block.extra, NS))
-    problem = image_problem(block)
-    if problem is not None:  # the API would refuse the whole request; the log keeps the image
-        return {"type": "text", "text": image_placeholder(problem).text}
+    sent = sendable_image(block)
+    if isinstance(sent, Text):
+        return {"type": "text", "text": sent.text}
     extra = dict(fields_of(block.extra, NS))
     kept = extra.pop("source", None)
     if block.data is not None:

@@ -44,30 +44,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxwin.messages.model import (
-    Block,
-    Image,
-    Message,
-    Text,
-    Thinking,
-    ToolCall,
-    ToolResult,
-    image_placeholder,
-    image_problem,
-)
+from ctxwin.messages.model import Block, Image, Message, Text, Thinking, ToolCall, ToolResult
 from ctxwin.messages.providers._common import (
     OPENAI_CHAT,
     arguments_string,
-    data_url,
     decode_arguments,
     extra_for,
     fields_of,
-    parse_data_url,
     put_back,
     read_content,
+    read_image_url,
     require_mapping,
+    sendable_image,
     unsupported,
     unsupported_block,
+    write_image_url,
 )
 
 NS = OPENAI_CHAT
@@ -170,10 +161,7 @@ def _read_part(raw: Any, where: str) -> Text | Image:
         if isinstance(url, str):
             if image_url:
                 part["image_url"] = image_url
-            parsed = parse_data_url(url)
-            if parsed:
-                return Image(media_type=parsed[0], data=parsed[1], extra=extra_for(NS, part))
-            return Image(url=url, extra=extra_for(NS, part))
+            return read_image_url(url, NS, part)
     return unsupported(NS, raw)
 
 
@@ -254,12 +242,12 @@ def _write_message(message: Message) -> dict[str, Any]:
 
 
 def _write_image(block: Image) -> dict[str, Any]:
-    problem = image_problem(block)
-    if problem is not None:  # the API would refuse the whole request; the log keeps the image
-        return {"type": "text", "text": image_placeholder(problem).text}
+    sent = sendable_image(block)
+    if isinstance(sent, Text):
+        return {"type": "text", "text": sent.text}
     extra = dict(fields_of(block.extra, NS))
     kept = extra.pop("image_url", None)
-    url = data_url(block.media_type, block.data) if block.data is not None else (block.url or "")
+    url = write_image_url(block)
     image_url = put_back({"url": url}, kept if isinstance(kept, Mapping) else {})
     return put_back({"type": "image_url", "image_url": image_url}, extra)
 

@@ -42,31 +42,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxwin.messages.model import (
-    Block,
-    Image,
-    Message,
-    Text,
-    Thinking,
-    ToolCall,
-    ToolResult,
-    image_placeholder,
-    image_problem,
-)
+from ctxwin.messages.model import Block, Image, Message, Text, Thinking, ToolCall, ToolResult
 from ctxwin.messages.providers._common import (
     OPENAI_RESPONSES,
     UNSENT_SUFFIX,
     arguments_string,
-    data_url,
     decode_arguments,
     extra_for,
     fields_of,
-    parse_data_url,
     put_back,
+    read_image_url,
     require_mapping,
+    sendable_image,
     thinking_written,
     unsupported,
     unsupported_block,
+    write_image_url,
 )
 
 NS = OPENAI_RESPONSES
@@ -222,10 +213,7 @@ def _read_part(raw: Any, default_text: str, where: str) -> Text | Image:
         return Text(text, {NS: {**part, "type": "refusal"}})
     if kind == "input_image" and isinstance(part.get("image_url"), str):
         url = part.pop("image_url")
-        parsed = parse_data_url(url)
-        if parsed:
-            return Image(media_type=parsed[0], data=parsed[1], extra=extra_for(NS, part))
-        return Image(url=url, extra=extra_for(NS, part))
+        return read_image_url(url, NS, part)
     return unsupported(NS, raw)
 
 
@@ -286,11 +274,10 @@ def _read_output(item: dict[str, Any], names: Mapping[str, str], where: str) -> 
 
 
 def _write_part(block: Block, default_text: str, *, in_message: bool = True) -> dict[str, Any]:
-    problem = image_problem(block) if isinstance(block, Image) else None
-    if problem is not None:  # the API would refuse the whole request; the log keeps the image
-        block = image_placeholder(problem)
     if isinstance(block, Image):
-        url = data_url(block.media_type, block.data) if block.data is not None else (block.url or "")
+        block = sendable_image(block)
+    if isinstance(block, Image):
+        url = write_image_url(block)
         part = put_back({"type": "input_image", "image_url": url}, fields_of(block.extra, NS))
         if in_message:
             part.setdefault("detail", "auto")  # required in message content (optional in outputs)
