@@ -8,6 +8,9 @@ within a token budget, trimming the least important items first. Same input, sam
 The full merged state (before trimming) is kept in `Summary.details["extractive"]`, so that the next
 compaction merges with everything known, not only with what fit on the page; this also makes merging
 idempotent (a summary merged with itself, or with the same span again, is unchanged).
+
+(Long on purpose, for now: the summary's sections each have their own extraction; it is the first
+module to split next, by section.)
 """
 
 from __future__ import annotations

@@ -6,7 +6,11 @@ implement both.
 What every client does the same way lives here: one request with retries (exponential backoff with
 jitter on 429, 5xx and "overloaded", honouring `retry-after-ms` / `retry-after`, bounded), timeouts,
 cancellation (an event that aborts the request, the stream or the wait before a retry), the typed
-stream events, and the `ProviderError` every HTTP error and every malformed answer becomes."""
+stream events, and the `ProviderError` every HTTP error and every malformed answer becomes.
+
+(Long on purpose: the data types, the stream events, retries and the shared HTTP client of three
+APIs' clients, which the client modules only specialize.)
+"""
 
 from __future__ import annotations
 
