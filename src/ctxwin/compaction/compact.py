@@ -91,6 +91,22 @@ class Outcome:
         )
 
 
+def summary_from_entry(entry: CompactionEntry) -> Summary:
+    """The summary a logged compaction stands for (the inverse of `Outcome.entry`), with the
+    summarizer's merge state, so the next compaction merges into it exactly."""
+    return Summary(
+        text=entry.summary,
+        read_files=entry.read_files,
+        modified_files=entry.modified_files,
+        identifiers=entry.identifiers,
+        covered_ids=entry.covered_ids,
+        tokens=entry.summary_tokens,
+        summarizer=entry.summarizer,
+        sections={k: list(v) for k, v in entry.sections.items()},
+        details=dict(entry.summarizer_state),
+    )
+
+
 def strategy_for(policy: Any) -> Strategy:
     """The strategy a compaction section names."""
     found = STRATEGIES.get(policy.strategy)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ctxwin.compaction.base import Summary
-from ctxwin.compaction.compact import attachment_message
+from ctxwin.compaction.compact import attachment_message, summary_from_entry
 from ctxwin.compaction.strategy import AgentSummary, Strategy
 from ctxwin.messages import Message, ToolCall
 from ctxwin.pipeline.view import Item
@@ -143,18 +143,7 @@ def _add_message(state: SessionState, entry_id: str, message: Message, counter: 
 
 def _apply_compaction(state: SessionState, entry_id: str, entry: CompactionEntry) -> None:
     first = state.index.get(entry.first_kept_id, len(state.records)) if entry.first_kept_id else len(state.records)
-    summary = Summary(
-        text=entry.summary,
-        read_files=entry.read_files,
-        modified_files=entry.modified_files,
-        identifiers=entry.identifiers,
-        covered_ids=entry.covered_ids,
-        tokens=entry.summary_tokens,
-        summarizer=entry.summarizer,
-        sections={k: list(v) for k, v in entry.sections.items()},
-        details=dict(entry.summarizer_state),
-    )
-    state.compaction = CompactionState(entry_id, summary, first, entry.pinned_ids,
+    state.compaction = CompactionState(entry_id, summary_from_entry(entry), first, entry.pinned_ids,
                                        tuple(attachment_message(a) for a in entry.attachments))
     state.changed(EVERYTHING)
     state.agent_summary = None  # an agent's summary serves one compaction
