@@ -27,7 +27,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine",),
     ("tools",),
     ("agent",),
-    ("proxy", "mcp", "adapters", "telemetry"),
+    ("telemetry",),  # below the integrations, so the proxy and the adapters can open spans
+    ("proxy", "mcp", "adapters"),
     ("transcripts",),
     ("testing",),
     ("evaluation", "reports"),
