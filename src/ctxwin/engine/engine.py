@@ -31,8 +31,10 @@ from ctxwin.providers.overflow import is_overflow_error, reported_context_tokens
 from ctxwin.store.base import SessionLog
 from ctxwin.store.entries import (
     CalibrationEntry,
+    CustomEntry,
     MessageEntry,
     PinEntry,
+    ProxyRequestEntry,
     epoch,
     parse,
 )
@@ -355,6 +357,14 @@ class ContextEngine:
         `limit` page the text by characters."""
         page("", offset, limit)  # bad paging is refused before anything is read
         return page(resolve(ref, self._state, self.session.blobs), offset, limit)
+
+    def note(self, entry: ProxyRequestEntry | CustomEntry) -> str:
+        """Keep an application's own record in the session log (a proxy's request record, a
+        harness's marker). Kept and read back, never rendered into the conversation."""
+        if not isinstance(entry, ProxyRequestEntry | CustomEntry):
+            raise InputError(f"note() keeps application records, not {type(entry).__name__}",
+                             "pass a ProxyRequestEntry or a CustomEntry(kind='custom', payload={'type': ...})")
+        return self._pipeline.record(entry)
 
     def health(self) -> str:
         """One line: `Token usage: 180K / 200K (90%) — compaction due`, for what would be sent now."""

@@ -218,6 +218,45 @@ class RecoveryEntry:
 
 
 @dataclass(frozen=True)
+class ProxyRequestEntry:
+    """One request the proxy handled for this session: what the agent sent, what went upstream, and
+    how it went. Written after the upstream answered (or failed), so the dashboard and the benchmarks
+    read the proxy's work from the log the session already has, whichever worker served it."""
+
+    kind: ClassVar[str] = "custom"
+    type: ClassVar[str] = "proxy_request"
+    api: str  # "anthropic" | "openai-chat" | "openai-responses"
+    model: str
+    status: int  # the status the caller saw
+    tokens_received: int  # the history the agent sent, counted as ctxwin counts
+    tokens_forwarded: int  # the request that went upstream
+    cache_prefix_reuse: float  # share of the forwarded tokens that repeat the previous forwarded prefix
+    compactions: int = 0
+    recoveries: int = 0
+    recall_calls: int = 0  # ctxwin_recall calls the proxy answered itself
+    invalid_forwarded: bool = False  # the upstream refused the request as malformed
+    streamed: bool = False
+    input_tokens: int | None = None  # usage the provider reported
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    added_ms: float = 0.0  # time spent in the proxy, upstream time excluded
+    upstream_ms: float = 0.0
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"type": self.type, **{name: getattr(self, name) for name in _PROXY_FIELDS}}
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> ProxyRequestEntry:
+        return cls(**{name: payload[name] for name in _PROXY_FIELDS if name in payload})
+
+
+_PROXY_FIELDS = ("api", "model", "status", "tokens_received", "tokens_forwarded", "cache_prefix_reuse",
+                 "compactions", "recoveries", "recall_calls", "invalid_forwarded", "streamed", "input_tokens",
+                 "output_tokens", "cache_read_tokens", "cache_write_tokens", "added_ms", "upstream_ms")
+
+
+@dataclass(frozen=True)
 class CustomEntry:
     """Anything else: an application's own record (`type` names it), or a kind this release does not
     know. Kept and passed through, never interpreted."""
@@ -230,9 +269,9 @@ class CustomEntry:
 
 
 LogEntry = (MessageEntry | DecisionEntry | CompactionEntry | PinEntry | LabelEntry | RewindEntry | CalibrationEntry
-            | RecoveryEntry | CustomEntry)
+            | RecoveryEntry | ProxyRequestEntry | CustomEntry)
 ENTRY_TYPES: tuple[type, ...] = (MessageEntry, DecisionEntry, CompactionEntry, PinEntry, LabelEntry, RewindEntry,
-                                 CalibrationEntry, RecoveryEntry)
+                                 CalibrationEntry, RecoveryEntry, ProxyRequestEntry)
 KINDS: tuple[str, ...] = (*dict.fromkeys(t.kind for t in ENTRY_TYPES), "checkpoint", "model_change")
 """Every entry kind a log may hold (the typed ones, then kinds reserved for later releases)."""
 _BY_KIND = {t.kind: t for t in ENTRY_TYPES if t.kind != "custom"}
