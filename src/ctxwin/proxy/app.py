@@ -342,7 +342,10 @@ async def handle(proxy: Proxy, api: Api, request: Request, body: dict[str, Any],
     model = str(body.get("model") or "")
     exchange = Exchange(api, model, started, streamed=body.get("stream") is True)
     spec = EngineSpec(model=model or None, policy=proxy.config.policy, window=proxy.config.window)
-    async with proxy.store.lease(key.id, spec) as engine:
+    lease = contextlib.AsyncExitStack()
+    engine = await lease.enter_async_context(proxy.store.lease(key.id, spec))
+    handed = False  # a stream that started owns the lease (and writes the entry) until it ends
+    try:
         memo = proxy.memo(key.id)
         try:
             outgoing = await proxy.run(proxy.manage, engine, api, body, conversation, memo, exchange)
@@ -352,14 +355,22 @@ async def handle(proxy: Proxy, api: Api, request: Request, body: dict[str, Any],
         except ContextBudgetError as error:
             raise ProxyRefusal(400, f"the request cannot be made to fit: {error}") from None
         exchange.reuse = outgoing.reuse
-        if exchange.streamed and not proxy.config.passthrough:
-            from .relay import relay
+        if exchange.streamed:
+            from .relay import RelayResponse, relay
 
-            return await relay(proxy, api, request, engine, body, conversation, memo, outgoing, exchange)
-        try:
-            return await complete(proxy, api, request, engine, body, conversation, memo, outgoing, exchange)
-        finally:
-            await proxy.run(engine.note, exchange.entry())
+            response = await relay(proxy, api, request, engine, body, conversation, memo, outgoing, exchange, lease)
+            handed = isinstance(response, RelayResponse)
+            return response
+        return await complete(proxy, api, request, engine, body, conversation, memo, outgoing, exchange)
+    except ProxyRefusal as refusal:
+        exchange.status = refusal.status
+        raise
+    finally:
+        if not handed:
+            try:
+                await proxy.run(engine.note, exchange.entry())
+            finally:
+                await lease.aclose()
 
 
 async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngine, body: dict[str, Any],
