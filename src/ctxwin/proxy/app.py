@@ -37,7 +37,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ctxwin.engine import ContextEngine, Prepared
-from ctxwin.errors import ContextBudgetError, ContextOverflowError, ProviderError, ProxyRefusal
+from ctxwin.errors import ContextBudgetError, ContextOverflowError, CtxwinError, ProviderError, ProxyRefusal
 from ctxwin.messages import Message
 from ctxwin.store.entries import ProxyRequestEntry
 
@@ -45,7 +45,7 @@ from . import recall as recall_tool
 from .apis import APIS, Api, Conversation, Conversion, overhead_key
 from .config import ProxyConfig
 from .errors import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, api_of_path, error_response, refusal_response
-from .sessions import EngineSpec, MemorySessionStore, SessionKey, SessionStore, session_key
+from .sessions import MemorySessionStore, SessionKey, SessionStore, engine_spec, session_key
 
 TOKEN_HEADER = "x-ctxwin-token"
 HOP_BY_HOP = frozenset({
@@ -333,6 +333,8 @@ def managed(proxy: Proxy, api: Api) -> Callable[[Request], Any]:
             return refusal_response(api.name, refusal)
         except ClientDisconnect:
             return Response(status_code=499)
+        except CtxwinError as error:  # a session that cannot be opened or managed as configured
+            return error_response(api.name, 500, f"ctxwin proxy: {error}")
 
     return endpoint
 
@@ -341,9 +343,8 @@ async def handle(proxy: Proxy, api: Api, request: Request, body: dict[str, Any],
                  key: SessionKey, started: float) -> Response:
     model = str(body.get("model") or "")
     exchange = Exchange(api, model, started, streamed=body.get("stream") is True)
-    spec = EngineSpec(model=model or None, policy=proxy.config.policy, window=proxy.config.window)
     lease = contextlib.AsyncExitStack()
-    engine = await lease.enter_async_context(proxy.store.lease(key.id, spec))
+    engine = await lease.enter_async_context(proxy.store.lease(key.id, engine_spec(body, proxy.config)))
     handed = False  # a stream that started owns the lease (and writes the entry) until it ends
     try:
         memo = proxy.memo(key.id)
@@ -476,8 +477,7 @@ def count_tokens(proxy: Proxy) -> Callable[[Request], Any]:
                     raise ProxyRefusal(400, str(error), "send the conversation as the API documents it") from None
                 key = session_key(request.headers, body, conversation.system_text,
                                   api.first_user_text(conversation.history))
-                spec = EngineSpec(model=exchange.model or None, policy=proxy.config.policy, window=proxy.config.window)
-                async with proxy.store.lease(key.id, spec) as engine:
+                async with proxy.store.lease(key.id, engine_spec(body, proxy.config)) as engine:
                     content = await proxy.run(_managed_count_body, proxy, engine, api, body, conversation,
                                               proxy.memo(key.id)) or raw
             response = await proxy.send(request, content, exchange)

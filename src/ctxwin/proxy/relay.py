@@ -233,6 +233,7 @@ class ChatEditor(Editor):
 class ResponsesEditor(Editor):
     sequence: int = 0
     items: dict[int, Any] | None = None  # the caller's position -> the finished item
+    first_id: str | None = None  # the response the caller sees, whatever the rounds
 
     def feed(self, sse: SSE) -> list[bytes]:
         data = orjson.loads(sse.data)
@@ -244,6 +245,8 @@ class ResponsesEditor(Editor):
             return []
         if self.round and kind in ("response.created", "response.in_progress"):
             return []
+        if kind == "response.created" and self.first_id is None:
+            self.first_id = (data.get("response") or {}).get("id")
         index = data.get("output_index")
         if kind == "response.output_item.added":
             item = data.get("item") or {}
@@ -271,6 +274,8 @@ class ResponsesEditor(Editor):
             response = dict(data.get("response") or {})
             if self.items is not None:  # what the caller was shown, over every round, in its order
                 response["output"] = [self.items[i] for i in sorted(self.items)]
+            if self.first_id is not None:
+                response["id"] = self.first_id
             data["response"] = response
             if "sequence_number" in data:
                 data["sequence_number"] = self.sequence

@@ -126,16 +126,31 @@ def safe_id(value: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class EngineSpec:
-    """How to build a session's engine, from the first request that opens it."""
+    """How to build a session's engine, from the first request that opens it. `max_output` is the
+    output limit that request asked for (`max_tokens`), which the reserve is sized on; None takes
+    the model registry's."""
 
     model: str | None
     policy: str
     window: int | None = None
+    max_output: int | None = None
 
 
 def build_engine(log: SessionLog, spec: EngineSpec) -> ContextEngine:
     """The engine every store builds for a session log (one recipe, so workers agree)."""
-    return ContextEngine(log, model=spec.model, policy=spec.policy, window=spec.window)
+    return ContextEngine(log, model=spec.model, policy=spec.policy, window=spec.window, max_output=spec.max_output)
+
+
+OUTPUT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+
+
+def engine_spec(body: Mapping[str, Any], config: ProxyConfig) -> EngineSpec:
+    """The spec of the engine for a request's session (used only when the session is opened)."""
+    model = body.get("model")
+    limit = next((body[k] for k in OUTPUT_LIMIT_FIELDS if isinstance(body.get(k), int) and not isinstance(body[k], bool)
+                  and body[k] > 0), None)
+    return EngineSpec(model=model if isinstance(model, str) and model else None, policy=config.policy,
+                      window=config.window, max_output=limit)
 
 
 class SessionStore(Protocol):
