@@ -42,7 +42,7 @@ from ctxwin.messages import Message
 from ctxwin.store.entries import ProxyRequestEntry
 
 from . import recall as recall_tool
-from .apis import APIS, Api, Conversation, Conversion, overhead_key
+from .apis import APIS, Api, Conversation, Conversion, Rendered, overhead_key
 from .config import ProxyConfig
 from .errors import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, api_of_path, error_response, refusal_response
 from .sessions import MemorySessionStore, SessionKey, SessionStore, engine_spec, session_key
@@ -70,6 +70,14 @@ class Memo:
     overhead: tuple[str, int] = ("", 0)  # (key of the system+tools bytes, their raw token count)
     forwarded_overhead: str | None = None  # the overhead key of the previous forwarded request
     forwarded_keys: list[str] = field(default_factory=list)  # passthrough: the previous request's keys
+    rendered: Rendered | None = None  # the turns written for the last forwarded request
+    retired: Conversion | None = None
+    """The conversion this request replaced, freed once the answer is on its way: dropping the last
+    reference to a 170K-token history's parsed dicts takes milliseconds the caller need not wait for."""
+    synced: tuple[int, int, int] | None = None
+    """(engine id, messages it held, messages of the conversion) right after the last sync: while the
+    engine is the same object and holds the same messages, a history that only extends the last one
+    is appended without matching it all again."""
 
 
 @dataclass
@@ -207,8 +215,9 @@ class Proxy:
                memo: Memo, exchange: Exchange) -> Outgoing:
         """Sync what the agent sent, prepare, and build the body to forward (the hot path)."""
         counter = engine.counter
-        conversion = api.canonical(conversation.history, memo.conversion, counter.count_message)
-        memo.conversion = conversion
+        previous = memo.conversion
+        conversion = api.canonical(conversation.history, previous, counter.count_message)
+        memo.conversion, memo.retired = conversion, previous
         key = overhead_key(conversation)
         if memo.overhead[0] != key:
             text = conversation.overhead.decode("utf-8", "surrogatepass")
@@ -218,7 +227,16 @@ class Proxy:
         exchange.tokens_received = round((conversion.tokens + overhead_raw) * factor)
         if self.config.passthrough:
             return self.passthrough(body, conversion.messages, overhead_raw, key, memo, counter, factor)
-        engine.sync(conversion.messages)
+        held = len(engine.messages)
+        old, new = previous.messages, conversion.messages
+        extends = bool(old) and len(new) >= len(old) and all(
+            a is b or a.content_key == b.content_key for a, b in zip(old, new, strict=False))
+        if extends and memo.synced == (id(engine), held, len(old)):
+            held += len(engine.append(new[len(old):]))  # what sync would append, found without matching it all
+        else:
+            engine.sync(new)
+            held = len(engine.messages)
+        memo.synced = (id(engine), held, len(new))
         recall = self.config.recall_tool and bool(body.get("tools"))
         if recall:
             overhead_raw += self.recall_overhead(api, counter)
@@ -228,7 +246,7 @@ class Proxy:
 
     def outgoing(self, engine: ContextEngine, api: Api, body: dict[str, Any], conversation: Conversation,
                  prepared: Prepared, memo: Memo, key: str, recall: bool) -> Outgoing:
-        forwarded = api.forward_body(body, conversation, prepared, recall)
+        forwarded, memo.rendered = api.forward_body(body, conversation, prepared, recall, memo.rendered)
         same_overhead = memo.forwarded_overhead == key
         memo.forwarded_overhead = key
         reuse = prepared.stable_prefix_tokens / prepared.raw_tokens if same_overhead and prepared.raw_tokens else 0.0
@@ -259,8 +277,11 @@ class Proxy:
     # ------------------------------------------------------------------------------------------ upstream
 
     async def send(self, request: Request, content: bytes, exchange: Exchange, *, stream: bool = False,
-                   path: str | None = None) -> httpx.Response:
-        """One upstream call; a connection failure is a 502 and a timeout a 504, in the caller's shape."""
+                   path: str | None = None, memo: Memo | None = None) -> httpx.Response:
+        """One upstream call; a connection failure is a 502 and a timeout a 504, in the caller's shape.
+        With `memo`, the conversion it retired is freed while the upstream works."""
+        if memo is not None and memo.retired is not None:
+            asyncio.get_running_loop().call_soon(setattr, memo, "retired", None)
         assert self.client is not None, "the app's lifespan has not started (run it under an ASGI server)"
         url = self.url(request) if path is None else f"{self.upstream}{path}"
         outgoing = self.client.build_request(request.method, url, content=content,
@@ -382,7 +403,7 @@ async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngi
         exchange.tokens_forwarded += outgoing.tokens
         if outgoing.prepared is not None:
             exchange.compactions += compactions(outgoing.prepared)
-        response = await proxy.send(request, outgoing.body, exchange)
+        response = await proxy.send(request, outgoing.body, exchange, memo=memo)
         raw = await proxy.read(response, exchange)
         exchange.status = response.status_code
         if outgoing.prepared is None:  # passthrough: relayed as it came
@@ -500,7 +521,8 @@ def _managed_count_body(proxy: Proxy, engine: ContextEngine, api: Api, body: dic
     memo.conversion = conversion
     engine.sync(conversion.messages)
     prepared = engine.prepare()
-    forwarded = api.forward_body(body, conversation, prepared, proxy.config.recall_tool and bool(body.get("tools")))
+    forwarded, memo.rendered = api.forward_body(body, conversation, prepared,
+                                                proxy.config.recall_tool and bool(body.get("tools")), memo.rendered)
     forwarded.pop("stream", None)
     return orjson.dumps(forwarded)
 

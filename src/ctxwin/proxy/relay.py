@@ -444,7 +444,7 @@ async def open_stream(proxy: Proxy, api: Api, request: Request, engine: ContextE
             forwarded = orjson.loads(content)
             forwarded["stream_options"] = {**(forwarded.get("stream_options") or {}), "include_usage": True}
             content = orjson.dumps(forwarded)
-        response = await proxy.send(request, content, exchange, stream=True)
+        response = await proxy.send(request, content, exchange, stream=True, memo=memo)
         exchange.status = response.status_code
         if response.status_code < 400:
             if response.headers.get("content-type", "").startswith("text/event-stream"):
