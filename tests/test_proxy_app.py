@@ -367,3 +367,17 @@ def test_concurrent_sessions_do_not_mix(fake: FakeProvider) -> None:
         engines = served.engines()
         assert len(engines) == 6 and all(len(e.messages) == 5 for e in engines.values())
     assert results == [200] * 18
+
+
+def test_the_dashboard_is_mounted_behind_the_token(fake: FakeProvider) -> None:
+    """The live page (ctxwin.proxy.dashboard, built alongside) plugs into create_app's mount point and
+    sees this proxy's in-memory sessions; without the token it is refused like everything else."""
+    pytest.importorskip("ctxwin.proxy.dashboard")
+    with proxy_for(fake, auth_token="tok") as served:
+        assert post(served, "anthropic", body_for("anthropic", ["hi"]), **{"x-ctxwin-token": "tok"}).status_code == 200
+        refused = httpx.get(f"{served.url}/ctxwin/sessions.json")
+        rows = httpx.get(f"{served.url}/ctxwin/sessions.json?token=tok")
+        page = httpx.get(f"{served.url}/ctxwin", headers={"x-ctxwin-token": "tok"})
+    assert refused.status_code == 401 and page.status_code == 200
+    [row] = rows.json()
+    assert row["requests"] == 1 and row["session"].startswith("c-")

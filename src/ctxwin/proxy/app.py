@@ -559,16 +559,28 @@ def not_found(proxy: Proxy) -> Callable[[Request], Any]:
 
 
 def dashboard_routes(proxy: Proxy) -> list[BaseRoute]:
-    """The dashboard's routes (`/ctxwin`, `/ctxwin/sessions.json`) when `ctxwin.proxy.dashboard`
-    is installed: the mount point it plugs into. Called with the store and a token check."""
+    """The live page's routes (`/ctxwin`, `/ctxwin/sessions.json`, ...) from `ctxwin.proxy.dashboard`
+    when it is installed, over the store this proxy uses (its own engines when sessions live in
+    memory), each behind the ctxwin token (header, bearer or `?token=`): the mount point."""
     try:
         from . import dashboard  # type: ignore[attr-defined]
     except ImportError:
         return []
-    routes = getattr(dashboard, "dashboard_routes", None)
-    if routes is None:
-        return []
-    return list(routes(store=proxy.store, authorized=lambda request: proxy.check_token(request, query=True)))
+    live = getattr(proxy.store, "live_engines", None)
+    source = dashboard.source_for(proxy.config, sessions=live() if live is not None else None)
+    return [Route(route.path, _guarded(proxy, route.endpoint), methods=sorted(route.methods or ("GET",)))
+            for route in dashboard.dashboard_routes(source) if isinstance(route, Route)]
+
+
+def _guarded(proxy: Proxy, endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    async def guarded(request: Request) -> Response:
+        if not proxy.check_token(request, query=True):
+            return error_response(OPENAI_CHAT, 401, f"missing or wrong ctxwin token (send it in the {TOKEN_HEADER} "
+                                                    "header, or as ?token= on a page)")
+        response: Response = await endpoint(request)
+        return response
+
+    return guarded
 
 
 ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]

@@ -26,7 +26,7 @@ import re
 import shutil
 import tempfile
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,8 +223,13 @@ class MemorySessionStore:
         return list(self._known)
 
     def engines(self) -> dict[str, ContextEngine]:
-        """The open engines by session id (for the dashboard of a one-process proxy)."""
+        """The open engines by session id, now."""
         return {k: s.engine for k, s in self._slots.items() if s.engine is not None}
+
+    def live_engines(self) -> Mapping[str, ContextEngine]:
+        """A live view of the open engines by session id (what the dashboard of a proxy whose sessions
+        live in memory reads)."""
+        return _LiveEngines(self._slots)
 
     async def aclose(self) -> None:
         for slot in self._slots.values():
@@ -234,3 +239,20 @@ class MemorySessionStore:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+
+
+class _LiveEngines(Mapping[str, ContextEngine]):
+    def __init__(self, slots: Mapping[str, _Slot]) -> None:
+        self._slots = slots
+
+    def __getitem__(self, key: str) -> ContextEngine:
+        engine = self._slots[key].engine
+        if engine is None:
+            raise KeyError(key)
+        return engine
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([k for k, s in list(self._slots.items()) if s.engine is not None])
+
+    def __len__(self) -> int:
+        return sum(s.engine is not None for s in list(self._slots.values()))
