@@ -23,7 +23,7 @@ import anthropic
 import openai
 import pytest
 
-from ctxwin.messages import Message, ToolCall
+from ctxwin.messages import Message
 from ctxwin.proxy.apis import RECALL_TOOL
 from ctxwin.testing import Call, FakeProvider, ModelRequest, Reply
 from proxy_server import Served, proxy_for
@@ -305,45 +305,3 @@ def test_sdk_clients_through_the_proxy(api: str, stream: bool, use_async: bool) 
     assert recalled and all(t.startswith("RECALL-OK ") for t in recalled), recalled
     assert sum(e["recall_calls"] for e in entries) >= len(recalled)
     assert any(e["compactions"] for e in entries)
-
-
-def test_a_mixed_answer_goes_to_the_agent_without_the_recall_call() -> None:
-    """An answer with the agent's own call and a recall call: the agent gets its call, the recall
-    call is dropped unanswered (the same in a stream: see the variants above, whose model mixes
-    every 13th call)."""
-    mixed = Reply("Both.", calls=(Call(RECALL_TOOL, {"ref": "entry:x"}), Call("read", {"path": "a.py"})))
-    with FakeProvider(model=lambda request: mixed) as fake, proxy_for(fake) as served:
-        client = anthropic.Anthropic(base_url=served.url, api_key="sk-ant-test", max_retries=0)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            message = client.messages.create(model=ANTHROPIC_MODEL, max_tokens=100, tools=[READ_TOOL],
-                                             messages=[{"role": "user", "content": "go"}])
-            with client.messages.stream(model=ANTHROPIC_MODEL, max_tokens=100, tools=[READ_TOOL],
-                                        messages=[{"role": "user", "content": "go again"}]) as events:
-                streamed = events.get_final_message()
-        entries = served.entries()
-    for answer in (message, streamed):
-        assert [b.name for b in answer.content if b.type == "tool_use"] == ["read"]
-        assert answer.stop_reason == "tool_use"
-        assert [b.index if hasattr(b, "index") else None for b in answer.content]  # contiguous, parsed
-    assert len(fake.requests) == 2 and all(e["recall_calls"] == 0 for e in entries)
-
-
-def test_recall_results_are_the_stored_bytes() -> None:
-    """A unit of the recall tool itself: a ref from a placeholder gives the logged result byte for
-    byte, paged; a bad ref is an error result the model can read, never an exception."""
-    from ctxwin.engine import ContextEngine
-    from ctxwin.proxy.recall import answer
-
-    engine = ContextEngine(window=100_000)
-    engine.append({"role": "user", "content": "read it"})
-    ids = engine.append([Message("assistant", (ToolCall("c1", "read", {"path": "a.py"}),)),
-                         {"role": "tool", "tool_call_id": "c1", "content": file_content("a.py")}])
-    text, error = answer(engine, ToolCall("r1", RECALL_TOOL, {"ref": f"entry:{ids[1]}#c1"}))
-    assert (text, error) == (file_content("a.py"), False)
-    page, _ = answer(engine, ToolCall("r2", RECALL_TOOL, {"ref": f"entry:{ids[1]}#c1", "offset": 5, "limit": 10}))
-    assert page.startswith(file_content("a.py")[5:15]) and "offset=15" in page
-    bad, error = answer(engine, ToolCall("r3", RECALL_TOOL, {"ref": "entry:nope"}))
-    assert error and "no such entry" in bad
-    missing, error = answer(engine, ToolCall("r4", RECALL_TOOL, {}))
-    assert error and "ref" in missing

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ctxwin import policies
 from ctxwin.engine import ContextEngine
 from ctxwin.store.base import SessionLog
 from ctxwin.store.blobs import FileBlobStore
@@ -134,11 +135,16 @@ class EngineSpec:
     policy: str
     window: int | None = None
     max_output: int | None = None
+    reread_hint: bool = False  # placeholders say how to re-read a file (no recall tool offered)
 
 
 def build_engine(log: SessionLog, spec: EngineSpec) -> ContextEngine:
     """The engine every store builds for a session log (one recipe, so workers agree)."""
-    return ContextEngine(log, model=spec.model, policy=spec.policy, window=spec.window, max_output=spec.max_output)
+    policy: Any = spec.policy
+    if spec.reread_hint:
+        base = policies.get(spec.policy)
+        policy = base.model_copy(update={"mask": base.mask.model_copy(update={"reread_hint": True})})
+    return ContextEngine(log, model=spec.model, policy=policy, window=spec.window, max_output=spec.max_output)
 
 
 OUTPUT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
@@ -150,7 +156,7 @@ def engine_spec(body: Mapping[str, Any], config: ProxyConfig) -> EngineSpec:
     limit = next((body[k] for k in OUTPUT_LIMIT_FIELDS if isinstance(body.get(k), int) and not isinstance(body[k], bool)
                   and body[k] > 0), None)
     return EngineSpec(model=model if isinstance(model, str) and model else None, policy=config.policy,
-                      window=config.window, max_output=limit)
+                      window=config.window, max_output=limit, reread_hint=not config.recall_tool)
 
 
 class SessionStore(Protocol):
