@@ -54,7 +54,8 @@ HOP_BY_HOP = frozenset({
     "accept-encoding",  # httpx negotiates its own and decodes; the caller gets identity bytes
     TOKEN_HEADER, "x-ctxwin-session",
 })
-RESPONSE_DROP = frozenset({*HOP_BY_HOP, "content-encoding", "content-length"})
+RESPONSE_DROP = frozenset({*HOP_BY_HOP, "content-encoding", "content-length", "date", "server"})
+"""Not relayed from the upstream's answer: what the proxy's own server writes (date, server, framing)."""
 MAX_RECOVERIES = 3
 """Overflow recoveries per request before the upstream's error goes to the caller (the engine bounds
 its own attempts too)."""
@@ -107,11 +108,13 @@ class Exchange:
     invalid: bool = False
     streamed: bool = False
     usage: Any = None
+    pending_usage: Any = None  # usage of the final answer, recorded once the caller has it
     status: int = 200
+    ended: float | None = None  # when the answer was ready for the caller (None: now)
 
     def entry(self) -> ProxyRequestEntry:
         usage = self.usage
-        elapsed = time.perf_counter() - self.started
+        elapsed = (self.ended or time.perf_counter()) - self.started
         return ProxyRequestEntry(
             api=self.api.name, model=self.model, status=self.status, tokens_received=self.tokens_received,
             tokens_forwarded=self.tokens_forwarded, cache_prefix_reuse=round(self.reuse, 4),
@@ -383,7 +386,18 @@ async def handle(proxy: Proxy, api: Api, request: Request, body: dict[str, Any],
             response = await relay(proxy, api, request, engine, body, conversation, memo, outgoing, exchange, lease)
             handed = isinstance(response, RelayResponse)
             return response
-        return await complete(proxy, api, request, engine, body, conversation, memo, outgoing, exchange)
+        response = await complete(proxy, api, request, engine, body, conversation, memo, outgoing, exchange)
+        exchange.ended = time.perf_counter()
+
+        async def finish() -> None:
+            # After the caller has its answer: calibration from the usage, the request's entry, the lease.
+            try:
+                await proxy.run(_bookkeeping, engine, exchange)
+            finally:
+                await lease.aclose()
+
+        handed = True
+        return FinishingResponse.wrapping(response, finish)
     except ProxyRefusal as refusal:
         exchange.status = refusal.status
         raise
@@ -393,6 +407,32 @@ async def handle(proxy: Proxy, api: Api, request: Request, body: dict[str, Any],
                 await proxy.run(engine.note, exchange.entry())
             finally:
                 await lease.aclose()
+
+
+def _bookkeeping(engine: ContextEngine, exchange: Exchange) -> None:
+    if exchange.pending_usage is not None:
+        engine.record_usage(exchange.pending_usage)
+    engine.note(exchange.entry())
+
+
+class FinishingResponse(Response):
+    """A whole answer whose bookkeeping runs once it is sent (however the sending ends), so the
+    caller does not wait for log writes (an fsync each with a JSONL store) it does not need."""
+
+    _finish: Callable[[], Any]
+
+    @classmethod
+    def wrapping(cls, response: Response, finish: Callable[[], Any]) -> FinishingResponse:
+        out = cls.__new__(cls)
+        out.__dict__.update(response.__dict__)
+        out._finish = finish
+        return out
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._finish()
 
 
 async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngine, body: dict[str, Any],
@@ -415,7 +455,8 @@ async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngi
                 return Response(raw, response.status_code, response_headers(response))
             outgoing = retry
             continue
-        completion = _note_usage(api, raw, exchange, engine)
+        completion = _note_usage(api, raw, exchange, None)
+        exchange.pending_usage = completion.usage if completion is not None else None
         if completion is None:
             return Response(raw, response.status_code, response_headers(response))
         ours, theirs = api.recall_calls(completion)
@@ -428,6 +469,9 @@ async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngi
             return Response(orjson.dumps(data), response.status_code, response_headers(response))
         rounds += 1
         exchange.recall_calls += len(ours)
+        if exchange.pending_usage is not None:  # calibrate on this answer before preparing the next request
+            engine.record_usage(exchange.pending_usage)
+            exchange.pending_usage = None
         outgoing = await proxy.run(_recall_round, proxy, engine, api, body, conversation, memo, completion, ours)
 
 
