@@ -257,6 +257,10 @@ class Rendered:
     turns: list[dict[str, Any]] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
     encoded: list[bytes] = field(default_factory=list)  # each turn as JSON
+    keys: list[tuple[str, ...] | None] = field(default_factory=list)  # each turn's content keys
+    by_content: dict[tuple[str, ...], tuple[dict[str, Any], bytes]] = field(default_factory=dict)
+    """Each turn by the content keys of its messages: a turn after an edit (a masking batch in the
+    middle) is found here instead of being written again."""
 
 
 def anthropic_turns(messages: Sequence[Message], previous: Rendered) -> Rendered:
@@ -278,21 +282,30 @@ def anthropic_turns(messages: Sequence[Message], previous: Rendered) -> Rendered
     while kept + 1 < len(previous.starts) and previous.starts[kept + 1] < same:
         kept += 1
     turns, starts, encoded = previous.turns[:kept], previous.starts[:kept], previous.encoded[:kept]
+    keys = previous.keys[:kept]
     begin = previous.starts[kept] if kept < len(previous.starts) else 0
     roles = ["user" if m.role in ("user", "tool") else m.role for m in messages[begin:]]
+    known = previous.by_content
     first = begin
     for end in range(begin + 1, len(messages) + 1):
         if end < len(messages) and roles[end - begin] == roles[first - begin] and roles[end - begin] != "system":
             continue
-        written = to_anthropic(messages[first:end])
-        if "system" in written or len(written["messages"]) != 1:  # not a prepared view: the whole list
-            whole = to_anthropic(list(messages))["messages"]
-            return Rendered(list(messages), whole, [], [orjson.dumps(t) for t in whole])
-        turns.append(written["messages"][0])
-        encoded.append(orjson.dumps(turns[-1]))
+        group = messages[first:end]
+        key = tuple(m.content_key for m in group) if all(m.blocks for m in group) else None
+        found = known.get(key) if key is not None else None
+        if found is None:
+            written = to_anthropic(group)
+            if "system" in written or len(written["messages"]) != 1:  # not a prepared view: the whole list
+                whole = to_anthropic(list(messages))["messages"]
+                return Rendered(list(messages), whole, [], [orjson.dumps(t) for t in whole])
+            found = (written["messages"][0], orjson.dumps(written["messages"][0]))
+        turns.append(found[0])
+        encoded.append(found[1])
+        keys.append(key)
         starts.append(first)
         first = end
-    return Rendered(list(messages), turns, starts, encoded)
+    by_content = {key: (turn, data) for key, turn, data in zip(keys, turns, encoded, strict=True) if key is not None}
+    return Rendered(list(messages), turns, starts, encoded, keys, by_content)
 
 
 def text_of(value: Any) -> str:
