@@ -14,7 +14,8 @@
     │   ├── ToolError              a tool refusing a call (a reason code, a hint)
     │   ├── SubagentError          a sub-agent request that cannot run as asked
     │   ├── MemoryPathError        a memory path outside the memory folder
-    │   └── MemoryEditError        a memory edit that cannot apply (no match, several)
+    │   ├── MemoryEditError        a memory edit that cannot apply (no match, several)
+    │   └── TelemetryError         telemetry asked for but not available as configured
     ├── ContextBudgetError         no request can be made to fit (the system prompt alone is too large)
     ├── ContextOverflowError       the provider keeps rejecting the request as too long after recovery
     ├── CompactionFailed           a compaction that did not happen; history is untouched
@@ -239,3 +240,11 @@ class MemoryIndexError(CtxwinError):
 
 class EmbedderError(CtxwinError):
     """An embedder that cannot load or answer (missing package, endpoint down, wrong dimensions)."""
+
+
+# --- telemetry (ctxwin.telemetry)
+
+
+class TelemetryError(InputError):
+    """Telemetry was asked for (`CTXWIN_OTEL=1`, an exporter named in `OTEL_TRACES_EXPORTER`) but cannot
+    be set up as configured: the extra is not installed, or the exporter or protocol is unknown."""
