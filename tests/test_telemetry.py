@@ -24,9 +24,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from agent_fake import ScriptedFake, Turn, make_workspace
-from ctxwin import telemetry
+from ctxwin import policies, telemetry
 from ctxwin.agent import AgentConfig, HttpModel, LoopEvent, create_agent
-from ctxwin.agent.subagents import FORK_TAG, SubAgents
+from ctxwin.agent.subagents import FORK_TAG, SubagentLimits, SubAgents
 from ctxwin.engine import ContextEngine
 from ctxwin.engine.observe import Observation
 from ctxwin.errors import CtxwinError, TelemetryError
@@ -197,6 +197,29 @@ def test_prepare_span_has_one_child_per_stage_that_acted(provider: TracerProvide
     assert len(compaction.entry_ids) > 40
 
 
+def test_stage_spans_of_a_policy_that_caps_prunes_and_fits(provider: TracerProvider,
+                                                           exporter: InMemorySpanExporter) -> None:
+    policy = policies.get("openclaw")
+    policy = policy.model_copy(update={"compaction": policy.compaction.model_copy(update={"enabled": False})})
+    engine = ContextEngine(model=MODEL, policy=policy, window=30_000, max_output=1_000)
+    fill(engine, 40, size=3_000)
+    telemetry.instrument(engine, provider)
+    prepared = engine.prepare()
+    spans = exporter.get_finished_spans()
+    [root] = by_name(spans, a.PREPARE)
+    kids = children(spans, root)
+    assert [s.name for s in kids] == ["ctxwin.result_budget", "ctxwin.prune", "ctxwin.fit"]
+    budget, prune, fit = (dict(s.attributes or {}) for s in kids)
+    # result_budget counts the new messages it capped, one event per capped result.
+    capped = prepared.stages[0].events
+    assert budget["ctxwin.stage.events"] == len(capped) == budget["ctxwin.stage.entries"] > 1
+    assert budget["ctxwin.tokens.before"] - budget["ctxwin.tokens.after"] == sum(e.saved for e in capped)
+    assert list(prune["ctxwin.stage.actions"]) == ["hard_clear", "soft_trim"] and prune["ctxwin.stage.breaks_prefix"]
+    assert list(fit["ctxwin.stage.actions"]) == ["drop_rounds"]
+    assert fit["ctxwin.tokens.before"] == prune["ctxwin.tokens.after"] > fit["ctxwin.tokens.after"]
+    assert fit["ctxwin.tokens.after"] == prepared.raw_tokens
+    assert prepared.tokens <= prepared.budget
+
 def test_manual_compaction_span(provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
     engine = ContextEngine(model=MODEL, policy="pi", window=200_000, max_output=1_000)
     fill(engine, rounds=12)
@@ -274,7 +297,7 @@ def test_nothing_is_recorded_unless_configured(provider: TracerProvider, exporte
 def test_off_means_opentelemetry_is_not_even_imported() -> None:
     code = """
 import sys
-from ctxwin import telemetry
+from ctxwin import policies, telemetry
 from ctxwin.engine import ContextEngine
 from ctxwin.messages import Message, Text
 from ctxwin.store.entries import ProxyRequestEntry
@@ -412,6 +435,43 @@ def test_agent_run_with_subagents_isolated_parallel_and_fork(tmp_path: Path, pro
     assert events[-1].kind == "done"  # the caller's own sink still got everything
 
 
+def test_nested_subagents_are_children_of_the_agent_that_spawned_them(tmp_path: Path, provider: TracerProvider,
+                                                                      exporter: InMemorySpanExporter) -> None:
+    """Depth 2: the root delegates one task (run in the root's thread), whose child delegates two in
+    parallel (pool threads with no span of their own): each grandchild is under the child."""
+    root = make_workspace(tmp_path / "ws", files=2, lines=10)
+
+    def script(api: str, messages: list[Message]) -> Turn:
+        first = next(m for m in messages if m.role == "user").text
+        answered = sum(1 for m in messages if m.role == "assistant")
+        if first == "Task: outer job" and not answered:
+            return Turn(text="Splitting.", calls=[("o1", "task", {"tasks": ["inner one", "inner two"],
+                                                                  "mode": "parallel"})])
+        if first.startswith("Task: "):
+            return Turn(text=f"answer to <{first[6:]}>")
+        return Turn(text="Delegating.", calls=[("r1", "task", {"task": "outer job"})]) if not answered else \
+            Turn(text="All done.")
+
+    with ScriptedFake(script, context_window=32_000, max_output=1_000) as fake:
+        model = HttpModel(client_for("anthropic", fake.anthropic_base_url, MODEL, api_key="k"))
+        subagents = SubAgents(limits=SubagentLimits(max_depth=2))
+        agent = create_agent(model, workspace=Workspace([root], model=MODEL), window=32_000, max_output=1_000,
+                             config=AgentConfig(max_steps=10, max_tokens=1_000), extra_tools=[subagents.tool()])
+        subagents.attach(agent)
+        telemetry.instrument_agent(agent, provider)
+        assert agent.run("Turn 1: go").stop == "done"
+    spans = exporter.get_finished_spans()
+    [run] = by_name(spans, a.AGENT_RUN)
+    by_task = {str((s.attributes or {})["ctxwin.subagent.task"]): s for s in by_name(spans, a.SUBAGENT)}
+    assert sorted(by_task) == ["inner one", "inner two", "outer job"]
+    outer = by_task["outer job"]
+    assert parent_id(outer) == run.context.span_id
+    for inner in (by_task["inner one"], by_task["inner two"]):
+        assert parent_id(inner) == outer.context.span_id
+        assert (inner.attributes or {})["ctxwin.subagent.parent_session"] == (outer.attributes or {})["session.id"]
+        assert outer.start_time < inner.start_time < inner.end_time < outer.end_time  # type: ignore[operator]
+    assert (outer.attributes or {})["ctxwin.run.model_calls"] == 2  # the child's own calls, not its children's
+
 def test_a_sink_that_fails_warns_once_and_the_run_goes_on(provider: TracerProvider) -> None:
     class Broken:
         def start_span(self, *args: Any, **kwargs: Any) -> Any:
@@ -455,7 +515,7 @@ def test_ctxwin_otel_exports_over_otlp_http(tmp_path: Path) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     code = """
 from opentelemetry import trace
-from ctxwin import telemetry
+from ctxwin import policies, telemetry
 from ctxwin.engine import ContextEngine
 from ctxwin.messages import Message, Text
 engine = ContextEngine(model="gpt-4o")
