@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("opentelemetry.sdk", reason="the telemetry extra is not installed")
 
@@ -115,6 +117,32 @@ def test_prepared_stages_are_timed_and_carry_their_events_and_tokens() -> None:
     # A request with nothing to do has no stage runs, and runs are not carried into the next request.
     assert engine.prepare().stages == []
 
+
+STAGES = {"result_budget", "spill", "dedup", "mask", "prune", "turns", "compaction", "fit", "repair"}
+
+
+@settings(max_examples=12, deadline=None)
+@given(preset=st.sampled_from(["ctxwin", "pi", "openclaw", "claude-code", "letta"]),
+       rounds=st.integers(0, 30), size=st.integers(1, 900), turns=st.integers(1, 3),
+       dangling=st.booleans())
+def test_every_stage_event_is_in_exactly_one_run_of_that_stage(preset: str, rounds: int, size: int, turns: int,
+                                                                dangling: bool) -> None:
+    engine = ContextEngine(model=MODEL, policy=preset, window=30_000, max_output=1_000)
+    for turn in range(turns):
+        fill(engine, rounds, size)
+        if dangling:
+            engine.append(Message("assistant", (Text("x"), ToolCall(f"d{turn}", "bash", {"command": "ls"}))))
+            engine.append(Message("user", (Text("next"),)))
+        prepared = engine.prepare()
+        held = [id(e) for run in prepared.stages for e in run.events]
+        assert len(held) == len(set(held))
+        for run in prepared.stages:
+            assert run.events and all(e.stage == run.stage for e in run.events)
+            assert run.started_ns <= run.ended_ns
+        for event in prepared.events:
+            in_stage = event.stage in STAGES and event.action != "checkpoint_request"
+            assert (id(event) in held) == in_stage, event
+        engine.append(Message("assistant", (Text(f"answer {turn}"),)))
 
 def test_observers_see_every_call_and_one_that_raises_never_breaks_prepare() -> None:
     seen: list[Observation] = []
@@ -554,3 +582,18 @@ def test_environment_configuration_errors_say_what_to_do() -> None:
     assert telemetry.from_env({}) is None  # CTXWIN_OTEL not set: off
     assert telemetry.enabled({"CTXWIN_OTEL": "true"}) and not telemetry.enabled({"CTXWIN_OTEL": "0"})
 
+
+def test_console_exporter_writes_spans_to_stderr(capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "my-agent")
+    provider = build_provider({"OTEL_TRACES_EXPORTER": "console"})
+    engine = ContextEngine(model="gpt-4o")
+    telemetry.instrument(engine, provider)
+    engine.append(Message("user", (Text("hi"),)))
+    engine.prepare()
+    provider.force_flush()
+    provider.shutdown()
+    out = capsys.readouterr()
+    assert out.out == ""  # stdout stays free for a command's own output
+    span = json.loads(out.err[out.err.index("{"):])
+    assert span["name"] == a.PREPARE and span["resource"]["attributes"]["service.name"] == "my-agent"

@@ -3,7 +3,8 @@ compaction when due, fit, then validation and repair.
 
 `Pipeline` keeps what a request needs between calls besides derived state: how many records the
 per-message stages have seen, dedup's memory, the compaction circuit breaker, and the previous
-request's keys (to report prefix stability). Every decision a stage takes is appended to the log as
+request's keys (to report prefix stability), and the timed runs of the stages that acted on the request
+being built (`Prepared.stages`). Every decision a stage takes is appended to the log as
 a `DecisionEntry` and folded into the state through the one reducer, exactly as on reopen.
 """
 

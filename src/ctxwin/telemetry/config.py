@@ -68,7 +68,10 @@ def from_env(environ: Mapping[str, str] | None = None) -> Any:
 
 
 def build_provider(environ: Mapping[str, str]) -> Any:
-    """An SDK tracer provider exporting where the `OTEL_*` variables say (None for exporter `none`)."""
+    """An SDK tracer provider exporting where the `OTEL_*` variables say (None for exporter `none`).
+    `environ` is read for the choice of exporter and protocol; the SDK and the exporters read the rest
+    (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_EXPORTER_OTLP_*, OTEL_BSP_*) from the process
+    environment themselves."""
     sdk_trace = _import("opentelemetry.sdk.trace", "CTXWIN_OTEL=1 needs the OpenTelemetry SDK")
     export = _import("opentelemetry.sdk.trace.export", "CTXWIN_OTEL=1 needs the OpenTelemetry SDK")
     from opentelemetry.sdk.resources import Resource
