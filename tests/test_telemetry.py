@@ -305,6 +305,10 @@ def test_a_call_that_raises_is_an_error_span(provider: TracerProvider, exporter:
 
 
 def test_nothing_is_recorded_unless_configured(provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
+    from opentelemetry import trace
+
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        pytest.skip("a test before this one installed a global tracer provider (the subprocess test covers off)")
     engine = busy_engine()
     engine.prepare()
     assert exporter.get_finished_spans() == ()
@@ -499,6 +503,22 @@ def test_nested_subagents_are_children_of_the_agent_that_spawned_them(tmp_path: 
         assert (inner.attributes or {})["ctxwin.subagent.parent_session"] == (outer.attributes or {})["session.id"]
         assert outer.start_time < inner.start_time < inner.end_time < outer.end_time  # type: ignore[operator]
     assert (outer.attributes or {})["ctxwin.run.model_calls"] == 2  # the child's own calls, not its children's
+
+def test_a_run_that_never_ended_is_closed_as_failed_when_the_next_one_starts(
+        provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
+    sink = telemetry.agent_event_sink(provider, session_id="s")
+    sink(LoopEvent("user", 1, 0, {"text": "first"}))
+    sink(LoopEvent("model_call", 1, 1, {"tokens": 120, "budget": 1000, "messages": 1}))
+    sink(LoopEvent("subagent", 1, 1, {"action": "start", "context": "isolated", "agent": "default",
+                                      "session": "memory:child-1", "task": "t"}))
+    # The run raised inside its sub-agent: no `end`, no `done`. The next run starts in the same thread.
+    sink(LoopEvent("user", 2, 0, {"text": "second"}))
+    sink(LoopEvent("done", 2, 1, {"text": "ok"}))
+    first, child, second = sorted(exporter.get_finished_spans(), key=lambda s: s.start_time or 0)
+    assert [first.name, child.name, second.name] == [a.AGENT_RUN, a.SUBAGENT, a.AGENT_RUN]
+    assert first.status.status_code is child.status.status_code is StatusCode.ERROR
+    assert parent_id(child) == first.context.span_id and second.parent is None
+    assert second.status.status_code is StatusCode.UNSET and (second.attributes or {})["ctxwin.run.stop"] == "done"
 
 def test_a_sink_that_fails_warns_once_and_the_run_goes_on(provider: TracerProvider) -> None:
     class Broken:

@@ -90,6 +90,8 @@ class AgentSpans:
         if event.kind == "subagent":
             self._subagent(event, stack)
             return
+        if event.kind == "user" and stack:  # a new run in a thread whose last one never ended (it raised)
+            self._abandon(stack)
         if not stack:
             with self._lock:
                 newest = self._open[-1] if self._open else None
@@ -206,6 +208,13 @@ class AgentSpans:
         stack.append(opened)
         with self._lock:
             self._open.append(opened)
+
+    def _abandon(self, stack: list[_Open]) -> None:
+        for stale in stack:
+            stale.span.set_status(Status(StatusCode.ERROR, "stopped without its final event (the run raised)"))
+        bottom = stack[0]
+        self._pop(stack, bottom)
+        bottom.span.end()
 
     def _pop(self, stack: list[_Open], opened: _Open) -> None:
         # Spans close in the order they opened within a thread; anything above a closing span (a
