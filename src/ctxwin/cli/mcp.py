@@ -16,8 +16,8 @@ HELP = (
     "streamable HTTP (--http HOST:PORT, at /mcp).\n\n"
     "Served: read, grep, find, ls over the --root folders (shell with --allow-shell); read_spilled, grep_spilled, "
     "query_json and recall over the blob store (--blobs, or the session's); recall of entry refs and "
-    "conversation_search over a stored session (--store, --session); memory_search, memory_get, memory and "
-    "semantic_search_files over --memory. Outputs carry the library's caps and notices; refusals are tool errors.\n\n"
+    "conversation_search over a stored session (--store, --session); memory_search, memory_get and memory over "
+    "--memory. Outputs carry the library's caps and notices; refusals are tool errors.\n\n"
     'A client\'s config: command "ctxwin", args ["mcp", "--root", "/path/to/repo"].'
 )
 

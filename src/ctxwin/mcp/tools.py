@@ -5,9 +5,11 @@ Nothing here imports the MCP SDK; `server.py` puts this on the wire.
 - Workspace tools: what `default_registry().specs(workspace)` offers for the roots (`shell` only with
   `allow_shell`, `read_spilled` / `grep_spilled` only with a blob store).
 - `recall`, with a session or a blob store to look refs up in.
-- Memory tools (with a memory folder): memory_search, memory_get, memory, semantic_search_files, and
-  conversation_search with a session or a store. Letta's open_files / close_files are not served:
-  their working set is shown inside the agent's context, which a server cannot write to.
+- Memory tools (with a memory folder): memory_search, memory_get, memory, and conversation_search
+  with a session or a store. Not served: Letta's open_files / close_files (their working set is shown
+  inside the agent's context, which a server cannot write to) and semantic_search_files (it indexes
+  the folder's files without the workspace's deny list, so a suffixless `id_rsa` or `credentials`
+  would be searchable; grep serves the roots with that list applied).
 
 Calls never raise for what a client sent: unknown tools, bad arguments and refusals are error outputs
 carrying the library's message and hint.
@@ -31,7 +33,7 @@ from ctxwin.tools.workspace import Workspace
 from .recall import RecallSource, recall
 
 # Memory tools a server does not offer (see the module docstring).
-UNSERVED_MEMORY_TOOLS = frozenset({"open_files", "close_files"})
+UNSERVED_MEMORY_TOOLS = frozenset({"open_files", "close_files", "semantic_search_files"})
 # Sentences of library descriptions that are false for a server: it keeps no read state across calls
 # (a client compacts its context without telling the server, so a "still current" stub could point at
 # content its model no longer has).
@@ -42,7 +44,7 @@ STATELESS_DROPS: Mapping[str, str] = {
 LOG = logging.getLogger("ctxwin.mcp")
 READ_ONLY_TOOLS = frozenset({
     "read", "grep", "find", "ls", "read_spilled", "grep_spilled", "query_json", "recall", "memory_search",
-    "memory_get", "conversation_search", "semantic_search_files",
+    "memory_get", "conversation_search",
 })
 
 
