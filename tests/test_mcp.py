@@ -8,13 +8,16 @@ protocol errors."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +76,15 @@ class World:
         return Workspace(roots=[self.root], blobs=FileBlobStore(self.session / "blobs"), allow_shell=True)
 
 
+def png_1x1() -> bytes:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00")) \
+        + chunk(b"IEND", b"")
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     base = tmp_path_factory.mktemp("mcp")
@@ -87,6 +99,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     (root / "data.json").write_text(json.dumps({"items": [{"id": i, "status": "error" if i % 7 == 0 else "ok"}
                                                          for i in range(50)]}))
     (root / "logo.bin").write_bytes(bytes(range(256)) * 8)
+    (root / "dot.png").write_bytes(png_1x1())
     (root / ".env").write_text("API_KEY=do-not-serve\n")
     store = base / "sessions"
     session = store / "s1"
@@ -274,6 +287,23 @@ def test_read_pages_a_big_file_with_the_caps_and_notices(client: Connected) -> N
     assert page.startswith("    10\tline 10 lorem") and "Use offset=12 to continue." in page
 
 
+def test_read_attaches_an_image_as_image_content(client: Connected) -> None:
+    result = client.call("read", {"path": "dot.png"})
+    assert not result.is_error
+    text, image = result.content
+    assert text.type == "text" and "dot.png: 1x1" in text.text
+    assert image.type == "image" and image.mime_type == "image/png" and base64.b64decode(image.data) == png_1x1()
+
+
+def test_a_slow_call_does_not_hold_up_the_others(client: Connected) -> None:
+    """Tools run in worker threads: a read answers while a shell command is still running."""
+    started = time.monotonic()
+    slow = client.portal.start_task_soon(client.client.call_tool, "shell", {"command": "sleep 1.5; echo slept"})
+    quick = client.call("ls", {"path": "src"})
+    assert not quick.is_error and time.monotonic() - started < 1.2
+    assert "slept" in text_of(slow.result(timeout=30))
+
+
 def test_shell_spills_into_the_blob_store_and_read_spilled_pages_it(client: Connected) -> None:
     result = client.call("shell", {"command": "seq 1 5000"})
     text = text_of(result)
@@ -447,6 +477,18 @@ def test_bad_configuration_is_a_clear_error(world: World, tmp_path: Path) -> Non
 def test_without_a_blob_store_or_shell_those_tools_are_not_offered(world: World) -> None:
     served = Toolset(McpConfig(roots=(world.root,))).names()
     assert served == ["read", "grep", "find", "ls", "query_json"]
+
+
+def test_a_session_alone_serves_recall_and_conversation_search(world: World) -> None:
+    toolset = Toolset(McpConfig(roots=(world.root,), session=world.session, embedder="hash"))
+    try:
+        assert toolset.names() == ["read", "grep", "find", "ls", "read_spilled", "grep_spilled", "query_json",
+                                   "recall", "conversation_search"]
+        hits = toolset.call("conversation_search", {"query": "parser fix staging"})
+        assert not hits.is_error and world.user_ref in hits.text
+        assert hits.details["results"][0]["ref"] == world.user_ref
+    finally:
+        toolset.close()
 
 
 def test_the_cli_does_not_import_the_sdk_until_mcp_runs() -> None:

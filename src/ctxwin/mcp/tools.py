@@ -5,11 +5,12 @@ Nothing here imports the MCP SDK; `server.py` puts this on the wire.
 - Workspace tools: what `default_registry().specs(workspace)` offers for the roots (`shell` only with
   `allow_shell`, `read_spilled` / `grep_spilled` only with a blob store).
 - `recall`, with a session or a blob store to look refs up in.
-- Memory tools (with a memory folder): memory_search, memory_get, memory, and conversation_search
-  with a session or a store. Not served: Letta's open_files / close_files (their working set is shown
-  inside the agent's context, which a server cannot write to) and semantic_search_files (it indexes
-  the folder's files without the workspace's deny list, so a suffixless `id_rsa` or `credentials`
-  would be searchable; grep serves the roots with that list applied).
+- Memory tools (with a memory folder): memory_search, memory_get, memory; and conversation_search
+  with a session (its index is the memory folder's, or one kept in memory for the server's life).
+- Not served: Letta's open_files / close_files (their working set is shown inside the agent's
+  context, which a server cannot write to) and semantic_search_files (it indexes the folder's files
+  without the workspace's deny list, so a suffixless `id_rsa` or `credentials` would be searchable;
+  grep serves the roots with that list applied).
 
 Calls never raise for what a client sent: unknown tools, bad arguments and refusals are error outputs
 carrying the library's message and hint.
@@ -109,7 +110,7 @@ class Toolset:
         self._memory: Any = None
         self._memory_lock = threading.Lock()  # the index and its SQLite connection serve one call at a time
         self._session = session
-        if config.memory is not None:
+        if config.memory is not None or session is not None:
             self._memory = _memory_tools(config, session)
         self._tools = self._list()
 
@@ -122,7 +123,8 @@ class Toolset:
             searchable = self._session is not None or self.config.sessions_root is not None
             out.extend(ServedTool(s.name, s.description, s.parameters, s.name in READ_ONLY_TOOLS)
                        for s in SPECS.values()
-                       if s.name not in UNSERVED_MEMORY_TOOLS and (s.name != "conversation_search" or searchable))
+                       if s.name not in UNSERVED_MEMORY_TOOLS
+                       and (searchable if s.name == "conversation_search" else self.config.memory is not None))
         return out
 
     def tools(self) -> list[ServedTool]:
@@ -183,14 +185,21 @@ def _checked_session(path: Path | None) -> Path | None:
 
 
 def _memory_tools(config: McpConfig, session: Path | None) -> Any:
-    from ctxwin.memory import embedder_from_spec, open_workspace_index
+    """The library's MemoryTools over the memory folder's index; with a session but no memory folder,
+    over an index in memory of the sessions alone (only conversation_search is then served)."""
+    from ctxwin.memory import MemoryIndex, embedder_from_spec, open_workspace_index
     from ctxwin.memory.tools import MemoryTools
     from ctxwin.store.session import Session
 
-    assert config.memory is not None
     session_id = None
     if session is not None:
         with Session.open(session, readonly=True) as log:
             session_id = log.session_id
-    index, _report = open_workspace_index(config.memory, embedder_from_spec(config.embedder))
-    return MemoryTools(config.memory, index, session=session_id, sessions_root=config.sessions_root)
+    embedder = embedder_from_spec(config.embedder)
+    if config.memory is not None:
+        index, _report = open_workspace_index(config.memory, embedder)
+        workspace = config.memory
+    else:
+        assert session is not None
+        index, workspace = MemoryIndex.open(":memory:", embedder), session  # the workspace is never read
+    return MemoryTools(workspace, index, session=session_id, sessions_root=config.sessions_root)
