@@ -43,7 +43,8 @@ def mcp(
     http: str | None = typer.Option(None, "--http", help="Serve streamable HTTP on HOST:PORT (at /mcp) instead of "
                                     "stdio; a non-loopback host requires a token."),
     auth_token: str | None = typer.Option(None, "--auth-token", envvar="CTXWIN_MCP_TOKEN", show_envvar=True,
-                                          help="Bearer token every HTTP request must carry."),
+                                          help="Bearer token every HTTP request must carry (prefer the "
+                                          "environment variable: other users can see a command line)."),
 ) -> None:
     try:
         from ctxwin.mcp import McpConfig, Toolset, check_exposure, parse_address, serve_http, serve_stdio
