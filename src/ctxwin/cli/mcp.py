@@ -53,9 +53,7 @@ def mcp(
 
     address = parse_address(http) if http is not None else None
     if address is not None:
-        check_exposure(address[0], auth_token)  # before anything is opened
-    elif auth_token:
-        raise InputError("--auth-token guards HTTP; stdio has no requests to check", "add --http HOST:PORT")
+        check_exposure(address[0], auth_token)  # before anything is opened (stdio has no requests to check)
     if store is not None and session is None and memory is None:
         raise InputError("--store is read by recall and conversation_search", "add --session ID (and --memory DIR)")
     if session is not None and (not session or Path(session).name != session or session in (".", "..")):
