@@ -162,9 +162,9 @@ class Toolset:
     def _memory_call(self, name: str, arguments: Mapping[str, Any] | None) -> ToolOutput:
         with self._memory_lock:
             if name == "conversation_search" and self._session is not None:
-                from ctxwin.memory.recall import index_session
+                from ctxwin.memory.recall import index_stored_session
 
-                index_session(self._memory.index, self._session)  # what the agent logged since the last call
+                index_stored_session(self._memory.index, self._session)  # what the agent logged since the last call
             result = self._memory.run(name, arguments)
         return ToolOutput(result.text, is_error=result.is_error, details=dict(result.details))
 

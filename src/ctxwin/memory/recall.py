@@ -116,10 +116,10 @@ def index_sessions(index: MemoryIndex, root: str | Path) -> dict[str, int]:
     session id. Read without a lock (they may be in use); entries already indexed are skipped."""
     from ctxwin.store.session import list_sessions
 
-    return dict(index_session(index, info.path) for info in list_sessions(root))
+    return dict(index_stored_session(index, info.path) for info in list_sessions(root))
 
 
-def index_session(index: MemoryIndex, path: str | Path) -> tuple[str, int]:
+def index_stored_session(index: MemoryIndex, path: str | Path) -> tuple[str, int]:
     """Indexes what is new in the JSONL session in folder `path` since the last call (read without a
     lock: it may be in use); returns (its session id, chunks added)."""
     from ctxwin.store.session import Session
