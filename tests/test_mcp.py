@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
@@ -37,7 +39,7 @@ from mcp.types import CallToolResult
 
 from ctxwin.errors import InputError
 from ctxwin.mcp import McpConfig, Toolset, check_exposure, parse_address
-from ctxwin.mcp.recall import recall
+from ctxwin.mcp.recall import _cut, recall
 from ctxwin.mcp.server import DETAILS_META
 from ctxwin.mcp.tools import STATELESS_DROPS
 from ctxwin.memory.tools import SPECS as MEMORY_SPECS
@@ -354,6 +356,17 @@ def test_recall_returns_a_logged_result_exactly_page_by_page(client: Connected, 
     assert text_of(client.call("recall", {"ref": world.user_ref})) == "Deploy the parser fix to staging on port 8443"
     blob = client.call("recall", {"ref": world.blob, "offset": len(world.blob_text) - 17})
     assert text_of(blob) == "FAILED test_zeta\n"
+    limited = client.call("recall", {"ref": world.user_ref, "offset": 11, "limit": 6})
+    assert text_of(limited) == "parser\n\n[Characters 11-17 of 45 shown. Use offset=17 to continue.]"
+    past = client.call("recall", {"ref": world.user_ref, "offset": 10_000})
+    assert past.is_error and "past the end" in text_of(past)
+
+
+@given(st.text(), st.integers(min_value=0, max_value=64))
+def test_a_recall_page_is_the_longest_whole_character_prefix_within_the_cap(text: str, max_bytes: int) -> None:
+    cut = _cut(text, max_bytes)
+    assert text.startswith(cut) and len(cut.encode("utf-8", "surrogatepass")) <= max_bytes
+    assert cut == text or len(text[: len(cut) + 1].encode("utf-8", "surrogatepass")) > max_bytes
 
 
 # --------------------------------------------------------------------------------------------------
