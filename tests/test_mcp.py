@@ -38,7 +38,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
 from ctxwin.errors import InputError
-from ctxwin.mcp import McpConfig, Toolset, check_exposure, parse_address
+from ctxwin.mcp import McpConfig, Toolset, check_exposure, is_loopback, parse_address
 from ctxwin.mcp.recall import _cut, recall
 from ctxwin.mcp.server import DETAILS_META
 from ctxwin.mcp.tools import STATELESS_DROPS
@@ -455,6 +455,7 @@ def test_http_refuses_requests_without_the_token(http_server: str) -> None:
 
 
 def test_a_non_loopback_address_needs_a_token(world: World) -> None:
+    assert is_loopback("127.0.0.2") and is_loopback("localhost") and not is_loopback("10.0.0.1")
     check_exposure("127.0.0.1", None)
     check_exposure("::1", None)
     check_exposure("0.0.0.0", "t")

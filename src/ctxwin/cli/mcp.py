@@ -46,11 +46,13 @@ def mcp(
                                           help="Bearer token every HTTP request must carry (prefer the "
                                           "environment variable: other users can see a command line)."),
 ) -> None:
-    try:
-        from ctxwin.mcp import McpConfig, Toolset, check_exposure, parse_address, serve_http, serve_stdio
-    except ImportError as error:
-        raise InputError(f"the MCP server needs the mcp extra ({error.msg})", "pip install 'ctxwin[mcp]'") from None
+    import importlib.util
 
+    from ctxwin.mcp.address import check_exposure, parse_address
+    from ctxwin.mcp.tools import McpConfig, Toolset
+
+    if importlib.util.find_spec("mcp") is None:
+        raise InputError("the MCP server needs the mcp extra", "pip install 'ctxwin[mcp]'")
     address = parse_address(http) if http is not None else None
     if address is not None:
         check_exposure(address[0], auth_token)  # before anything is opened (stdio has no requests to check)
@@ -68,6 +70,8 @@ def mcp(
     )
     toolset = Toolset(config)
     try:
+        from ctxwin.mcp.server import serve_http, serve_stdio
+
         if address is None:
             serve_stdio(toolset)
         else:

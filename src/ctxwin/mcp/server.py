@@ -11,7 +11,6 @@ twice and answer bad arguments with pydantic's messages instead of the library's
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import sys
 from typing import Any
 
@@ -26,16 +25,15 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import ctxwin
-from ctxwin.errors import InputError
 from ctxwin.messages import Image
 from ctxwin.messages.tools import to_format
 from ctxwin.tools.base import ToolOutput
 
+from .address import check_exposure
 from .tools import ServedTool, Toolset
 
 SERVER_NAME = "ctxwin"
 HTTP_PATH = "/mcp"  # the streamable HTTP endpoint
-TOKEN_ENV = "CTXWIN_MCP_TOKEN"  # where `ctxwin mcp` reads the bearer token when --auth-token is not given
 DETAILS_META = "ctxwin/details"  # the `_meta` key carrying a tool's facts (plain JSON, not shown to the model)
 
 
@@ -101,37 +99,6 @@ def serve_stdio(toolset: Toolset) -> None:
 
 # --------------------------------------------------------------------------------------------------
 # HTTP
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """`HOST:PORT`, `[v6]:PORT`, or `PORT` alone (loopback) as (host, port)."""
-    value = text.strip()
-    host, port = "127.0.0.1", value
-    if value.startswith("["):
-        inner, _, rest = value[1:].partition("]")
-        host, port = inner, rest.removeprefix(":")
-    elif value.count(":") == 1:
-        host, _, port = value.partition(":")
-        host = host or "127.0.0.1"
-    if not port.isdigit() or not 0 < int(port) < 65536 or not host:
-        raise InputError(f"--http {text!r} is not HOST:PORT", "e.g. --http 127.0.0.1:8765 (or [::1]:8765)")
-    return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost may resolve to anything
-
-
-def check_exposure(host: str, token: str | None) -> None:
-    """A server other machines can reach must require a token."""
-    if not is_loopback(host) and not token:
-        raise InputError(f"--http {host} is reachable from other machines, so it needs a token",
-                         f"pass --auth-token TOKEN (or set {TOKEN_ENV}), or serve on 127.0.0.1")
 
 
 class BearerAuth:
