@@ -64,9 +64,12 @@ def call_result(output: ToolOutput) -> types.CallToolResult:
 
 def instructions(toolset: Toolset) -> str:
     roots = ", ".join(str(r) for r in toolset.workspace.roots)
-    return (f"ctxwin's budgeted tools over the workspace {roots}. Every output is capped; when more remains "
+    text = (f"ctxwin's budgeted tools over the workspace {roots}. Every output is capped; when more remains "
             "it ends with a notice saying exactly how to get the next part (an offset, a narrower pattern, a "
-            "blob handle). Refs such as entry:<id> or blob:<hex> in placeholders are read back with recall.")
+            "blob handle).")
+    if "recall" in toolset.names():
+        text += " Refs such as entry:<id> or blob:<hex> in placeholders are read back with recall."
+    return text
 
 
 def build_server(toolset: Toolset) -> Server[Any]:
