@@ -191,6 +191,9 @@ def test_runner_with_ctxwin_never_sends_an_over_budget_or_invalid_request_and_lo
                 for entry in session.engine.session.path() for block in entry.payload.get("blocks", ())
                 if block.get("type") == "tool_result" and block["call_id"] in evicted}
     assert len(evicted) > len(results) // 2 and recalled == {c: results[c] for c in evicted}
+    # one branch: the filter matched the runner's history to the session's every time, nothing twice
+    on_branch = [e.id for e in session.engine.session.path() if e.kind == "message"]
+    assert on_branch == [e.id for e in session.engine.session if e.kind == "message"]
     # the session log reopens to the same items
     session.close()
     with open_session(tmp_path / "s") as again:

@@ -1,0 +1,339 @@
+"""ctxwin in PydanticAI (extra `pydantic-ai`), through its history processing and capabilities.
+
+- `CtxwinHistory(engine)`: a history processor. `processor(messages)` and the RunContext variant
+  `processor.with_context(ctx, messages)` bring the engine up to date with the history and return the
+  prepared view as `ModelMessage`s; `processor.capability()` is the capability form PydanticAI 2
+  spells `ProcessHistory(fn)`. A history processor rewrites the run's history, so the view it
+  returned comes back on the next call: the processor recognises its own output and logs only
+  what follows it.
+- `CtxwinCapability(engine)`: the same management as a capability that changes only what each request
+  sends (`prepare_model_request`), so the run's history and `result.all_messages()` stay whole; an
+  overflow error from the provider is recovered from (`engine.recover`) and the attempt retried
+  (`RetryModelRequest`), bounded by the engine; the provider's usage calibrates the engine's counts.
+
+Typical use::
+
+    engine = ContextEngine(Session.open("runs/abc"), model="gpt-4.1")
+    agent = Agent(model, tools=[...], capabilities=[CtxwinCapability(engine)])
+
+Parts convert once, in `to_messages` / `from_messages`: a `ModelRequest` becomes a system, user or
+tool message per run of its parts, a `ModelResponse` one assistant message (TextPart, ThinkingPart,
+ToolCallPart as blocks). Every part is kept (its content only once, in the block, when the block
+holds it exactly), so an unchanged message comes back as it was; parts ctxwin has no block for
+(files, native tools, compaction parts) ride along verbatim.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+try:
+    from pydantic_ai.capabilities import AbstractCapability, ProcessHistory
+    from pydantic_ai.exceptions import RetryModelRequest
+    from pydantic_ai.messages import (
+        BaseToolReturnPart,
+        ModelMessage,
+        ModelMessagesTypeAdapter,
+        ModelRequest,
+        ModelResponse,
+        RetryPromptPart,
+        SystemPromptPart,
+        TextPart,
+        ThinkingPart,
+        ToolCallPart,
+        UserPromptPart,
+    )
+    from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.tools import RunContext
+except ImportError as error:  # pragma: no cover - the extra is part of the dev install
+    raise ImportError("ctxwin.adapters.pydantic_ai needs PydanticAI: pip install 'ctxwin[pydantic-ai]'") from error
+
+from ctxwin.engine import ContextEngine, Prepared
+from ctxwin.errors import InputError
+from ctxwin.messages import Block, Message, Role, Text, Thinking, ToolCall, ToolResult
+
+NS = "pydantic_ai"
+"""Message meta key: the parts (and, on the first message of each ModelMessage, its fields) a
+canonical message was made from."""
+_ELIDED = "elided"  # which field of a kept part the block holds instead
+
+
+# -- parts <-> blocks -------------------------------------------------------------------------------
+
+
+def _dump(message: ModelMessage) -> dict[str, Any]:
+    return ModelMessagesTypeAdapter.dump_python([message], mode="json")[0]
+
+
+def _load(data: dict[str, Any]) -> ModelMessage:
+    return ModelMessagesTypeAdapter.validate_python([data])[0]
+
+
+def _text_of(part: Any) -> str:
+    """What the model reads of a request part ctxwin keeps as text."""
+    if hasattr(part, "model_response"):
+        return str(part.model_response())
+    content = getattr(part, "content", "")
+    if isinstance(content, str):
+        return content
+    return "\n".join(c if isinstance(c, str) else f"[{getattr(c, 'kind', type(c).__name__)}]" for c in content) \
+        if isinstance(content, Sequence) else str(content)
+
+
+def _request_block(part: Any, kept: dict[str, Any]) -> tuple[Role, Block, dict[str, Any]]:
+    """(role, block, what to keep of the part) for one request part."""
+    if isinstance(part, SystemPromptPart) or (isinstance(part, UserPromptPart) and isinstance(part.content, str)):
+        role: Role = "system" if isinstance(part, SystemPromptPart) else "user"
+        return role, Text(part.content), _elide(kept, "content")
+    if isinstance(part, BaseToolReturnPart):
+        text = part.model_response_str()
+        block = ToolResult(part.tool_call_id, (Text(text),), part.outcome in ("failed", "retried"), part.tool_name)
+        return "tool", block, _elide(kept, "content") if part.content == text else {"part": kept}
+    if isinstance(part, RetryPromptPart) and part.tool_name is not None:
+        return "tool", ToolResult(part.tool_call_id, (Text(part.model_response()),), True, part.tool_name), \
+            {"part": kept}
+    return "user", Text(_text_of(part)), {"part": kept}
+
+
+def _response_block(part: Any, kept: dict[str, Any]) -> tuple[Block, dict[str, Any]]:
+    if isinstance(part, TextPart):
+        return Text(part.content), _elide(kept, "content")
+    if isinstance(part, ThinkingPart):
+        return Thinking(part.content, part.signature), _elide(kept, "content")
+    if isinstance(part, ToolCallPart):
+        block = ToolCall(part.tool_call_id, part.tool_name, part.args_as_dict())
+        return block, _elide(kept, "args") if isinstance(part.args, dict) or part.args is None else {"part": kept}
+    return Text(f"[{getattr(part, 'part_kind', type(part).__name__)}]"), {"part": kept}
+
+
+def _elide(kept: dict[str, Any], name: str) -> dict[str, Any]:
+    return {"part": {k: v for k, v in kept.items() if k != name}, _ELIDED: name}
+
+
+def to_messages(history: Sequence[ModelMessage]) -> list[Message]:
+    """PydanticAI messages as canonical messages (see the module doc)."""
+    out: list[Message] = []
+    for index, message in enumerate(history):
+        if not isinstance(message, ModelRequest | ModelResponse):
+            raise InputError(f"message {index} is a {type(message).__name__}, not a ModelRequest or ModelResponse",
+                             "pass the agent's message history (result.all_messages())")
+        fields = _dump(message)
+        dumped_parts = fields.pop("parts")
+        if isinstance(message, ModelResponse):
+            pairs = [_response_block(p, d) for p, d in zip(message.parts, dumped_parts, strict=True)]
+            meta = {NS: {"message": fields, "parts": [k for _, k in pairs]}}
+            out.append(Message("assistant", tuple(b for b, _ in pairs), meta=meta))
+            continue
+        runs: list[tuple[Role, list[Block], list[dict[str, Any]]]] = []
+        for part, dumped in zip(message.parts, dumped_parts, strict=True):
+            role, block, kept = _request_block(part, dumped)
+            if runs and runs[-1][0] == role:
+                runs[-1][1].append(block)
+                runs[-1][2].append(kept)
+            else:
+                runs.append((role, [block], [kept]))
+        if not runs:
+            out.append(Message("user", (), meta={NS: {"message": fields, "parts": []}}))
+        for n, (role, blocks, kept_parts) in enumerate(runs):
+            meta: dict[str, Any] = {"parts": kept_parts}
+            if n == 0:
+                meta["message"] = fields
+            out.append(Message(role, tuple(blocks), meta={NS: meta}))
+    return out
+
+
+def _part_json(block: Block, kept: dict[str, Any] | None, role: Role) -> dict[str, Any]:
+    """The part a block stands for: the kept part with what the block holds put back, or a new part
+    when ctxwin changed the block (a placeholder, a truncation) or made it (a summary, a repair)."""
+    if kept is not None:
+        part = dict(kept["part"])
+        elided = kept.get(_ELIDED)
+        if elided == "content" and isinstance(block, Text | Thinking) and part.get("part_kind") != "tool-return":
+            part["content"] = block.text if isinstance(block, Text) else block.thinking
+            return part
+        if elided == "content" and isinstance(block, ToolResult):
+            part["content"] = block.text
+            return part
+        if elided == "args" and isinstance(block, ToolCall):
+            part["args"] = block.arguments
+            return part
+        if elided is None and _unchanged(block, part):
+            return part
+    if isinstance(block, ToolResult):
+        return {"part_kind": "tool-return", "tool_name": block.name or "", "content": block.text,
+                "tool_call_id": block.call_id}
+    if isinstance(block, ToolCall):
+        return {"part_kind": "tool-call", "tool_name": block.name, "args": block.arguments,
+                "tool_call_id": block.id}
+    if isinstance(block, Thinking):
+        return {"part_kind": "thinking", "content": block.thinking, "signature": block.signature}
+    text = block.text if isinstance(block, Text) else ""
+    kind = {"system": "system-prompt", "assistant": "text"}.get(role, "user-prompt")
+    return {"part_kind": kind, "content": text}
+
+
+def _unchanged(block: Block, part: dict[str, Any]) -> bool:
+    """Whether a kept part whose content is not in its block still says what the block says."""
+    kind = "response" if part.get("part_kind") in _RESPONSE_KINDS else "request"
+    loaded = _load({"kind": kind, "parts": [part]}).parts[0]
+    if isinstance(block, ToolResult):
+        return _request_block(loaded, part)[1] == block
+    if isinstance(block, ToolCall):
+        return isinstance(loaded, ToolCallPart) and loaded.args_as_dict() == block.arguments
+    if kind == "response":
+        return _response_block(loaded, part)[0] == block
+    return _request_block(loaded, part)[1] == block
+
+
+_RESPONSE_KINDS = frozenset({"text", "thinking", "tool-call", "native-tool-call", "native-tool-return", "file",
+                             "compaction", "speech", "builtin-tool-call", "builtin-tool-return"})
+
+
+def from_messages(messages: Sequence[Message]) -> list[ModelMessage]:
+    """Canonical messages as PydanticAI messages: each assistant message a ModelResponse, each run of
+    other messages one ModelRequest (a new one where an original request began)."""
+    out: list[ModelMessage] = []
+    group: list[dict[str, Any]] | None = None  # parts of the request being filled
+    fields: dict[str, Any] = {}
+
+    def close() -> None:
+        nonlocal group, fields
+        if group is not None:
+            out.append(_load({**fields, "kind": "request", "parts": group}))
+        group, fields = None, {}
+
+    for message in messages:
+        info = message.meta.get(NS) if isinstance(message.meta.get(NS), dict) else {}
+        kept = info.get("parts") if isinstance(info.get("parts"), list) else []
+        parts = [_part_json(b, kept[i] if i < len(kept) else None, message.role) for i, b in enumerate(message.blocks)]
+        if message.role == "assistant":
+            close()
+            out.append(_load({**info.get("message", {}), "kind": "response", "parts": parts}))
+            continue
+        if group is None or "message" in info:
+            close()
+            group, fields = [], dict(info.get("message", {}))
+        group.extend(parts)
+    close()
+    return out
+
+
+# -- applying the engine ----------------------------------------------------------------------------
+
+
+def _overhead(engine: ContextEngine, instructions: str | None, tools: Sequence[Any]) -> int:
+    """The instructions and tool definitions each request carries besides the history, in model tokens."""
+    schemas = [{"name": t.name, "description": t.description, "parameters": t.parameters_json_schema}
+               for t in tools]
+    raw = (engine.counter.count_text(instructions) if instructions else 0) + (
+        engine.counter.count_text(json.dumps(schemas, sort_keys=True)) if schemas else 0)
+    return round(raw * engine.calibrator.factor)
+
+
+def _instructions(history: Sequence[ModelMessage]) -> str | None:
+    return next((m.instructions for m in reversed(history) if isinstance(m, ModelRequest) and m.instructions), None)
+
+
+def _view(prepared: Prepared, history: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """The prepared request as PydanticAI messages. The engine holds the conversation's system prompt
+    parts as its system prompt: they go back, as they were, at the front of the first request."""
+    view = from_messages(prepared.messages)
+    system = [p for m in history if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, SystemPromptPart)]
+    if system and view and isinstance(view[0], ModelRequest):
+        view[0].parts = [*system, *view[0].parts]
+    elif system:
+        view.insert(0, ModelRequest(parts=system))
+    return view
+
+
+@dataclass
+class CtxwinHistory:
+    """A history processor applying `engine` (see the module doc). `last` is the last prepared request."""
+
+    engine: ContextEngine
+    last: Prepared | None = None
+    _sent: list[ModelMessage] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.engine, ContextEngine):
+            raise InputError(f"CtxwinHistory takes a ContextEngine, not {type(self.engine).__name__}",
+                             "pass the engine whose session the agent's history goes to")
+
+    def __call__(self, messages: list[ModelMessage]) -> list[ModelMessage]:
+        return self.process(messages)
+
+    def with_context(self, ctx: RunContext[Any], messages: list[ModelMessage]) -> list[ModelMessage]:
+        """The RunContext form: the run's tool definitions are counted against the budget too."""
+        return self.process(messages, tools=_run_tools(ctx))
+
+    def capability(self) -> ProcessHistory[Any]:
+        """`Agent(capabilities=[processor.capability()])`."""
+        return ProcessHistory(self.with_context)
+
+    def process(self, messages: list[ModelMessage], *, tools: Sequence[Any] = ()) -> list[ModelMessage]:
+        sent = self._sent
+        if sent and len(messages) >= len(sent) and all(a is b or a == b for a, b in zip(messages, sent, strict=False)):
+            self.engine.append(to_messages(messages[len(sent):]))  # what followed the view we returned
+        else:
+            self.engine.sync(to_messages(messages))
+        self.engine.overhead_tokens = _overhead(self.engine, _instructions(messages), tools)
+        self.last = self.engine.prepare()
+        self._sent = _view(self.last, messages)
+        return list(self._sent)
+
+
+def _run_tools(ctx: RunContext[Any]) -> list[Any]:
+    manager = getattr(ctx, "tool_manager", None)
+    try:
+        return list(manager.tool_defs) if manager is not None else []
+    except ValueError:  # not prepared for this step yet
+        return []
+
+
+@dataclass
+class CtxwinCapability(AbstractCapability[Any]):
+    """The engine as a capability: each attempt sends the prepared view (the run's history is left
+    whole); overflow errors are recovered from and the attempt retried. `last` is the last prepared
+    request."""
+
+    engine: ContextEngine
+    last: Prepared | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.engine, ContextEngine):
+            raise InputError(f"CtxwinCapability takes a ContextEngine, not {type(self.engine).__name__}",
+                             "pass the engine whose session the agent's history goes to")
+
+    async def prepare_model_request(self, ctx: RunContext[Any],
+                                    request_context: ModelRequestContext) -> ModelRequestContext:
+        history = list(request_context.messages)
+        self.engine.sync(to_messages(history))
+        parameters = request_context.model_request_parameters
+        tools = [*getattr(parameters, "function_tools", ()), *getattr(parameters, "output_tools", ())]
+        self.engine.overhead_tokens = _overhead(self.engine, _instructions(history), tools)
+        self.last = self.engine.prepare()
+        request_context.messages = _view(self.last, history)
+        return request_context
+
+    async def on_model_request_error(self, ctx: RunContext[Any], *, request_context: ModelRequestContext,
+                                     error: Exception) -> ModelResponse:
+        if not self.engine.is_overflow_error(error):
+            raise error
+        self.engine.recover(error)  # raises ContextOverflowError once its bounded attempts are spent
+        raise RetryModelRequest()
+
+    async def after_model_request(self, ctx: RunContext[Any], *, request_context: ModelRequestContext,
+                                  response: ModelResponse) -> ModelResponse:
+        if response.usage.input_tokens:  # PydanticAI's input tokens include cache reads and writes
+            self.engine.record_usage({"context_tokens": response.usage.input_tokens})
+        return response
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None  # holds an engine: not spec-serializable
+
+
+__all__ = ["NS", "CtxwinCapability", "CtxwinHistory", "from_messages", "to_messages"]
