@@ -30,6 +30,7 @@ from ctxwin.adapters.openai_agents import (
     CtxwinInputFilter,
     CtxwinModel,
     CtxwinSession,
+    _ItemHistory,
     items_to_messages,
     messages_to_items,
 )
@@ -227,6 +228,28 @@ def test_overflow_from_the_provider_is_recovered_and_the_request_retried(tmp_pat
     assert len(outputs) == 8
 
 
+def test_streamed_runs_are_managed_and_recovered_too(tmp_path: Path) -> None:
+    """`Runner.run_streamed`: the same filter, and an overflow refused before the stream starts is
+    recovered from like a plain call."""
+    session = open_session(tmp_path / "s", policy="masking")
+    provider = Provider(tool_plan(0, 8, parallel=1), window=8_000)
+    agent = agent_for(session.wrap(provider.model))
+
+    async def stream() -> Any:
+        result = Runner.run_streamed(agent, "Read f0..f7.", session=session, max_turns=30,
+                                     run_config=RunConfig(call_model_input_filter=session.input_filter, **NO_TRACING))
+        async for _ in result.stream_events():
+            pass
+        return result
+
+    result = asyncio.run(stream())
+    assert result.final_output == "run 0 done"
+    assert provider.refused and max(provider.accepted) <= 8_000
+    assert all(call.streamed for call in provider.model.calls)
+    outputs = [i for i in asyncio.run(session.get_items()) if i.get("type") == "function_call_output"]
+    assert [o["output"] for o in outputs] == [result_text(f"r0/f{n}.py") for n in range(8)]
+
+
 def test_recovery_is_bounded_and_other_errors_pass_through(tmp_path: Path) -> None:
     session = open_session(tmp_path / "s")
     hopeless = ScriptedModel([overflow_error(50_000, 8_000) for _ in range(10)])
@@ -405,3 +428,19 @@ def test_conversion_matches_the_whole_list_converter_and_round_trips(items: list
     if first and rest and first[-1].role == rest[0].role and first[-1].role in ("assistant", "tool"):
         return  # a cut inside one turn side: the session joins these itself (tested above)
     assert [m.content_key for m in joined] == [m.content_key for m in messages]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(item_strategy(), st.integers(min_value=0, max_value=14)), min_size=1, max_size=5))
+def test_a_resent_history_converts_as_a_whole_would(steps: list[tuple[list[dict[str, Any]], int]]) -> None:
+    """The filter converts only what follows the front a resent history shares with the previous one;
+    the result is what converting the whole list gives, however the list changed (grew, was cut,
+    was edited)."""
+    history = _ItemHistory()
+    items: list[dict[str, Any]] = []
+    for extra, cut in steps:
+        items = items[:cut] + extra if cut < len(items) else items + extra
+        got = history.messages(items)
+        want = items_to_messages(items)
+        assert [m.content_key for m in got] == [m.content_key for m in want]
+        assert messages_to_items(got) == items

@@ -8,6 +8,7 @@ HTTP 400 `ModelHTTPError`)."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,10 @@ from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.exceptions import ModelContextWindowExceededError, ModelHTTPError
 from pydantic_ai.messages import (
     ModelMessage,
+    ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    RetryPromptPart,
     SystemPromptPart,
     TextPart,
     ThinkingPart,
@@ -244,6 +247,9 @@ def test_capability_recovery_is_bounded(tmp_path: Path) -> None:
 # -- one conversion ---------------------------------------------------------------------------------
 
 
+with warnings.catch_warnings():  # deprecated in PydanticAI 2 for ToolReturnPart(outcome="retried"), still read
+    warnings.simplefilter("ignore")
+    RETRY = RetryPromptPart("path must be a string", tool_name="read_file", tool_call_id="c3")
 HISTORY: list[ModelMessage] = [
     ModelRequest(parts=[SystemPromptPart("Be brief."), UserPromptPart("What is in a.py?")], instructions=INSTRUCTIONS),
     ModelResponse(parts=[ThinkingPart("I should read it.", signature="sig"), TextPart("Reading."),
@@ -252,21 +258,32 @@ HISTORY: list[ModelMessage] = [
     ModelRequest(parts=[ToolReturnPart("read_file", "def a(): pass", "c1"),
                         ToolReturnPart("read_file", {"defines": ["b"]}, "c2"),
                         UserPromptPart("and then?")]),
-    ModelResponse(parts=[TextPart("a() and b().")]),
+    ModelResponse(parts=[TextPart("a() and b()."), ToolCallPart("read_file", {"path": 3}, "c3")]),
+    ModelRequest(parts=[RETRY]),
+    ModelResponse(parts=[ToolCallPart("read_file", {"path": "3"}, "c4")]),
+    ModelRequest(parts=[ToolReturnPart("read_file", "no such file: 3", "c4", outcome="retried")]),
+    ModelResponse(parts=[TextPart("Done.")]),
 ]
 
 
 def test_messages_round_trip_exactly() -> None:
     canonical = to_messages(HISTORY)
-    assert [m.role for m in canonical] == ["system", "user", "assistant", "tool", "user", "assistant"]
+    assert [m.role for m in canonical] == ["system", "user", "assistant", "tool", "user", "assistant", "tool",
+                                           "assistant", "tool", "assistant"]
+    assert canonical[8].tool_results[0].is_error
+    assert canonical[6].tool_results[0].is_error and "path must be a string" in canonical[6].tool_results[0].text
     assert [b.type for b in canonical[2].blocks] == ["thinking", "text", "tool_call", "tool_call"]
     assert canonical[3].tool_results[1].text == '{"defines":["b"]}'
-    assert from_messages(canonical) == HISTORY
+    # as PydanticAI's own serialization gives it back (which turns the deprecated RetryPromptPart into
+    # the ToolReturnPart(outcome="retried") that replaces it)
+    reloaded = ModelMessagesTypeAdapter.validate_python(ModelMessagesTypeAdapter.dump_python(HISTORY, mode="json"))
+    assert from_messages(canonical) == reloaded
+    assert from_messages(canonical)[:4] == HISTORY[:4]
     # and through the log
     engine = ContextEngine(window=WINDOW, max_output=MAX_OUTPUT)
     engine.append(canonical)
     logged = [m for m in engine.messages]
-    assert from_messages([canonical[0], *logged]) == HISTORY
+    assert from_messages([canonical[0], *logged]) == reloaded
 
 
 def test_a_changed_block_becomes_a_new_part() -> None:

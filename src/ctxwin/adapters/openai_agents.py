@@ -25,6 +25,7 @@ branch. Items are converted once, in `items_to_messages` / `messages_to_items`.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import dataclasses
 import json
@@ -107,7 +108,12 @@ def items_to_messages(items: Iterable[Any], calls: Mapping[str, str] | None = No
     gives for the whole list), each remembering the items it came from when they would not convert
     back verbatim. Tool results carry their tool's name when the call is in `items` or in `calls`
     (call id -> tool name, of the history before them)."""
-    out: list[Message] = []
+    return [message for message, _ in _convert(items, calls)]
+
+
+def _convert(items: Iterable[Any], calls: Mapping[str, str] | None) -> list[tuple[Message, int]]:
+    """Each message with how many of the items it was made from."""
+    out: list[tuple[Message, int]] = []
     names: dict[str, str] = dict(calls or {})
     for group in _groups([plain_item(i) for i in items]):
         try:
@@ -125,8 +131,38 @@ def items_to_messages(items: Iterable[Any], calls: Mapping[str, str] | None = No
             own = group if n == 0 else []
             if to_openai_responses([message]) != own:
                 message = message.replace(meta={**message.meta, ITEMS_META: {"items": copy.deepcopy(own)}})
-            out.append(message)
+            out.append((message, len(own)))
     return out
+
+
+class _ItemHistory:
+    """`items_to_messages` for a history resent on every call: the front the new list shares with the
+    previous one keeps its messages, and only what follows is converted (the runner's input grows by
+    a turn per call; converting it whole each time would cost the whole session per call)."""
+
+    def __init__(self) -> None:
+        self._items: list[Any] = []
+        self._messages: list[Message] = []
+        self._ends: list[int] = []  # for each message, the index just past its items
+
+    def messages(self, items: list[Any]) -> list[Message]:
+        shared, limit = 0, min(len(items), len(self._items))
+        while shared < limit and items[shared] == self._items[shared]:
+            shared += 1
+        keep = bisect.bisect_right(self._ends, shared)
+        if keep and self._ends[keep - 1] == shared and shared < len(items):
+            keep -= 1  # the items after it may continue it
+        start = self._ends[keep - 1] if keep else 0
+        calls = {call.id: call.name for message in self._messages[:keep] for call in message.tool_calls}
+        fresh = _convert(items[start:], calls)
+        self._messages[keep:] = [message for message, _ in fresh]
+        ends, end = [], start
+        for _, count in fresh:
+            end += count
+            ends.append(end)
+        self._ends[keep:] = ends
+        self._items = list(items)
+        return list(self._messages)
 
 
 def message_items(message: Message) -> list[dict[str, Any]]:
@@ -158,7 +194,11 @@ class CtxwinSession:
         self.engine = engine
         self.session_settings = session_settings
         self._input_filter: CtxwinInputFilter | None = None
-        self._cache: dict[str, list[dict[str, Any]]] = {}  # entry id -> its items
+        # The current branch as last read: entry id -> position on the path, the path's ids, and its
+        # messages as (position, entry id, message, the items it stands for).
+        self._positions: dict[str, int] = {}
+        self._path_ids: list[str] = []
+        self._mirror: list[tuple[int, str, Message, list[dict[str, Any]]]] = []
 
     @classmethod
     def open(cls, path: str | Path, *, durability: Durability = "fsync",
@@ -200,8 +240,10 @@ class CtxwinSession:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise InputError(f"limit is a number of items, 0 or more, or None (got {limit!r})",
                              "pass limit=None for every item, or the number of latest items wanted")
-        items = [item for entry_id, _ in self._branch() for item in self._items(entry_id)]
-        return items if limit is None else (items[-limit:] if limit else [])  # type: ignore[return-value]
+        self._branch()
+        items = [item for _, _, _, kept in self._mirror for item in kept]
+        chosen = items if limit is None else (items[-limit:] if limit else [])
+        return copy.deepcopy(chosen)  # type: ignore[return-value]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         if isinstance(items, Mapping) or not isinstance(items, Iterable):
@@ -241,23 +283,36 @@ class CtxwinSession:
         self.engine.sync([])
         self.engine.note(CustomEntry("custom", {"type": CLEAR_ENTRY, "entries": [e for e, _ in branch]}))
 
-    # What the current branch holds
+    # What the current branch holds, followed incrementally: the log's path shares its front with what
+    # was read last time (a longer path, or a branch from an entry already read), so only the entries
+    # after the last one both share are read.
 
     def _branch(self) -> list[tuple[str, Message]]:
         """The caller's messages on the current branch, in order (ctxwin's own requests left out)."""
-        out = []
-        for entry in self.engine.session.path():
+        if self._path_ids and self.engine.session.leaf_id == self._path_ids[-1]:
+            return [(entry_id, message) for _, entry_id, message, _ in self._mirror]
+        path = self.engine.session.path()
+        shared = len(path) - 1
+        while shared >= 0 and self._positions.get(path[shared].id) != shared:
+            shared -= 1
+        for gone in self._path_ids[shared + 1:]:
+            del self._positions[gone]
+        del self._path_ids[shared + 1:]
+        while self._mirror and self._mirror[-1][0] > shared:
+            self._mirror.pop()
+        for position in range(shared + 1, len(path)):
+            entry = path[position]
+            self._positions[entry.id] = position
+            self._path_ids.append(entry.id)
             if entry.kind != MessageEntry.kind:
                 continue
             record = parse(entry.kind, entry.payload, entry_id=entry.id)
             if isinstance(record, MessageEntry) and "ctxwin" not in record.message.meta:
-                out.append((entry.id, record.message))
-                if entry.id not in self._cache:
-                    self._cache[entry.id] = message_items(record.message)
-        return out
+                self._mirror.append((position, entry.id, record.message, message_items(record.message)))
+        return [(entry_id, message) for _, entry_id, message, _ in self._mirror]
 
     def _items(self, entry_id: str) -> list[dict[str, Any]]:
-        return copy.deepcopy(self._cache[entry_id])
+        return copy.deepcopy(next(items for _, e, _, items in reversed(self._mirror) if e == entry_id))
 
 
 def _calls(branch: Sequence[tuple[str, Message]]) -> dict[str, str]:
@@ -280,12 +335,13 @@ class CtxwinInputFilter:
         self.engine = engine
         self.last: Prepared | None = None
         self._instructions: str | None = None
+        self._history = _ItemHistory()
 
     def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         model_data = data.model_data
         raw = model_data.input
         items = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw)
-        self.engine.sync(items_to_messages(items))
+        self.engine.sync(self._history.messages(items))
         self._instructions = model_data.instructions
         self.engine.overhead_tokens = self._overhead(model_data.instructions, getattr(data.agent, "tools", ()))
         return self._input(self.engine.prepare())

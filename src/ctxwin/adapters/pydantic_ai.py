@@ -53,7 +53,7 @@ except ImportError as error:  # pragma: no cover - the extra is part of the dev 
 
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.errors import InputError
-from ctxwin.messages import Block, Message, Role, Text, Thinking, ToolCall, ToolResult
+from ctxwin.messages import Block, Message, Role, Text, Thinking, ToolCall, ToolResult, block_to_dict
 
 NS = "pydantic_ai"
 """Message meta key: the parts (and, on the first message of each ModelMessage, its fields) a
@@ -91,11 +91,12 @@ def _request_block(part: Any, kept: dict[str, Any]) -> tuple[Role, Block, dict[s
     if isinstance(part, BaseToolReturnPart):
         text = part.model_response_str()
         block = ToolResult(part.tool_call_id, (Text(text),), part.outcome in ("failed", "retried"), part.tool_name)
-        return "tool", block, _elide(kept, "content") if part.content == text else {"part": kept}
+        return "tool", block, _elide(kept, "content") if part.content == text else _whole(kept, block)
     if isinstance(part, RetryPromptPart) and part.tool_name is not None:
-        return "tool", ToolResult(part.tool_call_id, (Text(part.model_response()),), True, part.tool_name), \
-            {"part": kept}
-    return "user", Text(_text_of(part)), {"part": kept}
+        block = ToolResult(part.tool_call_id, (Text(part.model_response()),), True, part.tool_name)
+        return "tool", block, _whole(kept, block)
+    text = Text(_text_of(part))
+    return "user", text, _whole(kept, text)
 
 
 def _response_block(part: Any, kept: dict[str, Any]) -> tuple[Block, dict[str, Any]]:
@@ -104,9 +105,15 @@ def _response_block(part: Any, kept: dict[str, Any]) -> tuple[Block, dict[str, A
     if isinstance(part, ThinkingPart):
         return Thinking(part.content, part.signature), _elide(kept, "content")
     if isinstance(part, ToolCallPart):
-        block = ToolCall(part.tool_call_id, part.tool_name, part.args_as_dict())
-        return block, _elide(kept, "args") if isinstance(part.args, dict) or part.args is None else {"part": kept}
-    return Text(f"[{getattr(part, 'part_kind', type(part).__name__)}]"), {"part": kept}
+        call = ToolCall(part.tool_call_id, part.tool_name, part.args_as_dict())
+        return call, _elide(kept, "args") if isinstance(part.args, dict) or part.args is None else _whole(kept, call)
+    text = Text(f"[{getattr(part, 'part_kind', type(part).__name__)}]")
+    return text, _whole(kept, text)
+
+
+def _whole(kept: dict[str, Any], block: Block) -> dict[str, Any]:
+    """A part kept whole, with the block it gave: while the block is unchanged, the part goes back."""
+    return {"part": kept, "block": block_to_dict(block)}
 
 
 def _elide(kept: dict[str, Any], name: str) -> dict[str, Any]:
@@ -160,7 +167,7 @@ def _part_json(block: Block, kept: dict[str, Any] | None, role: Role) -> dict[st
         if elided == "args" and isinstance(block, ToolCall):
             part["args"] = block.arguments
             return part
-        if elided is None and _unchanged(block, part):
+        if elided is None and kept.get("block") == block_to_dict(block):
             return part
     if isinstance(block, ToolResult):
         return {"part_kind": "tool-return", "tool_name": block.name or "", "content": block.text,
@@ -173,23 +180,6 @@ def _part_json(block: Block, kept: dict[str, Any] | None, role: Role) -> dict[st
     text = block.text if isinstance(block, Text) else ""
     kind = {"system": "system-prompt", "assistant": "text"}.get(role, "user-prompt")
     return {"part_kind": kind, "content": text}
-
-
-def _unchanged(block: Block, part: dict[str, Any]) -> bool:
-    """Whether a kept part whose content is not in its block still says what the block says."""
-    kind = "response" if part.get("part_kind") in _RESPONSE_KINDS else "request"
-    loaded = _load({"kind": kind, "parts": [part]}).parts[0]
-    if isinstance(block, ToolResult):
-        return _request_block(loaded, part)[1] == block
-    if isinstance(block, ToolCall):
-        return isinstance(loaded, ToolCallPart) and loaded.args_as_dict() == block.arguments
-    if kind == "response":
-        return _response_block(loaded, part)[0] == block
-    return _request_block(loaded, part)[1] == block
-
-
-_RESPONSE_KINDS = frozenset({"text", "thinking", "tool-call", "native-tool-call", "native-tool-return", "file",
-                             "compaction", "speech", "builtin-tool-call", "builtin-tool-return"})
 
 
 def from_messages(messages: Sequence[Message]) -> list[ModelMessage]:
@@ -219,6 +209,25 @@ def from_messages(messages: Sequence[Message]) -> list[ModelMessage]:
         group.extend(parts)
     close()
     return out
+
+
+class _History:
+    """`to_messages` for a history that grows between calls: the messages the new history shares with
+    the previous one (the same objects with the same parts) keep their conversion. A part changed in
+    place, inside a message otherwise the same, is not noticed."""
+
+    def __init__(self) -> None:
+        self._seen: list[tuple[ModelMessage, tuple[Any, ...]]] = []
+        self._converted: list[list[Message]] = []
+
+    def messages(self, history: Sequence[ModelMessage]) -> list[Message]:
+        shared, limit = 0, min(len(history), len(self._seen))
+        while shared < limit and history[shared] is self._seen[shared][0] \
+                and tuple(history[shared].parts) == self._seen[shared][1]:
+            shared += 1
+        self._seen[shared:] = [(m, tuple(getattr(m, "parts", ()))) for m in history[shared:]]
+        self._converted[shared:] = [to_messages([m]) for m in history[shared:]]
+        return [message for converted in self._converted for message in converted]
 
 
 # -- applying the engine ----------------------------------------------------------------------------
@@ -256,6 +265,7 @@ class CtxwinHistory:
     engine: ContextEngine
     last: Prepared | None = None
     _sent: list[ModelMessage] = field(default_factory=list, repr=False)
+    _history: _History = field(default_factory=_History, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.engine, ContextEngine):
@@ -278,7 +288,7 @@ class CtxwinHistory:
         if sent and len(messages) >= len(sent) and all(a is b or a == b for a, b in zip(messages, sent, strict=False)):
             self.engine.append(to_messages(messages[len(sent):]))  # what followed the view we returned
         else:
-            self.engine.sync(to_messages(messages))
+            self.engine.sync(self._history.messages(messages))
         self.engine.overhead_tokens = _overhead(self.engine, _instructions(messages), tools)
         self.last = self.engine.prepare()
         self._sent = _view(self.last, messages)
@@ -301,6 +311,7 @@ class CtxwinCapability(AbstractCapability[Any]):
 
     engine: ContextEngine
     last: Prepared | None = None
+    _history: _History = field(default_factory=_History, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.engine, ContextEngine):
@@ -310,7 +321,7 @@ class CtxwinCapability(AbstractCapability[Any]):
     async def prepare_model_request(self, ctx: RunContext[Any],
                                     request_context: ModelRequestContext) -> ModelRequestContext:
         history = list(request_context.messages)
-        self.engine.sync(to_messages(history))
+        self.engine.sync(self._history.messages(history))
         parameters = request_context.model_request_parameters
         tools = [*getattr(parameters, "function_tools", ()), *getattr(parameters, "output_tools", ())]
         self.engine.overhead_tokens = _overhead(self.engine, _instructions(history), tools)
