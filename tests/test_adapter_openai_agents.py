@@ -18,6 +18,7 @@ import pytest
 from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.memory.session import Session as SessionProtocol
 from agents.memory.session_settings import SessionSettings
+from agents.run_config import CallModelData, ModelInputData
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.usage import Usage
 from hypothesis import given, settings
@@ -369,6 +370,19 @@ def test_clear_session_is_recorded_not_deleted(tmp_path: Path) -> None:
         assert run(session.get_items()) == []
         run(session.add_items(ITEMS[:1]))
         assert run(session.get_items()) == ITEMS[:1]
+
+
+def test_fields_the_sdk_strips_on_replay_do_not_fork_the_log(tmp_path: Path) -> None:
+    """The runner saves a tool call with its `_agents_tool_description` and replays it without: the
+    filter still finds the whole history in the log, and the session gives the field back."""
+    saved = [ITEMS[0], {**ITEMS[2], "_agents_tool_description": "Read a file."}, ITEMS[4]]
+    with open_session(tmp_path / "s") as session:
+        run(session.add_items(saved))
+        before = [e.id for e in session.engine.session if e.kind == "message"]
+        replayed = [ITEMS[0], ITEMS[2], ITEMS[4]]
+        session.input_filter(CallModelData(ModelInputData(replayed, "ins"), agent_for(None), None))
+        assert [e.id for e in session.engine.session if e.kind == "message"] == before
+        assert run(session.get_items()) == saved
 
 
 def test_session_settings_limit_is_used_by_the_runner(tmp_path: Path) -> None:

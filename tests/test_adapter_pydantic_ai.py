@@ -69,9 +69,10 @@ class Provider:
     """A FunctionModel over a script: each accepted request takes the next response; one over the
     window is refused without taking one. Every request is recorded as the model received it."""
 
-    def __init__(self, plan: list[list[Any]], window: int = WINDOW) -> None:
+    def __init__(self, plan: list[list[Any]], window: int = WINDOW, watch: Any = None) -> None:
         self.plan = list(plan)
         self.window = window
+        self.watch = watch  # called on each accepted request (to read what the engine prepared for it)
         self.requests: list[list[ModelMessage]] = []
         self.accepted: list[int] = []
         self.refused: list[int] = []
@@ -84,6 +85,8 @@ class Provider:
             raise overflow_error(tokens, self.window)
         self.requests.append(list(messages))
         self.accepted.append(tokens)
+        if self.watch is not None:
+            self.watch()
         return ModelResponse(parts=self.plan.pop(0), usage=RequestUsage(input_tokens=tokens, output_tokens=20))
 
 
@@ -193,19 +196,24 @@ def test_history_processor_over_several_runs(tmp_path: Path) -> None:
 def test_history_processor_with_run_context_as_a_capability(tmp_path: Path) -> None:
     engine = engine_at(tmp_path / "s")
     processor = CtxwinHistory(engine)
-    provider = Provider(conversation_plan())
+    budgets: list[tuple[int, int]] = []
+    provider = Provider(conversation_plan(), watch=lambda: budgets.append((processor.last.tokens,
+                                                                           processor.last.budget)))
     run_conversation(make_agent(provider.model, [processor.capability()]))
-    assert processor.last is not None and processor.last.tokens <= processor.last.budget
-    check_requests(provider, [])
+    assert len(budgets) == len(provider.requests)
+    check_requests(provider, budgets)
     check_nothing_lost(engine, provider)
 
 
 def test_capability_keeps_the_runs_history_whole(tmp_path: Path) -> None:
     engine = engine_at(tmp_path / "s")
     capability = CtxwinCapability(engine)
-    provider = Provider(conversation_plan())
+    budgets: list[tuple[int, int]] = []
+    provider = Provider(conversation_plan(), watch=lambda: budgets.append((capability.last.tokens,
+                                                                           capability.last.budget)))
     history = run_conversation(make_agent(provider.model, [capability]))
-    check_requests(provider, [])
+    assert len(budgets) == len(provider.requests)
+    check_requests(provider, budgets)
     check_nothing_lost(engine, provider)
     returned = {p.tool_call_id: p.content for m in history if isinstance(m, ModelRequest) for p in m.parts
                 if isinstance(p, ToolReturnPart)}

@@ -20,7 +20,11 @@ Typical use::
 
 The runner sends its whole history on every call; the filter matches it against the log by content
 (`engine.sync`), so only what is new is appended, and a history the caller rewrote continues on a
-branch. Items are converted once, in `items_to_messages` / `messages_to_items`.
+branch (with `RunConfig(reasoning_item_id_policy="omit")` the runner replays reasoning items without
+the ids the session saved, so each call continues on a new branch: nothing is lost, but the
+prompt-cache prefix restarts). Items are converted once, in `items_to_messages` /
+`messages_to_items`. The engine's writes are short synchronous appends made on the event loop's
+thread, so two of them never overlap.
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ POP_ENTRY = "openai_agents_pop"
 CLEAR_ENTRY = "openai_agents_clear"
 """Custom log entries recording `pop_item` / `clear_session` (the log keeps what they removed)."""
 
+SDK_ONLY_FIELDS = ("_agents_tool_description", "_agents_tool_title", "created_by")
+"""Item fields the SDK saves with a session's items but strips before it replays them as model input
+(`agents.run_internal.items.strip_internal_input_item_metadata`): kept with the items, left out of
+the messages, so the history the runner resends matches the one the session logged."""
 _CALLS = frozenset({"function_call", "custom_tool_call", "reasoning"})
 _OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 
@@ -117,7 +125,7 @@ def _convert(items: Iterable[Any], calls: Mapping[str, str] | None) -> list[tupl
     names: dict[str, str] = dict(calls or {})
     for group in _groups([plain_item(i) for i in items]):
         try:
-            converted = from_openai_responses(group)
+            converted = from_openai_responses([{k: v for k, v in i.items() if k not in SDK_ONLY_FIELDS} for i in group])
         except ValueError as error:
             raise InputError(f"an item the Responses API would not take: {error}",
                              "pass input items as the Agents SDK produces them") from None
@@ -233,8 +241,7 @@ class CtxwinSession:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # The protocol. The engine's appends are short synchronous writes; they run on the loop's thread
-    # so that no two of them ever overlap.
+    # The protocol.
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
@@ -424,5 +431,6 @@ class CtxwinModel(Model):
         await self.model.close()
 
 
-__all__ = ["CLEAR_ENTRY", "ITEMS_META", "POP_ENTRY", "CtxwinInputFilter", "CtxwinModel", "CtxwinSession",
+__all__ = ["CLEAR_ENTRY", "ITEMS_META", "POP_ENTRY", "SDK_ONLY_FIELDS", "CtxwinInputFilter", "CtxwinModel",
+           "CtxwinSession",
            "items_to_messages", "message_items", "messages_to_items", "plain_item"]

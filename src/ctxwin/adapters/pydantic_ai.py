@@ -5,7 +5,9 @@
   prepared view as `ModelMessage`s; `processor.capability()` is the capability form PydanticAI 2
   spells `ProcessHistory(fn)`. A history processor rewrites the run's history, so the view it
   returned comes back on the next call: the processor recognises its own output and logs only
-  what follows it.
+  what follows it. (A new processor handed such a managed history, after a restart, cannot tell its
+  summary from the conversation: the log continues on a branch, nothing lost, and the summary is
+  logged as a message. `CtxwinCapability` has no such case.)
 - `CtxwinCapability(engine)`: the same management as a capability that changes only what each request
   sends (`prepare_model_request`), so the run's history and `result.all_messages()` stay whole; an
   overflow error from the provider is recovered from (`engine.recover`) and the attempt retried
@@ -20,7 +22,9 @@ Parts convert once, in `to_messages` / `from_messages`: a `ModelRequest` becomes
 tool message per run of its parts, a `ModelResponse` one assistant message (TextPart, ThinkingPart,
 ToolCallPart as blocks). Every part is kept (its content only once, in the block, when the block
 holds it exactly), so an unchanged message comes back as it was; parts ctxwin has no block for
-(files, native tools, compaction parts) ride along verbatim.
+(files, native tools, compaction parts) ride along verbatim. The conversation's system prompt parts
+are the engine's system prompt: the view carries them, as they were, at the front of its first
+request.
 """
 
 from __future__ import annotations
