@@ -20,9 +20,9 @@ Typical use::
 
 The runner sends its whole history on every call; the filter matches it against the log by content
 (`engine.sync`), so only what is new is appended, and a history the caller rewrote continues on a
-branch (with `RunConfig(reasoning_item_id_policy="omit")` the runner replays reasoning items without
-the ids the session saved, so each call continues on a new branch: nothing is lost, but the
-prompt-cache prefix restarts). Items are converted once, in `items_to_messages` /
+branch (one case of that: items saved before the caller switched to
+`RunConfig(reasoning_item_id_policy="omit")` are replayed without their reasoning ids, so the first
+call after the switch branches once; nothing is lost). Items are converted once, in `items_to_messages` /
 `messages_to_items`. The engine's writes are short synchronous appends made on the event loop's
 thread, so two of them never overlap.
 """
