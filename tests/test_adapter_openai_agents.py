@@ -8,7 +8,9 @@ it receives with ctxwin's counter and refuses one over its window with the error
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -458,3 +460,50 @@ def test_a_resent_history_converts_as_a_whole_would(steps: list[tuple[list[dict[
         want = items_to_messages(items)
         assert [m.content_key for m in got] == [m.content_key for m in want]
         assert messages_to_items(got) == items
+
+
+OPERATIONS = st.lists(st.one_of(
+    st.tuples(st.just("add"), st.lists(st.sampled_from(range(len(ITEMS))), min_size=1, max_size=4)),
+    st.tuples(st.just("pop"), st.none()),
+    st.tuples(st.just("get"), st.one_of(st.none(), st.integers(min_value=0, max_value=6))),
+    st.tuples(st.just("clear"), st.none()),
+    st.tuples(st.just("reopen"), st.none()),
+), max_size=10)
+
+
+@settings(max_examples=15, deadline=None)
+@given(OPERATIONS)
+def test_the_session_behaves_like_the_sdks_own_sqlite_session(operations: list[tuple[str, Any]]) -> None:
+    """Any sequence of adds, pops, gets, clears and reopens: CtxwinSession answers what the SDK's
+    reference implementation answers, and its log only ever grows."""
+    with tempfile.TemporaryDirectory() as folder:
+        asyncio.run(_compare_with_sqlite(Path(folder), operations))
+
+
+async def _compare_with_sqlite(folder: Path, operations: list[tuple[str, Any]]) -> None:
+    reference = SQLiteSession("ref", str(folder / "ref.db"))
+    session = open_session(folder / "s")
+    entries = 0
+    try:
+        for name, argument in operations:
+            if name == "add":
+                items = [copy.deepcopy(ITEMS[i]) for i in argument]
+                await reference.add_items(copy.deepcopy(items))
+                await session.add_items(items)
+            elif name == "pop":
+                assert await session.pop_item() == await reference.pop_item()
+            elif name == "get":
+                assert await session.get_items(argument) == await reference.get_items(argument)
+            elif name == "clear":
+                await session.clear_session()
+                await reference.clear_session()
+            else:
+                session.close()
+                session = open_session(folder / "s")
+            logged = sum(1 for _ in session.engine.session)
+            assert logged >= entries
+            entries = logged
+        assert await session.get_items() == await reference.get_items()
+    finally:
+        session.close()
+        reference.close()
