@@ -187,6 +187,9 @@ def test_runner_with_ctxwin_never_sends_an_over_budget_or_invalid_request_and_lo
     items = asyncio.run(session.get_items())
     assert {i["call_id"]: i["output"] for i in items if i.get("type") == "function_call_output"} == results
     assert [i["content"] for i in items if i.get("role") == "user"] == [prompt for _, prompt, _, _ in RUNS]
+    assert {i["call_id"] for i in items if i.get("type") == "function_call"} == set(results)
+    assert [i["content"][0]["text"] for i in items if i.get("role") == "assistant"] == [
+        f"run {run} done" for run, _, _, _ in RUNS]
     last_call = provider.model.calls[-1].input
     sent = {i["call_id"]: i.get("output") for i in last_call if i.get("type") == "function_call_output"}
     assert sent["call-3-6"] == results["call-3-6"]  # the newest result is seen whole

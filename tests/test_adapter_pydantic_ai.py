@@ -157,8 +157,14 @@ def check_nothing_lost(engine: ContextEngine, provider: Provider) -> None:
     assert len(evicted) > len(RESULTS) // 2
     for call_id in evicted:
         assert engine.recall(f"entry:{logged[call_id][0]}#{call_id}") == RESULTS[call_id]
+    assert {c.id for m in engine.messages for c in m.tool_calls} == set(RESULTS)
+    answers = [m.text for m in engine.messages if m.role == "assistant" and m.text]
+    assert answers == [f"run {run} done" for run, _, _, _ in RUNS]
     prompts = [m.text for m in engine.messages if m.role == "user" and not m.meta.get("ctxwin")]
     assert [p for p in prompts if p.startswith(("Read", "Now", "And"))] == [prompt for _, prompt, _, _ in RUNS]
+    # one branch: each history was matched to the log, nothing logged twice
+    on_branch = [e.id for e in engine.session.path() if e.kind == "message"]
+    assert on_branch == [e.id for e in engine.session if e.kind == "message"]
 
 
 def test_without_ctxwin_the_conversation_overflows_the_window() -> None:
@@ -183,13 +189,12 @@ def test_history_processor_over_several_runs(tmp_path: Path) -> None:
 
     provider = Provider(conversation_plan())
     history = run_conversation(make_agent(provider.model, [ProcessHistory(watched)]))
+    processor.log(history)  # the last run's answer, which no request followed
     assert len(provider.requests) == len(conversation_plan())
     check_requests(provider, budgets)
     check_nothing_lost(engine, provider)
     # the processor recognised its own view each time: nothing was logged twice, no branch was made
     assert len([m for m in engine.messages if m.role == "tool"]) == sum(-(-c // p) for _, _, c, p in RUNS)
-    on_branch = [e.id for e in engine.session.path() if e.kind == "message"]
-    assert on_branch == [e.id for e in engine.session if e.kind == "message"]
     assert isinstance(history[-1], ModelResponse)
 
 

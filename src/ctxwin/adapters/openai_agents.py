@@ -333,7 +333,11 @@ class CtxwinInputFilter:
     """`RunConfig(call_model_input_filter=CtxwinInputFilter(engine))`: before each model call, the
     runner's input is matched into the engine's log and replaced by the prepared request. The
     agent's instructions are kept (with any system text the engine adds after them) and, with the
-    agent's function tool schemas, counted against the budget. `last` is the last prepared request."""
+    agent's function tool schemas, counted against the budget. `last` is the last prepared request.
+
+    Alone (with another session, or none) the filter logs what it is shown, so a run's last answer,
+    which no model call follows, reaches the log with the next run's first call; with a
+    `CtxwinSession` every item is logged as the runner saves it."""
 
     def __init__(self, engine: ContextEngine) -> None:
         if not isinstance(engine, ContextEngine):

@@ -284,19 +284,39 @@ class CtxwinHistory:
         return self.process(messages, tools=_run_tools(ctx))
 
     def capability(self) -> ProcessHistory[Any]:
-        """`Agent(capabilities=[processor.capability()])`."""
-        return ProcessHistory(self.with_context)
+        """`Agent(capabilities=[processor.capability()])`: `ProcessHistory` with this processor, which
+        also logs each model response as it arrives (a run's last answer is followed by no request,
+        so a bare processor would only see it on the next run)."""
+        return _LoggingProcessHistory(self.with_context, history=self)
 
     def process(self, messages: list[ModelMessage], *, tools: Sequence[Any] = ()) -> list[ModelMessage]:
+        self.log(messages)
+        self.engine.overhead_tokens = _overhead(self.engine, _instructions(messages), tools)
+        self.last = self.engine.prepare()
+        self._sent = _view(self.last, messages)
+        return list(self._sent)
+
+    def log(self, messages: Sequence[ModelMessage]) -> None:
+        """Bring the log up to date with a history without preparing a request. With a bare
+        `ProcessHistory(processor)`, call it with `result.all_messages()` after the last run, so its
+        answer is logged too."""
         sent = self._sent
         if sent and len(messages) >= len(sent) and all(a is b or a == b for a, b in zip(messages, sent, strict=False)):
             self.engine.append(to_messages(messages[len(sent):]))  # what followed the view we returned
         else:
             self.engine.sync(self._history.messages(messages))
-        self.engine.overhead_tokens = _overhead(self.engine, _instructions(messages), tools)
-        self.last = self.engine.prepare()
-        self._sent = _view(self.last, messages)
-        return list(self._sent)
+        self._sent = list(messages)
+
+
+@dataclass
+class _LoggingProcessHistory(ProcessHistory[Any]):
+    history: CtxwinHistory | None = field(default=None, repr=False)
+
+    async def after_model_request(self, ctx: RunContext[Any], *, request_context: ModelRequestContext,
+                                  response: ModelResponse) -> ModelResponse:
+        if self.history is not None:
+            self.history.log([*self.history._sent, response])
+        return response
 
 
 def _run_tools(ctx: RunContext[Any]) -> list[Any]:
@@ -316,6 +336,7 @@ class CtxwinCapability(AbstractCapability[Any]):
     engine: ContextEngine
     last: Prepared | None = None
     _history: _History = field(default_factory=_History, repr=False)
+    _request_history: list[ModelMessage] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.engine, ContextEngine):
@@ -325,6 +346,7 @@ class CtxwinCapability(AbstractCapability[Any]):
     async def prepare_model_request(self, ctx: RunContext[Any],
                                     request_context: ModelRequestContext) -> ModelRequestContext:
         history = list(request_context.messages)
+        self._request_history = history
         self.engine.sync(self._history.messages(history))
         parameters = request_context.model_request_parameters
         tools = [*getattr(parameters, "function_tools", ()), *getattr(parameters, "output_tools", ())]
@@ -344,6 +366,8 @@ class CtxwinCapability(AbstractCapability[Any]):
                                   response: ModelResponse) -> ModelResponse:
         if response.usage.input_tokens:  # PydanticAI's input tokens include cache reads and writes
             self.engine.record_usage({"context_tokens": response.usage.input_tokens})
+        # logged now: a run's last answer is followed by no request that would bring it
+        self.engine.sync(self._history.messages([*self._request_history, response]))
         return response
 
     @classmethod
