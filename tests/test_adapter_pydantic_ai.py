@@ -310,6 +310,15 @@ def test_a_changed_block_becomes_a_new_part() -> None:
     assert rebuilt[0] == HISTORY[0] and rebuilt[1] == HISTORY[1]
 
 
+def test_a_dropped_block_does_not_shift_the_parts_of_the_others() -> None:
+    """A repair that drops the first of two results leaves the second as it was."""
+    canonical = to_messages(HISTORY)
+    tool = canonical[3]
+    rebuilt = from_messages([*canonical[:3], tool.replace(blocks=tool.blocks[1:]), *canonical[4:5]])
+    returns = [p for p in rebuilt[2].parts if isinstance(p, ToolReturnPart)]
+    assert [(p.tool_call_id, p.content) for p in returns] == [("c2", {"defines": ["b"]})]
+
+
 def test_bad_input_is_refused_with_a_typed_error() -> None:
     with pytest.raises(InputError):
         to_messages(["hello"])  # type: ignore[list-item]

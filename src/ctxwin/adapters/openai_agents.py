@@ -278,6 +278,9 @@ class CtxwinSession:
             return None
         last_id, _ = branch[-1]
         items = self._items(last_id)
+        if not items:  # a message that stands for no item (ctxwin never logs one, but a log may hold it)
+            self.engine.sync([m for _, m in branch[:-1]])
+            return await self.pop_item()
         popped = items[-1]
         self.engine.sync([m for _, m in branch[:-1]] + items_to_messages(items[:-1], _calls(branch[:-1])))
         self.engine.note(CustomEntry("custom", {"type": POP_ENTRY, "entry": last_id, "item": len(items) - 1}))
@@ -433,6 +436,9 @@ class CtxwinModel(Model):
 
     async def close(self) -> None:
         await self.model.close()
+
+    async def _cleanup_on_run_end(self, owner: object) -> None:
+        await self.model._cleanup_on_run_end(owner)  # the runner releases run-scoped resources of its model
 
 
 __all__ = ["CLEAR_ENTRY", "ITEMS_META", "POP_ENTRY", "SDK_ONLY_FIELDS", "CtxwinInputFilter", "CtxwinModel",

@@ -159,7 +159,7 @@ def to_messages(history: Sequence[ModelMessage]) -> list[Message]:
 def _part_json(block: Block, kept: dict[str, Any] | None, role: Role) -> dict[str, Any]:
     """The part a block stands for: the kept part with what the block holds put back, or a new part
     when ctxwin changed the block (a placeholder, a truncation) or made it (a summary, a repair)."""
-    if kept is not None:
+    if kept is not None and _fits(block, kept, role):
         part = dict(kept["part"])
         elided = kept.get(_ELIDED)
         if elided == "content" and isinstance(block, Text | Thinking) and part.get("part_kind") != "tool-return":
@@ -186,6 +186,32 @@ def _part_json(block: Block, kept: dict[str, Any] | None, role: Role) -> dict[st
     return {"part_kind": kind, "content": text}
 
 
+_TEXT_KINDS = {"system": "system-prompt", "user": "user-prompt", "assistant": "text"}
+
+
+def _kept_for(block: Block, index: int, kept: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The kept part of a block: a call's or a result's by its call id, any other by position."""
+    call_id = block.call_id if isinstance(block, ToolResult) else block.id if isinstance(block, ToolCall) else None
+    if call_id is not None:
+        return next((k for k in kept if k["part"].get("tool_call_id") == call_id), None)
+    return kept[index] if index < len(kept) else None
+
+
+def _fits(block: Block, kept: dict[str, Any], role: Role) -> bool:
+    """Whether a kept part is the one this block came from. Parts are kept by position, and a stage
+    may have changed how many blocks a message has (a repair dropping an orphan result): a result or
+    a call must be the same call's, a text the same kind of text."""
+    part = kept["part"]
+    kind = part.get("part_kind")
+    if isinstance(block, ToolResult):
+        return part.get("tool_call_id") == block.call_id
+    if isinstance(block, ToolCall):
+        return kind == "tool-call" and part.get("tool_call_id") == block.id
+    if isinstance(block, Thinking):
+        return kind == "thinking"
+    return kept.get(_ELIDED) is None or kind == _TEXT_KINDS.get(role)
+
+
 def from_messages(messages: Sequence[Message]) -> list[ModelMessage]:
     """Canonical messages as PydanticAI messages: each assistant message a ModelResponse, each run of
     other messages one ModelRequest (a new one where an original request began)."""
@@ -202,7 +228,7 @@ def from_messages(messages: Sequence[Message]) -> list[ModelMessage]:
     for message in messages:
         info = message.meta.get(NS) if isinstance(message.meta.get(NS), dict) else {}
         kept = info.get("parts") if isinstance(info.get("parts"), list) else []
-        parts = [_part_json(b, kept[i] if i < len(kept) else None, message.role) for i, b in enumerate(message.blocks)]
+        parts = [_part_json(b, _kept_for(b, i, kept), message.role) for i, b in enumerate(message.blocks)]
         if message.role == "assistant":
             close()
             out.append(_load({**info.get("message", {}), "kind": "response", "parts": parts}))
