@@ -312,7 +312,8 @@ class CtxwinHistory:
     def capability(self) -> ProcessHistory[Any]:
         """`Agent(capabilities=[processor.capability()])`: `ProcessHistory` with this processor, which
         also logs each model response as it arrives (a run's last answer is followed by no request,
-        so a bare processor would only see it on the next run)."""
+        so a bare processor would only see it on the next run) and calibrates the engine's counts
+        from its usage."""
         return _LoggingProcessHistory(self.with_context, history=self)
 
     def process(self, messages: list[ModelMessage], *, tools: Sequence[Any] = ()) -> list[ModelMessage]:
@@ -341,8 +342,14 @@ class _LoggingProcessHistory(ProcessHistory[Any]):
     async def after_model_request(self, ctx: RunContext[Any], *, request_context: ModelRequestContext,
                                   response: ModelResponse) -> ModelResponse:
         if self.history is not None:
+            _record_usage(self.history.engine, response)
             self.history.log([*self.history._sent, response])
         return response
+
+
+def _record_usage(engine: ContextEngine, response: ModelResponse) -> None:
+    if response.usage.input_tokens:  # PydanticAI's input tokens include cache reads and writes
+        engine.record_usage({"context_tokens": response.usage.input_tokens})
 
 
 def _run_tools(ctx: RunContext[Any]) -> list[Any]:
@@ -390,8 +397,7 @@ class CtxwinCapability(AbstractCapability[Any]):
 
     async def after_model_request(self, ctx: RunContext[Any], *, request_context: ModelRequestContext,
                                   response: ModelResponse) -> ModelResponse:
-        if response.usage.input_tokens:  # PydanticAI's input tokens include cache reads and writes
-            self.engine.record_usage({"context_tokens": response.usage.input_tokens})
+        _record_usage(self.engine, response)
         # logged now: a run's last answer is followed by no request that would bring it
         self.engine.sync(self._history.messages([*self._request_history, response]))
         return response
