@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.exceptions import ModelContextWindowExceededError, ModelHTTPError
 from pydantic_ai.messages import (
+    ImageUrl,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -270,7 +273,7 @@ HISTORY: list[ModelMessage] = [
                          ToolCallPart("read_file", '{"path": "b.py"}', "c2")], model_name="m"),
     ModelRequest(parts=[ToolReturnPart("read_file", "def a(): pass", "c1"),
                         ToolReturnPart("read_file", {"defines": ["b"]}, "c2"),
-                        UserPromptPart("and then?")]),
+                        UserPromptPart(["and then? see", ImageUrl(url="https://example.com/b.png")])]),
     ModelResponse(parts=[TextPart("a() and b()."), ToolCallPart("read_file", {"path": 3}, "c3")]),
     ModelRequest(parts=[RETRY]),
     ModelResponse(parts=[ToolCallPart("read_file", {"path": "3"}, "c4")]),
@@ -297,6 +300,27 @@ def test_messages_round_trip_exactly() -> None:
     engine.append(canonical)
     logged = [m for m in engine.messages]
     assert from_messages([canonical[0], *logged]) == reloaded
+
+
+text = st.text(max_size=20)
+request_parts = st.one_of(
+    st.builds(UserPromptPart, text), st.builds(SystemPromptPart, text),
+    st.builds(lambda c, n: ToolReturnPart("read_file", c, f"c{n}"), st.one_of(text, st.dictionaries(text, text,
+                                                                                              max_size=2)),
+              st.integers(0, 3)))
+response_parts = st.one_of(
+    st.builds(TextPart, text), st.builds(lambda t: ThinkingPart(t, signature="s"), text),
+    st.builds(lambda a, n: ToolCallPart("read_file", a, f"c{n}"),
+              st.one_of(st.dictionaries(text, text, max_size=2), st.just('{"path": "x"}')), st.integers(0, 3)))
+histories = st.lists(st.one_of(st.builds(lambda p: ModelRequest(parts=p), st.lists(request_parts, max_size=4)),
+                               st.builds(lambda p: ModelResponse(parts=p), st.lists(response_parts, max_size=4))),
+                     max_size=6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(histories)
+def test_any_history_round_trips(history: list[ModelMessage]) -> None:
+    assert from_messages(to_messages(history)) == history
 
 
 def test_a_changed_block_becomes_a_new_part() -> None:

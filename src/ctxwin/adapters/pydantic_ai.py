@@ -190,11 +190,13 @@ _TEXT_KINDS = {"system": "system-prompt", "user": "user-prompt", "assistant": "t
 
 
 def _kept_for(block: Block, index: int, kept: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The kept part of a block: a call's or a result's by its call id, any other by position."""
+    """The kept part of a block: the one at its position, or, for a call or a result that moved (a
+    block before it was dropped), the one with its call id."""
+    at = kept[index] if index < len(kept) else None
     call_id = block.call_id if isinstance(block, ToolResult) else block.id if isinstance(block, ToolCall) else None
-    if call_id is not None:
-        return next((k for k in kept if k["part"].get("tool_call_id") == call_id), None)
-    return kept[index] if index < len(kept) else None
+    if call_id is None or (at is not None and at["part"].get("tool_call_id") == call_id):
+        return at
+    return next((k for k in kept if k["part"].get("tool_call_id") == call_id), None)
 
 
 def _fits(block: Block, kept: dict[str, Any], role: Role) -> bool:
