@@ -87,31 +87,47 @@ def from_ctxwin(messages: Iterable[Message],
     return out
 
 
-def originals_of(messages: Iterable[BaseMessage]) -> tuple[list[Message], dict[str, list[BaseMessage]]]:
-    """(canonical messages, content key -> the LangChain messages each came from)."""
+def originals_of(messages: Iterable[BaseMessage], cache: ConversionCache | None = None,
+                 ) -> tuple[list[Message], dict[str, list[BaseMessage]]]:
+    """(canonical messages, content key -> the LangChain messages each came from). With `cache`,
+    messages converted on an earlier call (the same objects, as an agent's state keeps them) are not
+    converted again."""
     canonical: list[Message] = []
     by_key: dict[str, list[BaseMessage]] = {}
-    for message, sources in _convert(messages):
+    for message, sources in _convert(messages, cache):
         canonical.append(message)
         by_key.setdefault(message.content_key, sources)
     return canonical, by_key
 
 
-def _convert(messages: Iterable[BaseMessage]) -> list[tuple[Message, list[BaseMessage]]]:
-    out: list[tuple[Message, list[BaseMessage]]] = []
-    results: list[ToolResult] = []
-    sources: list[BaseMessage] = []
+ConversionCache = dict[tuple[int, ...], tuple[list[BaseMessage], Message]]
+"""Canonical forms by the identities of the LangChain messages they came from (the sources are kept,
+so an identity is never reused while its entry lives). Messages are taken as immutable, as LangGraph's
+reducer treats them: a middleware that edits a message in place must replace it instead."""
+
+
+def _convert(messages: Iterable[BaseMessage],
+             cache: ConversionCache | None = None) -> list[tuple[Message, list[BaseMessage]]]:
+    groups: list[list[BaseMessage]] = []
     for message in messages:
-        if isinstance(message, ToolMessage):
-            results.append(_tool_result(message))
-            sources.append(message)
-            continue
-        if results:
-            out.append((Message("tool", tuple(results)), sources))
-            results, sources = [], []
-        out.append((_message(message), [message]))
-    if results:
-        out.append((Message("tool", tuple(results)), sources))
+        if isinstance(message, ToolMessage) and groups and isinstance(groups[-1][0], ToolMessage):
+            groups[-1].append(message)
+        else:
+            groups.append([message])
+    out: list[tuple[Message, list[BaseMessage]]] = []
+    used: ConversionCache = {}
+    for group in groups:
+        key = tuple(id(m) for m in group)
+        cached = cache.get(key) if cache is not None else None
+        if cached is None:
+            converted = (Message("tool", tuple(_tool_result(m) for m in group))  # type: ignore[arg-type]
+                         if isinstance(group[0], ToolMessage) else _message(group[0]))
+            cached = (group, converted)
+        used[key] = cached
+        out.append((cached[1], group))
+    if cache is not None:  # only what this history holds: memory stays the size of one state
+        cache.clear()
+        cache.update(used)
     return out
 
 
@@ -247,6 +263,7 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
         self._source: EngineSource = engine if engine is not None else (lambda _thread: ContextEngine(**engine_options))
         self._engines: dict[str, ContextEngine] = {}
         self._overheads: dict[tuple[int, str, tuple[str, ...]], int] = {}
+        self._converted: ConversionCache = {}
         self.spill_tool_results = spill_tool_results
         self.tools = [recall_tool(self.engine_for)] if recall else []
 
@@ -291,7 +308,7 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
             return self._answered(engine, response)
 
     def _prepare(self, engine: ContextEngine, request: ModelRequest) -> tuple[Prepared, dict[str, list[BaseMessage]]]:
-        canonical, originals = originals_of(request.messages)
+        canonical, originals = originals_of(request.messages, self._converted)
         engine.sync(canonical)
         if not engine.system_prompt:
             engine.overhead_tokens = self._overhead(engine, request)
@@ -360,7 +377,7 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
     # -- the end of a run --------------------------------------------------------------------------
 
     def after_agent(self, state: Any, runtime: Any) -> None:
-        self.engine_for().sync(to_ctxwin(state["messages"]))
+        self.engine_for().sync(originals_of(state["messages"], self._converted)[0])
 
     async def aafter_agent(self, state: Any, runtime: Any) -> None:
         self.after_agent(state, runtime)

@@ -212,46 +212,50 @@ class AnthropicStep:
         return items, events
 
 
-class LangChainStep:
-    """LangChain's middleware on each call, with an agent state that lives across calls as it does
-    in `create_agent`: new messages are appended to it, the summarization rewrites it, the context
-    edits apply to each request only. The summary model is LangChain's `GenericFakeChatModel`
-    answering every summary request with the same `SUMMARY_TOKENS`-sized text; its profile carries
-    the model's window (for the fractional trigger) and its LLM type is Anthropic's when the replayed
+def langchain_middleware(window: int, model_name: str | None = None) -> tuple[Any, Any]:
+    """(SummarizationMiddleware, ContextEditingMiddleware) as the `langchain` baseline configures them
+    (the side-by-side benchmark uses the same). The summary model is LangChain's `GenericFakeChatModel`
+    answering every summary request with the same `SUMMARY_TOKENS`-sized text; its profile carries the
+    model's window (for the fractional trigger), and its LLM type is Anthropic's when the replayed
     model is Claude, so that LangChain picks the token counter it picks for Claude (3.3 characters a
-    token)."""
+    token). Raises `InputError` when LangChain is not installed."""
+    try:
+        from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware, SummarizationMiddleware
+        from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+        from langchain_core.messages import AIMessage
+    except ImportError as error:
+        raise InputError(f"the `langchain` baseline runs LangChain's own middleware, and {error.name} "
+                         "is not installed", "pip install 'ctxwin[langchain]', or leave `langchain` out") from None
+
+    class SummaryModel(GenericFakeChatModel):  # type: ignore[misc,valid-type]
+        llm_type: str = "generic-fake-chat-model"
+
+        @property
+        def _llm_type(self) -> str:
+            return self.llm_type
+
+    summary = " ".join(itertools.islice(itertools.cycle(SUMMARY_WORDS), SUMMARY_TOKENS * 4 // 6))
+    claude = model_name is not None and "claude" in model_name.lower()
+    model = SummaryModel(messages=itertools.repeat(AIMessage(content=summary)), profile={"max_input_tokens": window},
+                         llm_type="anthropic-chat" if claude else "generic-fake-chat-model")
+    return SummarizationMiddleware(model, trigger=LANGCHAIN_TRIGGER), ContextEditingMiddleware(
+        edits=[ClearToolUsesEdit()])
+
+
+class LangChainStep:
+    """LangChain's middleware (`langchain_middleware`) on each call, with an agent state that lives
+    across calls as it does in `create_agent`: new messages are appended to it, the summarization
+    rewrites it, the context edits apply to each request only."""
 
     def __init__(self, window: int, model_name: str | None = None) -> None:
-        try:
-            from langchain.agents.middleware import (
-                ClearToolUsesEdit,
-                ContextEditingMiddleware,
-                ModelRequest,
-                SummarizationMiddleware,
-            )
-            from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-            from langchain_core.messages import AIMessage
-            from langgraph.graph.message import add_messages
-        except ImportError as error:
-            raise InputError(f"the `langchain` baseline runs LangChain's own middleware, and {error.name} "
-                             "is not installed", "pip install 'ctxwin[langchain]', or leave `langchain` out") from None
-
-        class SummaryModel(GenericFakeChatModel):  # type: ignore[misc,valid-type]
-            llm_type: str = "generic-fake-chat-model"
-
-            @property
-            def _llm_type(self) -> str:
-                return self.llm_type
+        self.summarization, self.editing = langchain_middleware(window, model_name)
+        from langchain.agents.middleware import ModelRequest
+        from langchain_core.messages import AIMessage
+        from langgraph.graph.message import add_messages
 
         from ctxwin.adapters.langchain import from_ctxwin, to_ctxwin
 
-        summary = " ".join(itertools.islice(itertools.cycle(SUMMARY_WORDS), SUMMARY_TOKENS * 4 // 6))
-        claude = model_name is not None and "claude" in model_name.lower()
-        self.model = SummaryModel(messages=itertools.repeat(AIMessage(content=summary)),
-                                  profile={"max_input_tokens": window},
-                                  llm_type="anthropic-chat" if claude else "generic-fake-chat-model")
-        self.summarization = SummarizationMiddleware(self.model, trigger=LANGCHAIN_TRIGGER)
-        self.editing = ContextEditingMiddleware(edits=[ClearToolUsesEdit()])
+        self.model = self.summarization.model
         self._request = ModelRequest
         self._reply = AIMessage(content="")
         self._add = add_messages
