@@ -310,14 +310,13 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
     def _prepare(self, engine: ContextEngine, request: ModelRequest) -> tuple[Prepared, dict[str, list[BaseMessage]]]:
         canonical, originals = originals_of(request.messages, self._converted)
         engine.sync(canonical)
-        if not engine.system_prompt:
-            engine.overhead_tokens = self._overhead(engine, request)
+        engine.overhead_tokens = self._overhead(engine, request)
         return engine.prepare(), originals
 
     def _request(self, engine: ContextEngine, request: ModelRequest, prepared: Prepared,
                  originals: Mapping[str, Sequence[BaseMessage]]) -> ModelRequest:
         changes: dict[str, Any] = {"messages": from_ctxwin(prepared.messages, originals)}
-        if prepared.system and engine.system_prompt:
+        if prepared.system:  # the engine has a system prompt of its own (its `system`, bootstrap files)
             changes["system_message"] = SystemMessage(content=prepared.system)
         return request.override(**changes)
 
@@ -343,8 +342,10 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
 
     def _overhead(self, engine: ContextEngine, request: ModelRequest) -> int:
         """The model tokens of what the request carries that the engine does not manage: the agent's
-        system prompt and (unless the engine has its own) tool schemas. Memoized per prompt and tool set."""
-        system = request.system_message.text if request.system_message is not None else ""
+        system prompt (unless the engine has its own, which replaces it) and tool schemas (unless the
+        engine has its own). Memoized per prompt and tool set."""
+        system = request.system_message.text if request.system_message is not None and not engine.system_prompt \
+            else ""
         tools = () if engine.tools else tuple(sorted(_tool_name(t) for t in request.tools))
         key = (id(engine), system, tools)
         raw = self._overheads.get(key)
