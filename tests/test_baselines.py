@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -177,3 +178,21 @@ def test_baselines_only_where_they_can_run() -> None:
     assert check_policies([LANGCHAIN, ANTHROPIC_EDITS], ecosystem=True) == [LANGCHAIN, ANTHROPIC_EDITS]
     with pytest.raises(InputError, match="cannot be scored here"):
         check_policies([LANGCHAIN])
+
+
+def test_replay_compare_on_the_command_line(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from ctxwin.cli.main import app
+    from ctxwin.messages import to_openai_chat
+
+    path = tmp_path / "session.json"
+    path.write_text(json.dumps(to_openai_chat(loop(12, 2_000))), "utf-8")
+    result = CliRunner().invoke(app, ["replay", str(path), "--policy", "raw", "--compare",
+                                      f"{LANGCHAIN},{ANTHROPIC_EDITS}", "--json", "--quiet"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)["policies"]
+    assert set(rows) == {"raw", LANGCHAIN, ANTHROPIC_EDITS}
+    assert rows[LANGCHAIN]["calls"] == rows[ANTHROPIC_EDITS]["calls"] == rows["raw"]["calls"] == 13

@@ -14,7 +14,9 @@ with the engine's counter and calibration plus the same fixed overhead (the harn
 and tools), priced by the same cache model, checked by the same validator, and held against the
 budget of the model's real window (window minus the default reserve, as for `truncate`), so requests
 over the window are counted as over budget, not hidden. A summary call LangChain makes is not
-counted, as no policy's compaction call is.
+counted, as no policy's compaction call is. A call's latency is the baseline's whole step, the
+conversion to and from LangChain messages and the counting included (for LangChain an upper bound of
+what the middleware itself costs; `benchmarks/langchain_side_by_side.py` times it inside an agent).
 """
 
 from __future__ import annotations
