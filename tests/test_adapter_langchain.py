@@ -313,3 +313,32 @@ def test_bad_arguments_are_refused_with_a_hint(tmp_path: Path) -> None:
         CtxwinMiddleware(engine_in(tmp_path), window=5)
     with pytest.raises(InputError, match="ContextEngine"):
         CtxwinMiddleware(42)  # type: ignore[arg-type]
+
+
+def test_the_agent_gets_an_evicted_output_back_with_ctxwin_recall(tmp_path: Path) -> None:
+    """After the long loop the model finds a placeholder's ref in its request and calls the recall
+    tool the middleware gave it; the tool answers with the evicted output, byte for byte."""
+    import re
+
+    ref_of = re.compile(r'recall\("(entry:[^"]+#call_(\d+))"\)')
+
+    class Recaller(WindowedFake):
+        def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> Any:
+            if len(self.received) == STEPS:  # the loop is done: look back for something evicted
+                found = ref_of.search("\n".join(m.text for m in messages))
+                assert found is not None, "the request names an evicted output by its ref"
+                self.messages = iter([AIMessage(content="", tool_calls=[{
+                    "name": "ctxwin_recall", "args": {"ref": found.group(1)}, "id": "recall_1",
+                    "type": "tool_call"}]), AIMessage(content="done")])
+            return super()._generate(messages, stop, run_manager, **kwargs)
+
+    engine = engine_in(tmp_path)
+    model = Recaller(messages=iter(script()[:-1]), window=engine.budget)
+    middleware = CtxwinMiddleware(engine, recall=True)
+    agent = create_agent(model, tools=[read_chunk], system_prompt=SYSTEM, middleware=[middleware])
+    state = agent.invoke(ask(), CONFIG)
+    assert state["messages"][-1].content == "done"
+    [answer] = [m for m in state["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "recall_1"]
+    step = int(ref_of.search("\n".join(m.text for m in model.received[STEPS])).group(2))
+    assert answer.content == chunk(step) and answer.status == "success"
