@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import Field
 
 pytest.importorskip("langchain.agents")
@@ -302,6 +304,15 @@ def test_conversion_keeps_what_ctxwin_has_no_block_for() -> None:
     assert all(a is b for a, b in zip(from_ctxwin(again, originals), messages, strict=True))
 
 
+def test_generic_messages_by_role_and_a_clear_refusal_otherwise() -> None:
+    from langchain_core.messages import ChatMessage, FunctionMessage
+
+    [message] = to_ctxwin([ChatMessage(role="assistant", content="hello")])
+    assert message.role == "assistant" and message.text == "hello"
+    with pytest.raises(InputError, match="no ctxwin role"):
+        to_ctxwin([FunctionMessage(name="f", content="x")])
+
+
 def test_a_changed_block_is_not_given_its_old_part_back() -> None:
     [message] = to_ctxwin([HumanMessage(content=[{"type": "text", "text": "long", "cache_control": {"x": 1}}])])
     masked = message.replace(blocks=(Text("[masked]", message.blocks[0].extra),))
@@ -342,3 +353,30 @@ def test_the_agent_gets_an_evicted_output_back_with_ctxwin_recall(tmp_path: Path
     [answer] = [m for m in state["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "recall_1"]
     step = int(ref_of.search("\n".join(m.text for m in model.received[STEPS])).group(2))
     assert answer.content == chunk(step) and answer.status == "success"
+
+
+texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30)
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[BaseMessage]:
+    out: list[BaseMessage] = []
+    for turn in range(draw(st.integers(0, 5))):
+        out.append(HumanMessage(content=draw(texts)))
+        ids = [f"t{turn}_{k}" for k in range(draw(st.integers(0, 3)))]
+        out.append(AIMessage(content=draw(st.one_of(st.just(""), texts)), tool_calls=[
+            {"name": "read_chunk", "args": {"n": draw(st.integers(0, 9))}, "id": i, "type": "tool_call"} for i in ids]))
+        out.extend(ToolMessage(content=draw(texts), tool_call_id=i, status=draw(st.sampled_from(["success", "error"])))
+                   for i in ids)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(conversations())
+def test_the_conversion_round_trips(messages: list[BaseMessage]) -> None:
+    canonical = to_ctxwin(messages)
+    assert to_ctxwin(from_ctxwin(canonical)) == canonical
+    assert [r.call_id for m in canonical for r in m.tool_results] == [
+        m.tool_call_id for m in messages if isinstance(m, ToolMessage)]
+    again, originals = originals_of(messages)
+    assert all(a is b for a, b in zip(from_ctxwin(again, originals), messages, strict=True))

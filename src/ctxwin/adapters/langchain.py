@@ -30,14 +30,14 @@ from typing import Any
 
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.errors import CtxwinError, InputError
-from ctxwin.messages import Block, Image, Message, Text, Thinking, ToolCall, ToolResult
+from ctxwin.messages import Block, Image, Message, Role, Text, Thinking, ToolCall, ToolResult
 from ctxwin.pipeline.budget import cap_text, result_cap
 from ctxwin.pipeline.spill import spilled_text
 
 try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
     from langchain.agents.middleware.types import ExtendedModelResponse
-    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+    from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
     from langchain_core.tools import StructuredTool, ToolException
     from langchain_core.utils.function_calling import convert_to_openai_tool
 except ImportError as error:  # pragma: no cover - the extra is installed in the dev environment
@@ -60,6 +60,9 @@ that ref. Nothing is ever deleted, so every ref keeps working for the whole sess
 Long content comes back in pages: pass `offset` (characters already read) and `limit` (characters
 wanted), and continue from offset + limit. Without a limit you get everything from the offset on."""
 
+_CHAT_ROLES: dict[str, Role] = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant",
+                                 "system": "system", "developer": "system"}
+
 EngineSource = ContextEngine | Callable[[str], ContextEngine]
 """An engine for every conversation, or a factory called once per LangGraph `thread_id`."""
 
@@ -77,26 +80,34 @@ def to_ctxwin(messages: Iterable[BaseMessage]) -> list[Message]:
 
 
 def from_ctxwin(messages: Iterable[Message],
-                originals: Mapping[str, Sequence[BaseMessage]] | None = None) -> list[BaseMessage]:
+                originals: Mapping[str, Sequence[Sequence[BaseMessage]]] | None = None) -> list[BaseMessage]:
     """Canonical messages as LangChain messages. A message whose content key is in `originals` is
-    given back as those original objects (ids, metadata, usage and all); others are built anew."""
+    given back as those original objects (ids, metadata, usage and all; the n-th message of a content
+    gets the n-th original of it); others are built anew."""
     out: list[BaseMessage] = []
+    seen: dict[str, int] = {}
     for message in messages:
-        kept = originals.get(message.content_key) if originals else None
-        out.extend(kept if kept else _to_langchain(message))
+        key = message.content_key if originals else ""
+        kept = originals.get(key) if originals else None
+        if kept:
+            n = seen.get(key, 0)
+            seen[key] = n + 1
+            out.extend(kept[min(n, len(kept) - 1)])
+        else:
+            out.extend(_to_langchain(message))
     return out
 
 
 def originals_of(messages: Iterable[BaseMessage], cache: ConversionCache | None = None,
-                 ) -> tuple[list[Message], dict[str, list[BaseMessage]]]:
-    """(canonical messages, content key -> the LangChain messages each came from). With `cache`,
-    messages converted on an earlier call (the same objects, as an agent's state keeps them) are not
-    converted again."""
+                 ) -> tuple[list[Message], dict[str, list[list[BaseMessage]]]]:
+    """(canonical messages, content key -> the LangChain messages each came from, in order). With
+    `cache`, messages converted on an earlier call (the same objects, as an agent's state keeps them)
+    are not converted again."""
     canonical: list[Message] = []
-    by_key: dict[str, list[BaseMessage]] = {}
+    by_key: dict[str, list[list[BaseMessage]]] = {}
     for message, sources in _convert(messages, cache):
         canonical.append(message)
-        by_key.setdefault(message.content_key, sources)
+        by_key.setdefault(message.content_key, []).append(sources)
     return canonical, by_key
 
 
@@ -142,6 +153,9 @@ def _message(message: BaseMessage) -> Message:
         return Message("system", _blocks(message.content), meta=meta)
     if isinstance(message, HumanMessage) or message.type in ("human", "user"):
         return Message("user", _blocks(message.content), meta=meta)
+    if isinstance(message, ChatMessage) and message.role in _CHAT_ROLES:  # a generic message with a known role
+        role = _CHAT_ROLES[message.role]
+        return Message(role, _blocks(message.content, assistant=role == "assistant"), meta=meta)
     raise InputError(f"a LangChain {type(message).__name__} (type {message.type!r}) has no ctxwin role",
                      "pass system, human, AI and tool messages (convert other kinds before the model call)")
 
@@ -307,14 +321,15 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
                 continue
             return self._answered(engine, response)
 
-    def _prepare(self, engine: ContextEngine, request: ModelRequest) -> tuple[Prepared, dict[str, list[BaseMessage]]]:
+    def _prepare(self, engine: ContextEngine,
+                 request: ModelRequest) -> tuple[Prepared, dict[str, list[list[BaseMessage]]]]:
         canonical, originals = originals_of(request.messages, self._converted)
         engine.sync(canonical)
         engine.overhead_tokens = self._overhead(engine, request)
         return engine.prepare(), originals
 
     def _request(self, engine: ContextEngine, request: ModelRequest, prepared: Prepared,
-                 originals: Mapping[str, Sequence[BaseMessage]]) -> ModelRequest:
+                 originals: Mapping[str, Sequence[Sequence[BaseMessage]]]) -> ModelRequest:
         changes: dict[str, Any] = {"messages": from_ctxwin(prepared.messages, originals)}
         if prepared.system:  # the engine has a system prompt of its own (its `system`, bootstrap files)
             changes["system_message"] = SystemMessage(content=prepared.system)
