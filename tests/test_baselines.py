@@ -20,6 +20,7 @@ from ctxwin.evaluation.baselines import (
     LANGCHAIN,
     TRIGGER_INPUT_TOKENS,
     AnthropicEdits,
+    LangChainStep,
     clear_tool_uses,
 )
 from ctxwin.evaluation.compare import check_policies
@@ -171,7 +172,9 @@ def test_baselines_follow_the_raw_replay_call_for_call() -> None:
 def test_a_missing_langchain_gets_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "langchain.agents.middleware", None)
     with pytest.raises(InputError, match="pip install 'ctxwin\\[langchain\\]'"):
-        compare(transcript(3, 100), [LANGCHAIN])
+        compare(transcript(3, 100), ["raw", LANGCHAIN])  # refused before raw is replayed
+    with pytest.raises(InputError, match="pip install 'ctxwin\\[langchain\\]'"):
+        LangChainStep(10_000)
 
 
 def test_baselines_only_where_they_can_run() -> None:

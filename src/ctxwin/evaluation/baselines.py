@@ -214,6 +214,16 @@ class AnthropicStep:
         return items, events
 
 
+def require(name: str) -> None:
+    """Refuse a baseline that cannot run here (LangChain missing), before any replay starts."""
+    if name == LANGCHAIN:
+        try:
+            import langchain.agents.middleware  # noqa: F401
+        except ImportError as error:
+            raise InputError(f"the `langchain` baseline runs LangChain's own middleware, and {error.name} "
+                             "is not installed", "pip install 'ctxwin[langchain]', or leave `langchain` out") from None
+
+
 def langchain_middleware(window: int, model_name: str | None = None) -> tuple[Any, Any]:
     """(SummarizationMiddleware, ContextEditingMiddleware) as the `langchain` baseline configures them
     (the side-by-side benchmark uses the same). The summary model is LangChain's `GenericFakeChatModel`
@@ -221,13 +231,10 @@ def langchain_middleware(window: int, model_name: str | None = None) -> tuple[An
     model's window (for the fractional trigger), and its LLM type is Anthropic's when the replayed
     model is Claude, so that LangChain picks the token counter it picks for Claude (3.3 characters a
     token). Raises `InputError` when LangChain is not installed."""
-    try:
-        from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware, SummarizationMiddleware
-        from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-        from langchain_core.messages import AIMessage
-    except ImportError as error:
-        raise InputError(f"the `langchain` baseline runs LangChain's own middleware, and {error.name} "
-                         "is not installed", "pip install 'ctxwin[langchain]', or leave `langchain` out") from None
+    require(LANGCHAIN)
+    from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware, SummarizationMiddleware
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
 
     class SummaryModel(GenericFakeChatModel):  # type: ignore[misc,valid-type]
         llm_type: str = "generic-fake-chat-model"

@@ -374,6 +374,8 @@ def check_policies(names: Sequence[str], *, recorded: bool = True, ecosystem: bo
         if name in baselines.NAMES and not ecosystem:
             raise InputError(f"`{name}` cannot be scored here",
                              "the ecosystem baselines run in `ctxwin replay --compare`")
+        if name in baselines.NAMES:
+            baselines.require(name)
         if name != RECORDED and name not in baselines.NAMES:
             policies.get(name)
     return out
