@@ -261,8 +261,8 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
     results in `wrap_tool_call` (when the session has a blob store).
 
     The system prompt: when the engine has one of its own (its `system`, or bootstrap files), the
-    model gets the engine's; otherwise the agent's system prompt and tool schemas are sent as they
-    are and counted against the budget as overhead.
+    model gets the engine's; otherwise the agent's is sent as it is and counted against the budget
+    as overhead, as are the agent's tool schemas unless the engine has its own.
     """
 
     def __init__(self, engine: EngineSource | None = None, *, recall: bool = False,
@@ -277,7 +277,7 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
         self._source: EngineSource = engine if engine is not None else (lambda _thread: ContextEngine(**engine_options))
         self._engines: dict[str, ContextEngine] = {}
         self._overheads: dict[tuple[int, str, tuple[str, ...]], int] = {}
-        self._converted: ConversionCache = {}
+        self._converted: dict[int, ConversionCache] = {}  # per engine: one conversation's state each
         self.spill_tool_results = spill_tool_results
         self.tools = [recall_tool(self.engine_for)] if recall else []
 
@@ -323,7 +323,7 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
 
     def _prepare(self, engine: ContextEngine,
                  request: ModelRequest) -> tuple[Prepared, dict[str, list[list[BaseMessage]]]]:
-        canonical, originals = originals_of(request.messages, self._converted)
+        canonical, originals = originals_of(request.messages, self._converted.setdefault(id(engine), {}))
         engine.sync(canonical)
         engine.overhead_tokens = self._overhead(engine, request)
         return engine.prepare(), originals
@@ -393,7 +393,8 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
     # -- the end of a run --------------------------------------------------------------------------
 
     def after_agent(self, state: Any, runtime: Any) -> None:
-        self.engine_for().sync(originals_of(state["messages"], self._converted)[0])
+        engine = self.engine_for()
+        engine.sync(originals_of(state["messages"], self._converted.setdefault(id(engine), {}))[0])
 
     async def aafter_agent(self, state: Any, runtime: Any) -> None:
         self.after_agent(state, runtime)
