@@ -30,6 +30,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from ctxwin import ContextEngine
 from ctxwin.adapters.langchain import (
+    Conversions,
     CtxwinMiddleware,
     budget_tool_text,
     from_ctxwin,
@@ -302,6 +303,21 @@ def test_conversion_keeps_what_ctxwin_has_no_block_for() -> None:
     assert to_ctxwin(rebuilt) == canonical
     again, originals = originals_of(messages)
     assert all(a is b for a, b in zip(from_ctxwin(again, originals), messages, strict=True))
+
+
+def test_conversions_convert_only_what_follows_the_same_objects() -> None:
+    call = AIMessage(content="", tool_calls=[{"name": "read_chunk", "args": {"n": 1}, "id": "a", "type": "tool_call"},
+                                             {"name": "read_chunk", "args": {"n": 2}, "id": "b", "type": "tool_call"}])
+    first = [HumanMessage("q"), call, ToolMessage(content="one", tool_call_id="a")]
+    conversions = Conversions()
+    before = conversions.convert(first)
+    grown = [*first, ToolMessage(content="two", tool_call_id="b"), AIMessage(content="ok")]
+    after = conversions.convert(grown)
+    assert after[0][0] is before[0][0] and after[1][0] is before[1][0]  # the same objects: not converted again
+    assert [m for m, _ in after] == to_ctxwin(grown)  # the run of tool results that went on is whole
+    edited = [HumanMessage("q"), *grown[1:]]  # an equal but new first message: everything again
+    assert [m for m, _ in conversions.convert(edited)] == to_ctxwin(edited)
+    assert conversions.convert(edited)[0][1] == [edited[0]]
 
 
 def test_generic_messages_by_role_and_a_clear_refusal_otherwise() -> None:

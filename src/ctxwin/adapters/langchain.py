@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ctxwin.engine import ContextEngine, Prepared
@@ -79,66 +80,96 @@ def to_ctxwin(messages: Iterable[BaseMessage]) -> list[Message]:
     return [message for message, _ in _convert(messages)]
 
 
-def from_ctxwin(messages: Iterable[Message],
-                originals: Mapping[str, Sequence[Sequence[BaseMessage]]] | None = None) -> list[BaseMessage]:
+def from_ctxwin(messages: Iterable[Message], originals: Mapping[str, Sequence[Sequence[BaseMessage]]] | None = None,
+                built: dict[str, list[BaseMessage]] | None = None) -> list[BaseMessage]:
     """Canonical messages as LangChain messages. A message whose content key is in `originals` is
     given back as those original objects (ids, metadata, usage and all; the n-th message of a content
-    gets the n-th original of it); others are built anew."""
+    gets the n-th original of it); others are built anew, or taken from `built` (content key -> what
+    an earlier call built for it; kept to what this call used)."""
     out: list[BaseMessage] = []
     seen: dict[str, int] = {}
+    used: dict[str, list[BaseMessage]] = {}
     for message in messages:
-        key = message.content_key if originals else ""
+        key = message.content_key if originals or built is not None else ""
         kept = originals.get(key) if originals else None
         if kept:
             n = seen.get(key, 0)
             seen[key] = n + 1
             out.extend(kept[min(n, len(kept) - 1)])
-        else:
-            out.extend(_to_langchain(message))
+            continue
+        made = built.get(key) if built is not None else None
+        if made is None:
+            made = _to_langchain(message)
+        used[key] = made
+        out.extend(made)
+    if built is not None:
+        built.clear()
+        built.update(used)
     return out
 
 
-def originals_of(messages: Iterable[BaseMessage], cache: ConversionCache | None = None,
+def originals_of(messages: Sequence[BaseMessage], conversions: Conversions | None = None,
                  ) -> tuple[list[Message], dict[str, list[list[BaseMessage]]]]:
     """(canonical messages, content key -> the LangChain messages each came from, in order). With
-    `cache`, messages converted on an earlier call (the same objects, as an agent's state keeps them)
-    are not converted again."""
+    `conversions`, what an earlier call converted (the same objects, as an agent's state keeps them)
+    is not converted again."""
     canonical: list[Message] = []
     by_key: dict[str, list[list[BaseMessage]]] = {}
-    for message, sources in _convert(messages, cache):
+    pairs = conversions.convert(messages) if conversions is not None else _convert(messages)
+    for message, sources in pairs:
         canonical.append(message)
         by_key.setdefault(message.content_key, []).append(sources)
     return canonical, by_key
 
 
-ConversionCache = dict[tuple[int, ...], tuple[list[BaseMessage], Message]]
-"""Canonical forms by the identities of the LangChain messages they came from (the sources are kept,
-so an identity is never reused while its entry lives). Messages are taken as immutable, as LangGraph's
-reducer treats them: a middleware that edits a message in place must replace it instead."""
+@dataclass
+class Conversions:
+    """One conversation's conversions, kept between calls. An agent resends its whole state on every
+    model call, as the same message objects plus new ones at the end: the longest prefix of the very
+    same objects is taken as converted before, and only what follows is converted. Messages are taken
+    as immutable, as LangGraph's reducer treats them (a middleware that edits a message in place must
+    replace it instead). `built` keeps what `from_ctxwin` built for the engine's own renderings."""
+
+    objects: list[BaseMessage] = field(default_factory=list)
+    groups: list[tuple[int, Message, list[BaseMessage]]] = field(default_factory=list)
+    """(end position in `objects`, canonical message, the LangChain messages it came from)."""
+    built: dict[str, list[BaseMessage]] = field(default_factory=dict)
+
+    def convert(self, messages: Sequence[BaseMessage]) -> list[tuple[Message, list[BaseMessage]]]:
+        shared = 0
+        for old, new in zip(self.objects, messages, strict=False):
+            if old is not new:
+                break
+            shared += 1
+        keep = 0
+        while keep < len(self.groups) and self.groups[keep][0] <= shared:
+            keep += 1
+        if keep and shared < len(messages) and isinstance(messages[shared], ToolMessage) \
+                and isinstance(self.groups[keep - 1][2][0], ToolMessage):
+            keep -= 1  # a run of tool messages that goes on: convert it whole again
+        start = self.groups[keep - 1][0] if keep else 0
+        groups = self.groups[:keep]
+        end = start
+        for message, sources in _convert(messages[start:]):
+            end += len(sources)
+            groups.append((end, message, sources))
+        self.objects, self.groups = list(messages), groups
+        return [(message, sources) for _, message, sources in groups]
 
 
-def _convert(messages: Iterable[BaseMessage],
-             cache: ConversionCache | None = None) -> list[tuple[Message, list[BaseMessage]]]:
-    groups: list[list[BaseMessage]] = []
-    for message in messages:
-        if isinstance(message, ToolMessage) and groups and isinstance(groups[-1][0], ToolMessage):
-            groups[-1].append(message)
-        else:
-            groups.append([message])
+def _convert(messages: Iterable[BaseMessage]) -> list[tuple[Message, list[BaseMessage]]]:
     out: list[tuple[Message, list[BaseMessage]]] = []
-    used: ConversionCache = {}
-    for group in groups:
-        key = tuple(id(m) for m in group)
-        cached = cache.get(key) if cache is not None else None
-        if cached is None:
-            converted = (Message("tool", tuple(_tool_result(m) for m in group))  # type: ignore[arg-type]
-                         if isinstance(group[0], ToolMessage) else _message(group[0]))
-            cached = (group, converted)
-        used[key] = cached
-        out.append((cached[1], group))
-    if cache is not None:  # only what this history holds: memory stays the size of one state
-        cache.clear()
-        cache.update(used)
+    results: list[ToolMessage] = []
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            results.append(message)
+            continue
+        if results:
+            out.append((Message("tool", tuple(_tool_result(m) for m in results)), list(results)))
+            results = []
+        out.append((_message(message), [message]))
+    if results:
+        out.append((Message("tool", tuple(_tool_result(m) for m in results)), list(results)))
     return out
 
 
@@ -277,7 +308,7 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
         self._source: EngineSource = engine if engine is not None else (lambda _thread: ContextEngine(**engine_options))
         self._engines: dict[str, ContextEngine] = {}
         self._overheads: dict[tuple[int, str, tuple[str, ...]], int] = {}
-        self._converted: dict[int, ConversionCache] = {}  # per engine: one conversation's state each
+        self._conversions: dict[int, Conversions] = {}  # per engine: one conversation's state each
         self.spill_tool_results = spill_tool_results
         self.tools = [recall_tool(self.engine_for)] if recall else []
 
@@ -296,6 +327,9 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
                                  "make the factory return ContextEngine(...)")
             self._engines[thread] = engine
         return engine
+
+    def _conversions_for(self, engine: ContextEngine) -> Conversions:
+        return self._conversions.setdefault(id(engine), Conversions())
 
     # -- model calls -------------------------------------------------------------------------------
 
@@ -323,14 +357,15 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
 
     def _prepare(self, engine: ContextEngine,
                  request: ModelRequest) -> tuple[Prepared, dict[str, list[list[BaseMessage]]]]:
-        canonical, originals = originals_of(request.messages, self._converted.setdefault(id(engine), {}))
+        canonical, originals = originals_of(request.messages, self._conversions_for(engine))
         engine.sync(canonical)
         engine.overhead_tokens = self._overhead(engine, request)
         return engine.prepare(), originals
 
     def _request(self, engine: ContextEngine, request: ModelRequest, prepared: Prepared,
                  originals: Mapping[str, Sequence[Sequence[BaseMessage]]]) -> ModelRequest:
-        changes: dict[str, Any] = {"messages": from_ctxwin(prepared.messages, originals)}
+        changes: dict[str, Any] = {"messages": from_ctxwin(prepared.messages, originals,
+                                                           self._conversions_for(engine).built)}
         if prepared.system:  # the engine has a system prompt of its own (its `system`, bootstrap files)
             changes["system_message"] = SystemMessage(content=prepared.system)
         return request.override(**changes)
@@ -394,7 +429,7 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
 
     def after_agent(self, state: Any, runtime: Any) -> None:
         engine = self.engine_for()
-        engine.sync(originals_of(state["messages"], self._converted.setdefault(id(engine), {}))[0])
+        engine.sync(originals_of(state["messages"], self._conversions_for(engine))[0])
 
     async def aafter_agent(self, state: Any, runtime: Any) -> None:
         self.after_agent(state, runtime)
@@ -470,5 +505,5 @@ def _text_of(content: str | list[Any]) -> str:
                      if isinstance(p, str) or (isinstance(p, Mapping) and p.get("type") == "text"))
 
 
-__all__ = ["CtxwinMiddleware", "budget_tool_text", "current_thread", "from_ctxwin", "originals_of", "recall_tool",
-           "to_ctxwin"]
+__all__ = ["Conversions", "CtxwinMiddleware", "budget_tool_text", "current_thread", "from_ctxwin", "originals_of",
+           "recall_tool", "to_ctxwin"]
