@@ -142,6 +142,18 @@ def test_passthrough_forwards_untouched_and_still_records(fake: FakeProvider) ->
     assert entries[1]["cache_prefix_reuse"] > 0.5
 
 
+def test_a_responses_request_on_a_stored_response_goes_through_untouched(fake: FakeProvider) -> None:
+    """With `previous_response_id` the history lives at the provider: ctxwin cannot manage a piece."""
+    body = body_for("openai-responses", ["and then?"], previous_response_id="resp_123",
+                    tools=[{"type": "function", "name": "read", "parameters": {"type": "object"}}])
+    fake.reply("ok")
+    with proxy_for(fake) as served:
+        assert post(served, "openai-responses", body).status_code == 200
+        [engine] = served.engines().values()
+        assert engine.messages == [] and len(served.entries()) == 1
+    assert fake.requests[-1].body == body
+
+
 def test_models_passthrough(fake: FakeProvider) -> None:
     listing = {"object": "list", "data": [{"id": OPENAI_MODEL, "object": "model"}]}
     fake.force(ForcedResponse(body=listing, paths=("/v1/models",)))

@@ -51,11 +51,9 @@ from .errors import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
 
 RECALL_TOOL = "ctxwin_recall"
 RECALL_DESCRIPTION = (
-    "Get back, byte for byte, content that was cleared from this conversation to save context. "
-    "Placeholders such as [Old output of read(...) cleared ... Recover it with recall(\"entry:...\")] "
-    "name the ref to pass. Page long content with offset and limit (characters). With `query` instead "
-    "of `ref`, search the conversation's earlier content. Call this tool on its own: in a turn that "
-    "also calls other tools it is not run."
+    "Get back, byte for byte, content cleared from this conversation to save context: pass the ref a "
+    "placeholder names (recall(\"entry:...\") or blob:...), paged by offset/limit in characters; or a "
+    "query to search earlier content. Call it alone: with other tools in the same turn it is not run."
 )
 RECALL_PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -85,6 +83,10 @@ class Conversation:
     changes: dict[str, bytes | None] = field(default_factory=dict)
     """Fields set (None: dropped) in every body forwarded for this request, besides the history."""
     usage_hidden: bool = False  # Chat stream usage asked for by the proxy, not shown to the caller
+    untouched: bool = False
+    """Forward as it came: a Responses request that continues a stored response
+    (`previous_response_id`) sends only what is new, and the rest of its history lives at the
+    provider, out of ctxwin's reach (syncing the piece would make every request a branch)."""
 
 
 @dataclass
@@ -127,12 +129,13 @@ class Api:
         while count < len(raw) and isinstance(raw[count], Mapping) and raw[count].get("role") in LEAD_ROLES:
             count += 1
         lead, history = raw.split(count)
+        untouched = self.name == OPENAI_RESPONSES and body.present("previous_response_id")
         instructions = body.get("instructions") if self.name == OPENAI_RESPONSES else None
         system_text = "\n".join(filter(None, [text_of(instructions), *(text_of(lead[i].get("content"))
                                                                         for i in range(len(lead)))]))
         overhead = body.bytes_of("instructions") + b"\x00" + b"".join(lead.encoded()) + b"\x00" + \
             body.bytes_of("tools")
-        return Conversation(lead, history, system_text, overhead)
+        return Conversation(lead, history, system_text, overhead, untouched=untouched)
 
     def first_user_text(self, history: Sequence[Any]) -> str:
         for index in range(len(history)):

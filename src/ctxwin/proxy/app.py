@@ -249,7 +249,7 @@ class Proxy:
         overhead_raw = memo.overhead[1]
         factor = engine.calibrator.factor or 1.0
         exchange.tokens_received = round((conversion.tokens + overhead_raw) * factor)
-        if self.config.passthrough:
+        if self.config.passthrough or conversation.untouched:
             return self.passthrough(body, conversion.messages, overhead_raw, key, memo, counter, factor)
         held = len(engine.messages)
         old, new = previous.messages, conversion.messages

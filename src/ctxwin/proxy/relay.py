@@ -370,7 +370,7 @@ async def relay(proxy: Proxy, api: Api, request: Request, engine: ContextEngine,
     response; from the first event on, the `RelayResponse` holds the lease."""
     from .app import response_headers
 
-    editor = editor_for(api, proxy.config.passthrough)
+    editor = editor_for(api, proxy.config.passthrough or conversation.untouched)
     if isinstance(editor, ChatEditor):
         editor.hide_usage = conversation.usage_hidden
     opened = await open_stream(proxy, api, request, engine, body, conversation, memo, outgoing, exchange, editor)
