@@ -393,3 +393,18 @@ def test_the_dashboard_is_mounted_behind_the_token(fake: FakeProvider) -> None:
     assert refused.status_code == 401 and page.status_code == 200
     [row] = rows.json()
     assert row["requests"] == 1 and row["session"].startswith("c-")
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_an_error_in_the_middle_of_a_stream_reaches_the_caller_as_its_apis_error_event(api: str) -> None:
+    from ctxwin.testing import Script, overloaded
+
+    with FakeProvider(model=Script([overloaded(mid_stream=True)])) as fake, proxy_for(fake) as served:
+        with httpx.stream("POST", f"{served.url}{PATHS[api]}", json=body_for(api, ["hello"], stream=True),
+                          headers=headers_for(api), timeout=30) as response:
+            text = "".join(response.iter_text())
+        entries = served.entries()
+    assert response.status_code == 200
+    assert ("event: error" in text) if api != "openai-chat" else ('"error"' in text)
+    assert "overloaded" in text.lower()
+    assert entries[0]["streamed"] and entries[0]["status"] == 200
