@@ -286,12 +286,12 @@ class Proxy:
             shared += 1
         same_overhead = memo.forwarded_overhead == key
         memo.forwarded_keys, memo.forwarded_overhead = keys, key
-        total = overhead_raw + sum(counter.count_message(m) for m in messages)
+        total = overhead_raw + memo.conversion.tokens
         prefix = (overhead_raw + sum(counter.count_message(m) for m in messages[:shared])) if same_overhead else 0
         return Outgoing(body.raw, None, round(total * factor), prefix / total if total else 0.0)
 
     def recall_overhead(self, api: Api, counter: Any) -> int:
-        return int(counter.count_text(orjson.dumps(api.recall_schema()).decode()))
+        return int(counter.count_text(api.recall_bytes.decode()))
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self.offload:

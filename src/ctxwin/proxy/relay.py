@@ -37,7 +37,6 @@ from starlette.types import Receive, Scope, Send
 
 from ctxwin.engine import ContextEngine
 from ctxwin.errors import ProviderError, ProxyRefusal
-from ctxwin.messages.model import ToolCall
 from ctxwin.providers.base import SSE, Done
 
 from . import recall as recall_tool
@@ -464,4 +463,4 @@ def _completion(api: Api, events: list[SSE]) -> Any:
     return None
 
 
-__all__ = ["RelayResponse", "ToolCall", "relay"]
+__all__ = ["RelayResponse", "relay"]
