@@ -408,3 +408,22 @@ def test_an_error_in_the_middle_of_a_stream_reaches_the_caller_as_its_apis_error
     assert ("event: error" in text) if api != "openai-chat" else ('"error"' in text)
     assert "overloaded" in text.lower()
     assert entries[0]["streamed"] and entries[0]["status"] == 200
+
+
+def test_chat_stream_usage_is_read_without_showing_it(fake: FakeProvider) -> None:
+    """ctxwin calibrates from usage: it asks for it in a Chat stream the caller did not ask it for,
+    and leaves it out of what the caller sees; a caller that asked gets it."""
+    with proxy_for(fake) as served:
+        plain_body = body_for("openai-chat", ["hi"], stream=True)
+        with httpx.stream("POST", f"{served.url}/v1/chat/completions", json=plain_body,
+                          headers=headers_for("openai-chat")) as response:
+            plain = "".join(response.iter_text())
+        asked = body_for("openai-chat", ["hi"], stream=True, stream_options={"include_usage": True})
+        with httpx.stream("POST", f"{served.url}/v1/chat/completions", json=asked,
+                          headers=headers_for("openai-chat")) as response:
+            with_usage = "".join(response.iter_text())
+        entries = served.entries()
+    assert fake.requests[0].body["stream_options"] == {"include_usage": True}
+    assert '"usage"' not in plain and plain.rstrip().endswith("data: [DONE]")
+    assert '"prompt_tokens"' in with_usage
+    assert all(e["input_tokens"] for e in entries)
