@@ -44,6 +44,7 @@ from ctxwin.proxy.dashboard import (
 from ctxwin.store import Session
 from ctxwin.store.entries import CustomEntry, LabelEntry, PinEntry, ProxyRequestEntry
 from ctxwin.store.jsonl import JsonlSessionLog
+from store_backends import LOG_BACKENDS, unique_id
 
 EVIL = '<img src=x onerror="document.body.dataset.pwned=1">'
 """A session id as hostile traffic could send it: it must show as text and never run."""
@@ -96,7 +97,7 @@ def proxies(records: list[Record]) -> list[ProxyRequestEntry]:
 
 
 @given(record_lists())
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_summary_sums_the_proxy_records(records: list[Record]) -> None:
     summary = summarize("s", records)
     requests = proxies(records)
@@ -120,7 +121,7 @@ def test_summary_sums_the_proxy_records(records: list[Record]) -> None:
 
 
 @given(record_lists(), record_lists())
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 def test_sums_add_up_over_a_log_read_in_two_parts(first: list[Record], second: list[Record]) -> None:
     """The cache appends what a later read found to what it had: counts are additive over the split."""
     whole, a, b = summarize("s", first + second), summarize("s", first), summarize("s", second)
@@ -140,7 +141,7 @@ def test_a_session_with_no_proxy_records_sums_to_zero(entries: list[Any]) -> Non
 
 
 @given(record_lists())
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 def test_failed_requests_are_not_priced(records: list[Record]) -> None:
     timed = [(None, r) for r in proxies(records)]
     billed = [(None, r) for r in proxies(records) if r.status < 400]
@@ -397,6 +398,33 @@ def test_records_skip_messages(store: Path) -> None:
         records = list(records_of(log))
     assert "message" in kinds and records
     assert not any(isinstance(r.entry, Message) for r in records)
+
+
+@pytest.mark.parametrize("backend", LOG_BACKENDS)
+def test_reading_by_kind_is_reading_everything_then_filtering(backend: str, tmp_path: Path,
+                                                             request: pytest.FixtureRequest) -> None:
+    """The store's by-kind read the page relies on (`entries_of_kinds`), on both durable backends."""
+    if backend == "jsonl":
+        def opened(**kw: Any) -> Any:
+            return JsonlSessionLog(tmp_path / "s", **kw)
+    else:
+        dsn, name = request.getfixturevalue("postgres_dsn"), unique_id("kinds")
+
+        def opened(**kw: Any) -> Any:
+            return Session.postgres(dsn, name, **kw)
+    with opened() as log:
+        agent_turns(ContextEngine(session=log, model="claude-sonnet-4-5"), 12)
+        log.branch(log.path()[3].id)  # a branch: positions are append order, not the path
+        log.append("custom", ProxyRequestEntry("anthropic", "m", 200, 1, 1, 0.0).to_payload())
+    with opened(readonly=True) as log:
+        everything = list(log.entries())
+        for kinds in (("custom",), ("custom", "decision", "compaction"), ("message",), ("nothing",)):
+            for start in (0, 1, 17, len(everything) - 1, len(everything) + 5):
+                assert list(log.entries_of_kinds(kinds, start)) == [e for e in everything[start:] if e.kind in kinds]
+    if backend == "postgres":
+        from ctxwin.store.postgres import postgres_session_counts
+
+        assert postgres_session_counts(dsn)[name] == len(everything)
 
 
 # --------------------------------------------------------------------------------------------------

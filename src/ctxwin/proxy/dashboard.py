@@ -49,6 +49,7 @@ from ctxwin.pipeline.view import recall_ref
 from ctxwin.proxy.config import ProxyConfig
 from ctxwin.store.base import Entry
 from ctxwin.store.entries import (
+    KINDS,
     CompactionEntry,
     DecisionEntry,
     LogEntry,
@@ -98,6 +99,9 @@ class Record:
 
 
 def records_of(entries: Iterable[Entry]) -> Iterator[Record]:
+    """The typed records of stored entries, messages skipped. An entry that cannot be read (a payload
+    without its kind's shape, a proxy record with a field of the wrong type) becomes `Unreadable`:
+    one odd line never hides the rest of a session."""
     for stored in entries:
         if stored.kind == "message":
             continue
@@ -112,26 +116,24 @@ def records_of(entries: Iterable[Entry]) -> Iterator[Record]:
 
 _COUNTS = ("status", "tokens_received", "tokens_forwarded", "compactions", "recoveries", "recall_calls")
 _OPTIONAL_COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-_TIMES = ("cache_prefix_reuse", "added_ms", "upstream_ms")
+_REALS = ("cache_prefix_reuse", "added_ms", "upstream_ms")
 
 
 def _proxy_problem(entry: ProxyRequestEntry) -> str | None:
     """Why a proxy record cannot be summed (a field of the wrong type: written by hand, or by another
     program), or None. The record's class does not check its payload's types; the sums need them."""
-    def number(value: Any, kinds: tuple[type, ...]) -> bool:
-        return isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value)
-
     for name in _COUNTS:
-        if not number(getattr(entry, name), (int,)):
+        if type(getattr(entry, name)) is not int:  # (bool is an int subclass: refused too)
             return f"{name} is {getattr(entry, name)!r}, not an integer"
     for name in _OPTIONAL_COUNTS:
         value = getattr(entry, name)
-        if value is not None and not number(value, (int,)):
+        if value is not None and type(value) is not int:
             return f"{name} is {value!r}, not an integer"
-    for name in _TIMES:
-        if not number(getattr(entry, name), (int, float)):
-            return f"{name} is {getattr(entry, name)!r}, not a number"
-    if not isinstance(entry.api, str) or not isinstance(entry.model, str):
+    for name in _REALS:
+        value = getattr(entry, name)
+        if type(value) not in (int, float) or not math.isfinite(value):
+            return f"{name} is {value!r}, not a number"
+    if type(entry.api) is not str or type(entry.model) is not str:
         return "api and model must be text"
     return None
 
@@ -161,13 +163,14 @@ def estimate_usd(requests: Sequence[tuple[float | None, ProxyRequestEntry]]) -> 
     module docstring for the model)."""
     streams: dict[str, tuple[list[CallTokens], list[CallTokens]]] = {}
     previous: dict[tuple[str, str], int] = {}
-    known = True
+    known: dict[tuple[str, str | None], bool] = {}
     for when, request in requests:
         if request.status >= 400:
             continue
         scheme = SCHEME_OF_API.get(request.api, "anthropic")
         model = request.model or None
-        known = known and pricing_for(model, scheme).known
+        if (scheme, model) not in known:
+            known[scheme, model] = pricing_for(model, scheme).known
         baseline, forwarded = streams.setdefault(scheme, ([], []))
         received = max(0, request.tokens_received)
         sent = max(0, request.tokens_forwarded)
@@ -180,7 +183,7 @@ def estimate_usd(requests: Sequence[tuple[float | None, ProxyRequestEntry]]) -> 
         pricing = pricing_for(None, scheme)
         baseline_usd += sum(c.usd for c in call_costs(baseline, pricing))
         forwarded_usd += sum(c.usd for c in call_costs(forwarded, pricing))
-    return Money(baseline_usd, forwarded_usd, known)
+    return Money(baseline_usd, forwarded_usd, all(known.values()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +238,7 @@ def summarize(session: str, records: Iterable[Record], *, url: str = "") -> Sess
             unreadable += 1
         elif isinstance(record.entry, ProxyRequestEntry):
             requests.append((epoch(record.timestamp), record.entry))
-            first = first or record.timestamp
+            first = record.timestamp if first is None or record.timestamp < first else first
             last = record.timestamp if last is None or record.timestamp > last else last
     entries = [r for _, r in requests]
     forwarded = sum(r.tokens_forwarded for r in entries)
@@ -355,9 +358,15 @@ class DashboardSource(Protocol):
         ...
 
 
+READ_KINDS = tuple(kind for kind in KINDS if kind != "message")
+"""What the page reads of a log: everything but the conversation."""
+
+
 def _entries_from(log: Any, start: int) -> Iterator[Entry]:
-    if hasattr(log, "entries"):  # the durable logs read from an offset; an in-memory log is a list
-        return log.entries(start)
+    """The log's entries from position `start` on; the durable logs skip the messages' bytes by their
+    index (an in-memory log is a list, read as it is)."""
+    if hasattr(log, "entries_of_kinds"):
+        return log.entries_of_kinds(READ_KINDS, start)
     return itertools.islice(iter(log), start, None)
 
 
@@ -394,15 +403,15 @@ class JsonlSource:
 
 
 class PostgresSource:
-    """The sessions of a PostgreSQL store; a session's stamp is its entry count and newest time."""
+    """The sessions of a PostgreSQL store; a session's stamp is its entry count (one index probe)."""
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
 
     def stamps(self) -> dict[str, Hashable]:
-        from ctxwin.store.postgres import list_postgres_sessions  # psycopg only when PostgreSQL is used
+        from ctxwin.store.postgres import postgres_session_counts  # psycopg only when PostgreSQL is used
 
-        return {row.session_id: (row.entries, row.last_activity) for row in list_postgres_sessions(self.dsn)}
+        return dict(postgres_session_counts(self.dsn))
 
     def read(self, key: str, start: int = 0) -> Chunk:
         with Session.postgres(self.dsn, key, readonly=True) as log:
