@@ -467,9 +467,21 @@ def test_dashboard_in_chromium(store: Path, tmp_path: Path) -> None:
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
     if not Path(chromium).exists():
         pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
-    app = Starlette(routes=dashboard_routes(source_for(ProxyConfig(upstream="http://127.0.0.1:9", store_dir=store))))
     rows = {r.session: r for r in Dashboard(JsonlSource(store)).summaries()}
-    with serving(app) as base:
+    routes = dashboard_routes(source_for(ProxyConfig(upstream="http://127.0.0.1:9", store_dir=store)),
+                              refresh_s=0.5, min_rescan_s=0)
+    polls: list[str] = []
+    app = Starlette(routes=routes)
+
+    async def counting(scope: Any, receive: Any, send: Any) -> None:
+        """The app, counting the page's polls; after the first, a new session arrives in the store."""
+        await app(scope, receive, send)
+        if scope["type"] == "http" and scope["path"] == "/ctxwin/sessions.json":
+            polls.append(scope["path"])
+            if len(polls) == 1:
+                jsonl_session(store, "arrived", "arrived-later", 1)
+
+    with serving(counting) as base:
         done = run_browser(chromium, tmp_path / "profile", "--virtual-time-budget=4000", "--dump-dom",
                            f"{base}/ctxwin")
         dom = done.stdout.decode("utf-8")
@@ -482,6 +494,10 @@ def test_dashboard_in_chromium(store: Path, tmp_path: Path) -> None:
         run_browser(chromium, tmp_path / "profile4", "--virtual-time-budget=4000", f"--screenshot={session_shot}",
                     f"--window-size={WINDOW[0]},{WINDOW[1]}", f"{base}/ctxwin/sessions/compacted")
     assert 'data-loaded="1"' in dom, done.stderr.decode("utf-8", "replace")[-2000:]
+    # It polls, and shows what arrived meanwhile; politely: at 0.5 s a few in Chromium's 4 s of virtual
+    # time (which is not exact: fetches let it run on), never the thousands a loop without a pause makes.
+    assert 2 <= len(polls) <= 40, len(polls)
+    assert ">arrived-later<" in dom
     assert "data-pwned" not in dom  # the injected handler never ran
     assert "&lt;img src=x onerror=" in dom  # it is shown, as text
     for name in ("masked", "compacted", "named-evil", "quiet"):
@@ -491,7 +507,7 @@ def test_dashboard_in_chromium(store: Path, tmp_path: Path) -> None:
         assert f">{number:,}<" in dom
     assert f">{usd(masked.saved_usd)}<" in dom
     assert f">{rows['compacted'].compactions:,}<" in dom
-    total = sum(r.tokens_received for r in rows.values())
+    total = sum(r.tokens_received for r in Dashboard(JsonlSource(store)).summaries())
     assert f">{total:,}<" in dom  # the totals card
     assert 'data-loaded="1"' in session_dom and "<svg" in session_dom and "polyline" in session_dom
     assert "entry:" in session_dom and "Recover it with recall(" in session_dom
