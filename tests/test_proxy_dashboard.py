@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import socket
 import threading
 import time
@@ -335,6 +336,33 @@ def test_the_cache_reads_only_what_was_appended(store: Path) -> None:
     assert after["compacted"] == before["compacted"]
     # The full read agrees with the incremental one.
     assert Dashboard(JsonlSource(store)).summaries() == dashboard.summaries()
+
+
+def test_a_session_made_again_is_read_again_from_the_start(store: Path) -> None:
+    dashboard = Dashboard(JsonlSource(store), min_rescan_s=0)
+    assert {s.session: s.requests for s in dashboard.summaries()}["masked"] == 30
+    shutil.rmtree(store / "masked")  # deleted, then a shorter session under the same name
+    jsonl_session(store, "masked", "masked", 2)
+    assert {s.session: s.requests for s in dashboard.summaries()}["masked"] == 2
+    shutil.rmtree(store / "compacted")
+    assert "compacted" not in {s.session for s in dashboard.summaries()}
+
+
+def test_a_broken_session_is_listed_with_its_problem(store: Path) -> None:
+    (store / "broken").mkdir()
+    (store / "broken" / "session.jsonl").write_bytes(b"this is not a header\n")
+    rows = {r["session"]: r for r in client(JsonlSource(store)).get("/ctxwin/sessions.json").json()}
+    assert "header" in rows["broken"]["problem"] or "session" in rows["broken"]["problem"]
+    assert rows["masked"]["requests"] == 30  # the others are all there
+    answer = client(JsonlSource(store)).get("/ctxwin/session.json", params={"id": "broken"})
+    assert answer.status_code == 503 and answer.json()["error"]
+
+
+def test_a_store_that_is_down_answers_503_and_says_why() -> None:
+    web = client(source_for(ProxyConfig(upstream="http://127.0.0.1:9", postgres="postgresql://127.0.0.1:1/none")))
+    answer = web.get("/ctxwin/sessions.json")
+    assert answer.status_code == 503 and "PostgreSQL" in answer.json()["error"] and answer.json()["hint"]
+    assert web.get("/ctxwin").status_code == 200  # the page loads, and shows the error it fetches
 
 
 def test_a_listing_is_reused_for_a_moment(store: Path) -> None:
