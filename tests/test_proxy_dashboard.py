@@ -13,12 +13,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.applications import Starlette
+from starlette.responses import Response
 from starlette.testclient import TestClient
 
 from ctxwin import ContextEngine
@@ -49,6 +50,8 @@ from store_backends import LOG_BACKENDS, unique_id
 
 EVIL = '<img src=x onerror="document.body.dataset.pwned=1">'
 """A session id as hostile traffic could send it: it must show as text and never run."""
+TOKEN = "s3cret&token"  # what a proxy started with --auth-token guards its pages with
+TOKEN_Q = quote(TOKEN, safe="")
 JSON_FIELDS = {"session", "requests", "tokens_received", "tokens_forwarded", "cache_prefix_reuse", "compactions",
                "recoveries", "invalid_forwarded"}
 
@@ -389,6 +392,8 @@ def test_memory_source_over_the_proxys_engines() -> None:
     report = web.get("/ctxwin/session.json", params={"id": "a"}).json()
     assert report["requests_total"] == 6
     assert MemorySource(engines).read("a", 0).count == len(engines["a"].session)
+    with pytest.raises(InputError, match="in memory"):
+        source_for(ProxyConfig(upstream="http://127.0.0.1:9"))
 
 
 def test_session_report_caps_its_lists() -> None:
@@ -502,7 +507,14 @@ def test_dashboard_in_chromium(store: Path, tmp_path: Path) -> None:
     app = Starlette(routes=routes)
 
     async def counting(scope: Any, receive: Any, send: Any) -> None:
-        """The app, counting the page's polls; after the first, a new session arrives in the store."""
+        """The app behind a token as the proxy guards it (the `x-ctxwin-token` header, or `?token=` on
+        a page), counting the page's polls; after the first, a new session arrives in the store."""
+        if scope["type"] == "http":
+            query = parse_qs(scope["query_string"].decode()).get("token", [""])[0]
+            given = dict(scope["headers"]).get(b"x-ctxwin-token", b"").decode() or query
+            if given != TOKEN:
+                await Response("wrong token", 401)(scope, receive, send)
+                return
         await app(scope, receive, send)
         if scope["type"] == "http" and scope["path"] == "/ctxwin/sessions.json":
             polls.append(scope["path"])
@@ -511,21 +523,22 @@ def test_dashboard_in_chromium(store: Path, tmp_path: Path) -> None:
 
     with serving(counting) as base:
         done = run_browser(chromium, tmp_path / "profile", "--virtual-time-budget=4000", "--dump-dom",
-                           f"{base}/ctxwin")
+                           f"{base}/ctxwin?token={TOKEN_Q}")
         dom = done.stdout.decode("utf-8")
         shot = tmp_path / "dashboard.png"
         run_browser(chromium, tmp_path / "profile2", "--virtual-time-budget=4000", f"--screenshot={shot}",
-                    f"--window-size={WINDOW[0]},{WINDOW[1]}", f"{base}/ctxwin")
+                    f"--window-size={WINDOW[0]},{WINDOW[1]}", f"{base}/ctxwin?token={TOKEN_Q}")
         session_dom = run_browser(chromium, tmp_path / "profile3", "--virtual-time-budget=4000", "--dump-dom",
-                                  f"{base}/ctxwin/sessions/masked").stdout.decode("utf-8")
+                                  f"{base}/ctxwin/sessions/masked?token={TOKEN_Q}").stdout.decode("utf-8")
         session_shot = tmp_path / "session.png"
         run_browser(chromium, tmp_path / "profile4", "--virtual-time-budget=4000", f"--screenshot={session_shot}",
-                    f"--window-size={WINDOW[0]},{WINDOW[1]}", f"{base}/ctxwin/sessions/compacted")
+                    f"--window-size={WINDOW[0]},{WINDOW[1]}", f"{base}/ctxwin/sessions/compacted?token={TOKEN_Q}")
     assert 'data-loaded="1"' in dom, done.stderr.decode("utf-8", "replace")[-2000:]
     # It polls, and shows what arrived meanwhile; politely: at 0.5 s a few in Chromium's 4 s of virtual
     # time (which is not exact: fetches let it run on), never the thousands a loop without a pause makes.
     assert 2 <= len(polls) <= 40, len(polls)
     assert ">arrived-later<" in dom
+    assert f'href="/ctxwin/sessions/masked?token={TOKEN_Q}"' in dom  # the token travels with the links
     assert "data-pwned" not in dom  # the injected handler never ran
     assert "&lt;img src=x onerror=" in dom  # it is shown, as text
     for name in ("masked", "compacted", "named-evil", "quiet"):

@@ -443,12 +443,15 @@ class MemorySource:
 
 def source_for(config: ProxyConfig, *, sessions: Mapping[str, Any] | None = None) -> DashboardSource:
     """The source over the store `config` chose: PostgreSQL, a JSONL folder, or (neither) the proxy's
-    own in-memory `sessions` (session id -> engine or log; an empty mapping when not given)."""
+    own in-memory `sessions` (its live mapping of session id to engine or log)."""
     if config.postgres:
         return PostgresSource(config.postgres)
     if config.store_dir is not None:
         return JsonlSource(config.store_dir)
-    return MemorySource(sessions if sessions is not None else {})
+    if sessions is None:  # an always-empty page would hide the mistake
+        raise InputError("a proxy that keeps its sessions in memory must show the dashboard its sessions",
+                         "pass source_for(config, sessions=<the mapping of session id to engine>)")
+    return MemorySource(sessions)
 
 
 # --------------------------------------------------------------------------------------------------
