@@ -2,7 +2,8 @@
 request also logs the two messages it synced, as the proxy does), on a JSONL store folder and on
 PostgreSQL (a throwaway local server; null with a reason when none can start).
 
-Timed, per store: the first listing (`/ctxwin/sessions.json` of a fresh worker: every log read once),
+Timed, per store: a fresh worker's first listing (`/ctxwin/sessions.json`: it reads the most recent
+sessions for up to `SCAN_BUDGET_S`, the rest over the next polls) and the time until every log was read,
 a listing with nothing changed (one stat or one query), a listing after 10 sessions each got one more
 request (only those 10 logs are read, from where the last look stopped), and one session's report
 page. Prints one JSON object on its last line; times in milliseconds, best of REPEATS.
@@ -33,7 +34,7 @@ SESSIONS = 200
 REQUESTS = 300  # proxy records per session
 CHANGED = 10  # sessions given one more request before the incremental listing
 REPEATS = 3
-TARGETS = {"warm_listing_ms": 100.0, "incremental_listing_ms": 250.0}
+TARGETS = {"cold_first_look_ms": 3_000.0, "warm_listing_ms": 100.0, "incremental_listing_ms": 250.0}
 """What a page polling every 5 s may cost a worker: well under a request's budget."""
 
 
@@ -58,11 +59,16 @@ def best(fn: Callable[[], Any], repeats: int = REPEATS) -> float:
 
 
 def measure(source: DashboardSource, append_one: Callable[[str], None], keys: list[str]) -> dict[str, Any]:
-    cold = []
+    first, cold, looks = [], [], 0
     for _ in range(REPEATS):  # a fresh worker each time: nothing cached
         dashboard = Dashboard(source, min_rescan_s=0)
         start = time.perf_counter()
-        rows = dashboard.summaries()
+        rows, pending = dashboard.listing()
+        first.append((time.perf_counter() - start) * 1000)
+        looks = 1
+        while pending:  # the page's next polls, back to back
+            rows, pending = dashboard.listing()
+            looks += 1
         cold.append((time.perf_counter() - start) * 1000)
     assert len(rows) == SESSIONS and all(r.requests == REQUESTS for r in rows), "the store is not as written"
     warm = best(dashboard.summaries)
@@ -78,7 +84,8 @@ def measure(source: DashboardSource, append_one: Callable[[str], None], keys: li
     body = web.get("/ctxwin/sessions.json").content
     report = best(lambda: Dashboard(source).report(keys[0]))
     http = best(lambda: web.get("/ctxwin/sessions.json"))
-    return {"cold_listing_ms": round(min(cold), 2), "warm_listing_ms": warm,
+    return {"cold_first_look_ms": round(min(first), 2), "cold_complete_ms": round(min(cold), 2), "cold_looks": looks,
+            "warm_listing_ms": warm,
             "incremental_listing_ms": round(min(incremental), 2), "report_ms": report,
             "http_sessions_json_ms": http, "sessions_json_bytes": len(body)}
 

@@ -368,6 +368,22 @@ def test_a_store_that_is_down_answers_503_and_says_why() -> None:
     assert web.get("/ctxwin").status_code == 200  # the page loads, and shows the error it fetches
 
 
+def test_a_large_store_is_read_over_several_looks_newest_first(store: Path) -> None:
+    jsonl_session(store, "newest", "newest", 1)
+    source = CountingSource(store)
+    dashboard = Dashboard(source, min_rescan_s=60, scan_budget_s=0)  # time for one session per look
+    rows, pending = dashboard.listing()
+    assert [r.session for r in rows] == ["newest"] and pending == 5
+    looks = 1
+    while pending:
+        rows, pending = dashboard.listing()  # pending sessions are read at once, whatever min_rescan_s says
+        looks += 1
+    assert looks == 6 and len(source.reads) == 6
+    assert dashboard.summaries() == Dashboard(JsonlSource(store)).summaries()
+    web = client(JsonlSource(store))
+    assert web.get("/ctxwin/sessions.json").headers["x-ctxwin-pending"] == "0"
+
+
 def test_a_listing_is_reused_for_a_moment(store: Path) -> None:
     now = [100.0]
     source = CountingSource(store)

@@ -66,6 +66,7 @@ PREFIX = "/ctxwin"
 REFRESH_S = 5.0  # how often an open page fetches its JSON again (doubling after failures, up to BACKOFF_MAX_S)
 BACKOFF_MAX_S = 60.0
 MIN_RESCAN_S = 1.0  # a listing of the store is reused this long, however many pages poll it
+SCAN_BUDGET_S = 2.0  # a listing reads changed sessions this long at most; the rest on the next poll
 DETAIL_REQUESTS = 500  # the newest requests a session's page lists
 DETAIL_EVENTS = 200  # the newest compactions, decisions and recoveries it lists
 EXCERPT_CHARS = 400  # text shown of a summary or a placeholder
@@ -349,7 +350,7 @@ class DashboardSource(Protocol):
 
     def stamps(self) -> dict[str, Hashable]:
         """Every session, by key (what its page's URL names), with a stamp that changes whenever its log
-        grows."""
+        grows; the most recently active first where the store knows (they are read in this order)."""
         ...
 
     def read(self, key: str, start: int = 0) -> Chunk:
@@ -378,11 +379,11 @@ class JsonlSource:
         self.root = Path(root)
 
     def stamps(self) -> dict[str, Hashable]:
-        out: dict[str, Hashable] = {}
+        found: list[tuple[str, tuple[int, int, int]]] = []
         try:
-            folders = sorted(os.scandir(self.root), key=lambda d: d.name)
+            folders = list(os.scandir(self.root))
         except FileNotFoundError:
-            return out  # nothing served yet: the proxy makes the folder with its first session
+            return {}  # nothing served yet: the proxy makes the folder with its first session
         for folder in folders:
             path = Path(folder.path)
             if not folder.is_dir(follow_symlinks=False) or not is_session_dir(path):
@@ -391,8 +392,9 @@ class JsonlSource:
                 info = os.lstat(path / SESSION_FILE)
             except FileNotFoundError:
                 continue  # deleted as we looked
-            out[folder.name] = (info.st_size, info.st_mtime_ns, info.st_ino)
-        return out
+            found.append((folder.name, (info.st_size, info.st_mtime_ns, info.st_ino)))
+        found.sort(key=lambda item: (-item[1][1], item[0]))  # the newest write first
+        return dict(found)
 
     def read(self, key: str, start: int = 0) -> Chunk:
         folder = self.root / key
@@ -476,11 +478,16 @@ class Dashboard:
     routes run it in Starlette's thread pool)."""
 
     def __init__(self, source: DashboardSource, *, min_rescan_s: float = MIN_RESCAN_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 scan_budget_s: float = SCAN_BUDGET_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.source = source
         self.min_rescan_s = min_rescan_s
+        self.scan_budget_s = scan_budget_s
         self.clock = clock
-        self._lock = threading.Lock()
+        self.pending = 0
+        """Sessions changed (or never read) that the last listing had no time left to read: a fresh
+        worker over a large store shows the most recent sessions at once and the rest over the next
+        polls, rather than making the first page wait for every log."""
+        self._lock = threading.RLock()
         self._seen: dict[str, _Seen] = {}
         self._scanned_at = -math.inf
         self._listing: list[SessionSummary] = []
@@ -489,7 +496,7 @@ class Dashboard:
     def summaries(self) -> list[SessionSummary]:
         """Every session of the store, the most recently active first."""
         with self._lock:
-            if self.clock() - self._scanned_at >= self.min_rescan_s:
+            if self.pending or self.clock() - self._scanned_at >= self.min_rescan_s:
                 self._rescan()
             return self._listing
 
@@ -497,11 +504,15 @@ class Dashboard:
         stamps = self.source.stamps()
         for gone in self._seen.keys() - stamps.keys():
             del self._seen[gone]
-        for key, stamp in stamps.items():
-            seen = self._seen.get(key)
-            if seen is not None and seen.stamp == stamp:
-                continue
-            self._seen[key] = self._catch_up(key, stamp, seen)
+        deadline = self.clock() + self.scan_budget_s
+        due = [(key, stamp) for key, stamp in stamps.items()
+               if (seen := self._seen.get(key)) is None or seen.stamp != stamp]
+        self.pending = 0
+        for done, (key, stamp) in enumerate(due):
+            if done and self.clock() >= deadline:  # (at least one per look, so every look makes progress)
+                self.pending = len(due) - done
+                break
+            self._seen[key] = self._catch_up(key, stamp, self._seen.get(key))
         rows = [seen.summary for seen in self._seen.values() if seen.summary is not None]
         self._listing = sorted(rows, key=lambda s: (s.last_seen or "", s.session), reverse=True)
         self._scanned_at = self.clock()
@@ -520,6 +531,12 @@ class Dashboard:
                                                                           if kept_for_summary(r)]
         return _Seen(stamp, chunk.count, chunk.session_id, records,
                      summarize(chunk.session_id, records, url=page_url(key)))
+
+    def listing(self) -> tuple[list[SessionSummary], int]:
+        """The summaries, and how many changed sessions are still to be read (see `pending`)."""
+        with self._lock:
+            rows = self.summaries()
+            return rows, self.pending
 
     def has(self, key: str) -> bool:
         return key in self.source.stamps()
@@ -577,11 +594,12 @@ def _json(request: Request, data: Any, status: int = 200) -> Response:
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
-def dashboard_routes(source: DashboardSource, *, refresh_s: float = REFRESH_S,
-                     min_rescan_s: float = MIN_RESCAN_S) -> list[BaseRoute]:
+def dashboard_routes(source: DashboardSource, *, refresh_s: float = REFRESH_S, min_rescan_s: float = MIN_RESCAN_S,
+                     scan_budget_s: float = SCAN_BUDGET_S) -> list[BaseRoute]:
     """`GET /ctxwin`, `/ctxwin/sessions.json`, `/ctxwin/sessions/{key}` and `/ctxwin/session.json?id=KEY`
-    over `source`, for the proxy's app to mount."""
-    dashboard = Dashboard(source, min_rescan_s=min_rescan_s)
+    over `source`, for the proxy's app to mount. While a listing is still reading a large store,
+    `/ctxwin/sessions.json` says how many sessions are left in its `X-Ctxwin-Pending` header."""
+    dashboard = Dashboard(source, min_rescan_s=min_rescan_s, scan_budget_s=scan_budget_s)
     template = _template()
     headers = {"Content-Security-Policy": _csp(template), "X-Content-Type-Options": "nosniff",
                "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache"}
@@ -597,10 +615,12 @@ def dashboard_routes(source: DashboardSource, *, refresh_s: float = REFRESH_S,
 
     async def sessions_json(request: Request) -> Response:
         try:
-            rows = await run_in_threadpool(dashboard.summaries)
+            rows, pending = await run_in_threadpool(dashboard.listing)
         except CtxwinError as error:  # the store is down or unreadable: say so, the page retries
             return _json(request, {"error": error.message, "hint": error.hint}, 503)
-        return _json(request, [row.to_dict() for row in rows])
+        answer = _json(request, [row.to_dict() for row in rows])
+        answer.headers["X-Ctxwin-Pending"] = str(pending)
+        return answer
 
     async def session_page(request: Request) -> Response:
         key = request.path_params["key"]
