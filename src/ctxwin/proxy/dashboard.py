@@ -124,12 +124,13 @@ def _proxy_problem(entry: ProxyRequestEntry) -> str | None:
     """Why a proxy record cannot be summed (a field of the wrong type: written by hand, or by another
     program), or None. The record's class does not check its payload's types; the sums need them."""
     for name in _COUNTS:
-        if type(getattr(entry, name)) is not int:  # (bool is an int subclass: refused too)
-            return f"{name} is {getattr(entry, name)!r}, not an integer"
+        value = getattr(entry, name)
+        if type(value) is not int or value < 0:  # (bool is an int subclass: refused too)
+            return f"{name} is {value!r}, not a count"
     for name in _OPTIONAL_COUNTS:
         value = getattr(entry, name)
-        if value is not None and type(value) is not int:
-            return f"{name} is {value!r}, not an integer"
+        if value is not None and (type(value) is not int or value < 0):
+            return f"{name} is {value!r}, not a count"
     for name in _REALS:
         value = getattr(entry, name)
         if type(value) not in (int, float) or not math.isfinite(value):
@@ -150,6 +151,8 @@ def kept_for_summary(record: Record) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Money:
+    """A session's estimated input cost, without and with ctxwin (`estimate_usd`)."""
+
     baseline_usd: float  # what the requests would have cost sent as the agent sent them
     forwarded_usd: float  # what the forwarded requests cost
     prices_known: bool  # every model was in the price table (else priced at the default price)
