@@ -31,16 +31,18 @@ from ctxwin.proxy.dashboard import (
     Dashboard,
     JsonlSource,
     MemorySource,
+    dashboard_routes,
+    render_page,
+    source_for,
+)
+from ctxwin.proxy.session_stats import (
     Record,
     SessionSummary,
     Unreadable,
-    dashboard_routes,
     estimate_usd,
     kept_for_summary,
     records_of,
-    render_page,
     session_report,
-    source_for,
     summarize,
 )
 from ctxwin.store import Session
