@@ -49,6 +49,7 @@ from ctxwin.store import Session
 from ctxwin.store.entries import CustomEntry, LabelEntry, PinEntry, ProxyRequestEntry
 from ctxwin.store.jsonl import JsonlSessionLog
 from store_backends import LOG_BACKENDS, unique_id
+from test_browser import WINDOW, chromium, decode_png, run_browser  # noqa: F401  (chromium: the fixture)
 
 EVIL = '<img src=x onerror="document.body.dataset.pwned=1">'
 """A session id as hostile traffic could send it: it must show as text and never run."""
@@ -510,14 +511,7 @@ def usd(value: float) -> str:
 
 
 @pytest.mark.slow
-def test_dashboard_in_chromium(store: Path, tmp_path: Path) -> None:
-    import shutil
-
-    from test_browser import WINDOW, decode_png, run_browser
-
-    chromium = shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(chromium).exists():
-        pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
+def test_dashboard_in_chromium(chromium: str, store: Path, tmp_path: Path) -> None:  # noqa: F811 (the fixture)
     rows = {r.session: r for r in Dashboard(JsonlSource(store)).summaries()}
     routes = dashboard_routes(source_for(ProxyConfig(upstream="http://127.0.0.1:9", store_dir=store)),
                               refresh_s=0.5, min_rescan_s=0)
