@@ -144,6 +144,24 @@ def test_index_files_refuses_what_the_deny_list_names(root: Path, tmp_path: Path
         assert index.backend.file_paths("files") == ["notes.txt"]
 
 
+def test_the_file_index_never_follows_a_symlink_out(root: Path, tmp_path: Path) -> None:
+    """What the walk would never list, given by hand (or swapped in after the listing): each symlink,
+    on the way or at the end, is refused and reported; the same list read following symlinks would
+    index the file outside, so the refusal is the confined reader's doing."""
+    links = ["escape.txt", "up.txt", "elsewhere/leak.txt", "innocent.txt"]
+    with MemoryIndex.open(tmp_path / "links.sqlite", HashEmbedder(64)) as index:
+        report = index.index_files(root, [*links, "notes.txt"], "files", follow_symlinks=False)
+        assert index.backend.file_paths("files") == ["notes.txt"]
+        assert sorted(p.split(":")[0] for p in report.problems) == sorted(links)
+        followed = index.index_files(root, ["escape.txt"], "other")
+        assert followed.files_indexed == 1  # the unconfined reader does follow it (what the test rules out)
+    os.mkfifo(root / "pipe.txt")  # and a FIFO never blocks the confined reader
+    with MemoryIndex.open(tmp_path / "fifo.sqlite", HashEmbedder(64)) as index:
+        report = index.index_workspace(root, include_files=True)
+        assert any(p.startswith("pipe.txt:") for p in report.problems)
+        assert sorted(index.backend.file_paths("files")) == sorted(NORMAL)
+
+
 def test_memory_tools_built_from_a_workspace_use_its_deny_list(root: Path, tmp_path: Path) -> None:
     workspace = Workspace(roots=[root], deny=(*DEFAULT_DENY, "*.txt"))
     scope = FileScope(Path(workspace.roots[0]), workspace.deny, workspace.allow_hard_links)
