@@ -217,3 +217,14 @@ def test_no_listed_file_is_ever_one_the_workspace_would_refuse(trees: list[list[
             eligible = plain and (path.suffix.lower() in {".md", ".py", ".json", ".yaml"} or not path.suffix)
             if eligible and deny_match(rel, DEFAULT_DENY) is None:
                 assert rel in listed, rel  # and nothing ordinary is lost
+
+
+def test_the_confined_reader_caps_what_it_reads(tmp_path: Path) -> None:
+    from ctxwin.errors import FileTooLargeError
+    from ctxwin.memory.sandbox import Confined
+
+    (tmp_path / "big.txt").write_bytes(b"x" * 11)
+    folder = Confined(tmp_path, alias=None)
+    assert folder.read_bytes("big.txt", 11) == b"x" * 11
+    with pytest.raises(FileTooLargeError, match="over the size cap of 10 bytes"):
+        folder.read_bytes("big.txt", 10)

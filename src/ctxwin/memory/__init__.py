@@ -10,7 +10,7 @@
 The names below load on first use, so the engine, which reads only `files`, does not pay for the
 index and the embedders (nor httpx).
 
-Imports: errors, files, messages, tokens, policy, store, pipeline, compaction, providers; it sits
+Imports: errors, files, paths, messages, tokens, policy, store, pipeline, compaction, providers; it sits
 below the engine and the tools.
 """
 

@@ -142,7 +142,7 @@ class Confined:
             data = handle.read(max_bytes + 1)  # the cap holds for a file that grew since it was listed
         if len(data) > max_bytes:
             raise FileTooLargeError(f"{path} is over the size cap of {max_bytes:,} bytes",
-                                    "it is left out of the index; nothing else is affected")
+                                    "split the file, or leave it out: it is not read")
         return data
 
     def write(self, path: str, text: str, *, exclusive: bool = False) -> None:
