@@ -37,10 +37,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from ctxwin import telemetry
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.errors import ContextBudgetError, ContextOverflowError, CtxwinError, ProviderError, ProxyRefusal
 from ctxwin.messages import Message
 from ctxwin.store.entries import ProxyRequestEntry
+from ctxwin.telemetry.proxy_spans import ProxySpan
 
 from . import recall as recall_tool
 from .apis import APIS, Api, Conversation, Conversion, Rendered, overhead_key
@@ -120,6 +122,13 @@ class Exchange:
     pending_usage: Any = None  # usage of the final answer, recorded once the caller has it
     status: int = 200
     ended: float | None = None  # when the answer was ready for the caller (None: now)
+    span: ProxySpan = field(default_factory=ProxySpan)  # the request's telemetry span (off: does nothing)
+
+    def note(self, engine: ContextEngine) -> None:
+        """Keep the request's entry in the session log, and put it on the request's span."""
+        entry = self.entry()
+        engine.note(entry)
+        self.span.record(entry)
 
     def entry(self) -> ProxyRequestEntry:
         usage = self.usage
@@ -384,8 +393,15 @@ async def handle(proxy: Proxy, api: Api, request: Request, body: Body, conversat
             conversation.changes["stream_options"] = orjson.dumps({**(options if isinstance(options, Mapping)
                                                                       else {}), "include_usage": True})
             conversation.usage_hidden = True
-    lease = contextlib.AsyncExitStack()
-    engine = await lease.enter_async_context(proxy.store.lease(key.id, engine_spec(body, proxy.config)))
+    lease = contextlib.AsyncExitStack()  # closed when the request is over, however it ends
+    try:
+        # The span stays open (and current, so the engine's spans nest under it) until the lease closes.
+        exchange.span = lease.enter_context(telemetry.proxy_request_span(api=api.name, model=model,
+                                                                         session_id=key.id))
+        engine = await lease.enter_async_context(proxy.store.lease(key.id, engine_spec(body, proxy.config)))
+    except BaseException:
+        await lease.aclose()
+        raise
     handed = False  # a stream that started owns the lease (and writes the entry) until it ends
     try:
         memo = proxy.memo(key.id)
@@ -421,7 +437,7 @@ async def handle(proxy: Proxy, api: Api, request: Request, body: Body, conversat
     finally:
         if not handed:
             try:
-                await proxy.run(engine.note, exchange.entry())
+                await proxy.run(exchange.note, engine)
             finally:
                 await lease.aclose()
 
@@ -429,7 +445,7 @@ async def handle(proxy: Proxy, api: Api, request: Request, body: Body, conversat
 def _bookkeeping(engine: ContextEngine, exchange: Exchange) -> None:
     if exchange.pending_usage is not None:
         engine.record_usage(exchange.pending_usage)
-    engine.note(exchange.entry())
+    exchange.note(engine)
 
 
 class FinishingResponse(Response):

@@ -420,7 +420,7 @@ async def relay(proxy: Proxy, api: Api, request: Request, engine: ContextEngine,
         try:
             if not finished:
                 exchange.status = 499  # the caller went away mid-stream
-            await proxy.run(engine.note, exchange.entry())
+            await proxy.run(exchange.note, engine)
         finally:
             await lease.aclose()
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ctxwin import policies
+from ctxwin import policies, telemetry
 from ctxwin.engine import ContextEngine
 from ctxwin.store.base import SessionLog
 from ctxwin.store.blobs import FileBlobStore
@@ -144,7 +144,9 @@ def build_engine(log: SessionLog, spec: EngineSpec) -> ContextEngine:
     if spec.reread_hint:
         base = policies.get(spec.policy)
         policy = base.model_copy(update={"mask": base.mask.model_copy(update={"reread_hint": True})})
-    return ContextEngine(log, model=spec.model, policy=policy, window=spec.window, max_output=spec.max_output)
+    engine = ContextEngine(log, model=spec.model, policy=policy, window=spec.window, max_output=spec.max_output)
+    telemetry.instrument(engine)  # spans for its prepare/compact/recover when telemetry is configured
+    return engine
 
 
 OUTPUT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
