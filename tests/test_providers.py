@@ -211,16 +211,17 @@ def test_responses_reading_groups_a_turn_into_one_assistant_message() -> None:
 
 def test_anthropic_reading_splits_results_from_user_text() -> None:
     messages = from_anthropic(ANTHROPIC["messages"], ANTHROPIC["system"])
-    assert [m.role for m in messages] == ["system", "user", "assistant", "tool", "user", "assistant", "tool",
+    assert [m.role for m in messages] == ["system", "user", "assistant", "tool", "tool", "user", "assistant", "tool",
                                           "assistant", "user", "assistant"]
     assert messages[0].text == "You are Claude Code.\nProject rules: run tests before committing."
-    results = messages[3].tool_results
+    results = [r for m in messages[3:5] for r in m.tool_results]  # one tool message per result
+    assert [len(m.tool_results) for m in messages[3:5]] == [1, 1]
     assert [(r.call_id, r.name, r.is_error) for r in results] == [
         ("toolu_01A", "Read", False), ("toolu_01B", "Read", True)]
-    assert messages[4].text == "Also check the logs please"
-    redacted = messages[5].blocks[0]
+    assert messages[5].text == "Also check the logs please"
+    redacted = messages[6].blocks[0]
     assert isinstance(redacted, Thinking) and redacted.redacted and redacted.thinking == "EmwKAhgBEgy3va3pzix/LafPsn4a"
-    shot = messages[6].tool_results[0]
+    shot = messages[7].tool_results[0]
     assert shot.content[1] == Image(media_type="image/jpeg", data=JPEG)
     assert shot.extra == {"anthropic": {"cache_control": {"type": "ephemeral"}}}
 
@@ -408,7 +409,7 @@ def test_detect_format(item: dict[str, Any], fmt: str) -> None:
 
 
 def test_from_provider_dict_converts_one_message_of_each_format() -> None:
-    assert [m.role for m in from_provider_dict(ANTHROPIC["messages"][2])] == ["tool", "user"]
+    assert [m.role for m in from_provider_dict(ANTHROPIC["messages"][2])] == ["tool", "tool", "user"]
     assert from_provider_dict(RESPONSES[3])[0].tool_calls[0].id == "call_A1"
     assert from_provider_dict(CHAT[3])[0].tool_results[0].call_id == "call_Yq3bPkD9sX1"
     assert from_provider_dict({"role": "user", "content": "hi"}) == [Message("user", (Text("hi"),))]

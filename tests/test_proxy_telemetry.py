@@ -12,6 +12,7 @@ otel_sdk = pytest.importorskip("opentelemetry.sdk.trace")
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from starlette.applications import Starlette  # noqa: E402
 
 from ctxwin import telemetry  # noqa: E402
 from ctxwin.proxy.app import create_app  # noqa: E402
@@ -28,13 +29,13 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
     return exporter
 
 
-async def _ask(app, text: str) -> httpx.Response:
-    async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
-            return await client.post("/v1/messages", headers={"x-api-key": "sk-test", "anthropic-version": "2023-06-01",
-                                                              "x-ctxwin-session": "s1"},
-                                     json={"model": "claude-sonnet-4-5", "max_tokens": 100,
-                                           "messages": [{"role": "user", "content": text}]})
+async def _ask(app: Starlette, text: str) -> httpx.Response:
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
+    async with app.router.lifespan_context(app), client:
+        return await client.post("/v1/messages", headers={"x-api-key": "sk-test", "anthropic-version": "2023-06-01",
+                                                          "x-ctxwin-session": "s1"},
+                                 json={"model": "claude-sonnet-4-5", "max_tokens": 100,
+                                       "messages": [{"role": "user", "content": text}]})
 
 
 @pytest.mark.anyio

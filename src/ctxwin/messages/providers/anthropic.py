@@ -93,8 +93,11 @@ def from_anthropic(messages: Sequence[Mapping[str, Any]],
             if end == len(blocks) or isinstance(blocks[end], ToolResult) != isinstance(blocks[start], ToolResult):
                 run = blocks[start:end]
                 if isinstance(run[0], ToolResult):
-                    named = tuple(_named(r, names) for r in run)
-                    out.append(Message("tool", named, meta=meta))
+                    # One tool message per result, as every transcript reader and the Chat converter
+                    # give them: the stages count and batch by message, so the same conversation must
+                    # not mask differently for the API it came through (`to_anthropic` joins them back).
+                    out.extend(Message("tool", (_named(r, names),), meta=meta if n == 0 else {})
+                               for n, r in enumerate(run))
                 else:
                     out.append(Message("user", tuple(run), meta=meta))
                 meta = {}  # message fields go on the first part only
