@@ -39,7 +39,7 @@ from mcp.types import CallToolResult
 
 from ctxwin.errors import InputError
 from ctxwin.mcp import McpConfig, Toolset, check_exposure, is_loopback, parse_address
-from ctxwin.mcp.recall import _cut, recall
+from ctxwin.mcp.recall import recall
 from ctxwin.mcp.server import DETAILS_META
 from ctxwin.mcp.tools import STATELESS_DROPS
 from ctxwin.memory.tools import SPECS as MEMORY_SPECS
@@ -49,6 +49,7 @@ from ctxwin.tools import TOOLS, Workspace, run_tool
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 TOKEN = "test-token-4f1c"
+SECRET = "OUTSIDE-THE-MEMORY-FOLDER-7Q"
 WORKSPACE_TOOLS = ["read", "grep", "find", "ls", "shell", "read_spilled", "grep_spilled", "query_json"]
 MEMORY_TOOLS = ["memory_search", "memory_get", "memory", "conversation_search"]
 EXPECTED_TOOLS = [*WORKSPACE_TOOLS, "recall", *MEMORY_TOOLS]
@@ -118,6 +119,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     json_blob = blobs.put(json.dumps({"rows": [{"k": n, "v": n * n} for n in range(100)]}).encode()).handle
     memory = base / "mem"
     (memory / "memory").mkdir(parents=True)
+    (base / "secret.md").write_text(f"{SECRET}\n")  # next to the memory folder: what `..` would reach
     (memory / "MEMORY.md").write_text("# Memory\n\nThe staging database listens on port 5433.\n"
                                       "The user prefers tabs over spaces.\n")
     (memory / "memory" / "2026-01-05.md").write_text("Decided to pin numpy below 3 for the release.\n")
@@ -297,13 +299,28 @@ def test_read_attaches_an_image_as_image_content(client: Connected) -> None:
     assert image.type == "image" and image.mime_type == "image/png" and base64.b64decode(image.data) == png_1x1()
 
 
-def test_a_slow_call_does_not_hold_up_the_others(client: Connected) -> None:
-    """Tools run in worker threads: a read answers while a shell command is still running."""
-    started = time.monotonic()
-    slow = client.portal.start_task_soon(client.client.call_tool, "shell", {"command": "sleep 1.5; echo slept"})
+def test_a_slow_call_does_not_hold_up_the_others(client: Connected, tmp_path: Path) -> None:
+    """Tools run in worker threads: a read answers while a shell command is still running. The shell
+    command waits on a FIFO that only the test writes to, so it cannot finish first however slow the
+    machine is (no clock is involved)."""
+    fifo = tmp_path / "gate"
+    os.mkfifo(fifo)
+    slow = client.portal.start_task_soon(client.client.call_tool, "shell", {"command": f"cat '{fifo}'; echo slept"})
     quick = client.call("ls", {"path": "src"})
-    assert not quick.is_error and time.monotonic() - started < 1.2
-    assert "slept" in text_of(slow.result(timeout=30))
+    assert not quick.is_error and not slow.done()
+    # Let it finish: open the FIFO once its reader has (a safety deadline only, never a measure).
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            gate = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError:  # ENXIO: cat has not opened it yet
+            if slow.done() or time.monotonic() > deadline:
+                pytest.fail(f"the shell command did not wait on the FIFO: {slow.result() if slow.done() else ''}")
+            time.sleep(0.02)
+    os.write(gate, b"go\n")
+    os.close(gate)
+    assert "slept" in text_of(slow.result(timeout=60))
 
 
 def test_shell_spills_into_the_blob_store_and_read_spilled_pages_it(client: Connected) -> None:
@@ -364,7 +381,9 @@ def test_recall_returns_a_logged_result_exactly_page_by_page(client: Connected, 
 
 @given(st.text(), st.integers(min_value=0, max_value=64))
 def test_a_recall_page_is_the_longest_whole_character_prefix_within_the_cap(text: str, max_bytes: int) -> None:
-    cut = _cut(text, max_bytes)
+    from ctxwin.tools.truncate import head_bytes
+
+    cut = head_bytes(text, max_bytes)
     assert text.startswith(cut) and len(cut.encode("utf-8", "surrogatepass")) <= max_bytes
     assert cut == text or len(text[: len(cut) + 1].encode("utf-8", "surrogatepass")) > max_bytes
 
@@ -408,20 +427,22 @@ def test_conversation_search_sees_what_the_agent_logs_while_serving(client: Conn
     ("read", {"path": ".env"}, "deny pattern"),
     ("read", {"path": "logo.bin"}, "is a binary file"),
     ("read", {"path": "big.log"}, "over the 256.0KB limit"),
-    ("read", {"path": "missing.txt"}, ""),
+    ("read", {"path": "missing.txt"}, "missing.txt does not exist"),
     ("read", {"path": "big.log", "offset": 0}, "must be at least 1"),
     ("read", {"path": 7}, "path must be a string"),
     ("read", {"path": "big.log", "bogus": True}, "read has no argument bogus"),
     ("read", {}, "read needs path"),
-    ("grep", {"pattern": "(unclosed"}, ""),
-    ("ls", {"path": "big.log"}, ""),
+    ("grep", {"pattern": "(unclosed"}, "regex parse error"),
+    ("ls", {"path": "big.log"}, "big.log is not a directory"),
     ("read_spilled", {"handle": "blob:000000000000"}, "no blob"),
     ("read_spilled", {"handle": "blob:0"}, "not a blob handle"),
-    ("query_json", {"handle": "data.json", "expr": ".items[] | ]["}, ""),
+    ("query_json", {"handle": "data.json", "expr": ".items[] | ]["}, "syntax error"),
     ("recall", {"ref": "entry:nope"}, "no such entry"),
     ("recall", {"ref": "something"}, "not a recall reference"),
-    ("memory", {"command": "view", "path": "/memories/../../etc"}, ""),
-    ("memory_get", {"path": "../secret.md"}, ""),
+    ("memory", {"command": "view", "path": "/memories/../../etc"}, "outside the memory folder"),
+    ("memory", {"command": "view", "path": "/memories/../secret.md"}, "outside the memory folder"),
+    ("memory_get", {"path": "../secret.md"}, "outside the memory folder"),
+    ("memory_get", {"path": "memory/../../secret.md"}, "outside the memory folder"),
     ("memory", {"command": "explode"}, "must be one of"),
     ("no_such_tool", {}, "Unknown tool 'no_such_tool'"),
 ])
@@ -430,7 +451,8 @@ def test_refusals_are_tool_errors(client: Connected, world: World, name: str, ar
     result = client.call(name, arguments)  # an MCPError (protocol error) would raise here
     assert result.is_error, text_of(result)
     text = text_of(result)
-    assert says in text and text.strip() and "Traceback" not in text
+    assert says and says in text and "Traceback" not in text
+    assert SECRET not in text
     if name in TOOLS:  # the library's own message, word for word
         assert text == run_tool(name, arguments, world.workspace()).text
 
@@ -464,6 +486,16 @@ def test_a_non_loopback_address_needs_a_token(world: World) -> None:
             check_exposure(host, None)
     done = cli("mcp", "--root", str(world.root), "--http", "0.0.0.0:8765")
     assert done.returncode == 2 and "needs a token" in done.stderr and "CTXWIN_MCP_TOKEN" in done.stderr
+
+
+def test_a_busy_port_is_a_clear_error_and_announces_nothing(world: World) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = cli("mcp", "--root", str(world.root), "--http", f"127.0.0.1:{port}")
+    assert done.returncode == 2 and f"cannot serve on 127.0.0.1:{port}" in done.stderr
+    assert "tools on http" not in done.stderr  # the banner comes only once the port is bound
 
 
 @pytest.mark.parametrize(("text", "address"), [

@@ -15,7 +15,8 @@
     │   ├── SubagentError          a sub-agent request that cannot run as asked
     │   ├── MemoryPathError        a memory path outside the memory folder
     │   ├── MemoryEditError        a memory edit that cannot apply (no match, several)
-    │   └── TelemetryError         telemetry asked for but not available as configured
+    │   ├── TelemetryError         telemetry asked for but not available as configured
+    │   └── BlobNotTextError       a blob recalled as text that is not UTF-8 (its bytes are intact)
     ├── ContextBudgetError         no request can be made to fit (the system prompt alone is too large)
     ├── ContextOverflowError       the provider keeps rejecting the request as too long after recovery
     ├── CompactionFailed           a compaction that did not happen; history is untouched
@@ -248,3 +249,11 @@ class EmbedderError(CtxwinError):
 class TelemetryError(InputError):
     """Telemetry was asked for (`CTXWIN_OTEL=1`, an exporter named in `OTEL_TRACES_EXPORTER`) but cannot
     be set up as configured: the extra is not installed, or the exporter or protocol is unknown."""
+
+
+# --- engine: recall
+
+
+class BlobNotTextError(InputError):
+    """A blob asked for as text (`ContextEngine.recall`) whose bytes are not UTF-8; they stay intact
+    in the blob store."""
