@@ -317,6 +317,24 @@ def test_the_engines_own_system_prompt_reaches_the_model(tmp_path: Path, form: s
                     if isinstance(p, SystemPromptPart) and p.content == agent_system]
 
 
+def test_a_processors_view_handed_back_does_not_double_the_engines_system_prompt(tmp_path: Path) -> None:
+    """A history processor's view (with the engine's system text in it) becomes the run's history; a
+    new processor (after a restart) handed that history takes only the agent's part as the
+    conversation's, so the model gets the engine's text once."""
+    engine = ContextEngine(Session.open(tmp_path / "s", durability="batch"), window=WINDOW, max_output=MAX_OUTPUT,
+                           system=ENGINE_SYSTEM)
+    provider = Provider([[TextPart("one")], [TextPart("two")]])
+
+    def agent() -> Agent[None, str]:
+        return Agent(provider.model, instructions=INSTRUCTIONS, system_prompt="AGENT-SYSTEM",
+                     capabilities=[ProcessHistory(CtxwinHistory(engine).with_context)])
+
+    history = agent().run_sync("first").all_messages()
+    agent().run_sync("second", message_history=history)
+    assert [system_text(r) for r in provider.requests] == [f"{ENGINE_SYSTEM}\n\nAGENT-SYSTEM"] * 2
+    assert engine.system_prompt == f"{ENGINE_SYSTEM}\n\nAGENT-SYSTEM"
+
+
 # -- one conversion ---------------------------------------------------------------------------------
 
 

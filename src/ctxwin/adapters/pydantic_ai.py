@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 try:
@@ -61,6 +61,11 @@ from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.errors import InputError
 from ctxwin.messages import Block, Message, Role, Text, Thinking, ToolCall, ToolResult, block_to_dict
 
+ENGINE_PART = "ctxwin:engine-system"
+"""The `dynamic_ref` of the system prompt parts a view adds with the engine's own text (its `system=`,
+bootstrap's files). A history processor's view becomes the run's history; when such a history comes
+back these parts are left out, so the engine never takes its own text for the conversation's (no
+PydanticAI system prompt function has this ref, so PydanticAI leaves them as they are)."""
 NS = "pydantic_ai"
 """Message meta key: the parts (and, on the first message of each ModelMessage, its fields) a
 canonical message was made from."""
@@ -260,7 +265,7 @@ class _History:
                 and tuple(history[shared].parts) == self._seen[shared][1]:
             shared += 1
         self._seen[shared:] = [(m, tuple(getattr(m, "parts", ()))) for m in history[shared:]]
-        self._converted[shared:] = [to_messages([m]) for m in history[shared:]]
+        self._converted[shared:] = [to_messages([_without_engine_parts(m)]) for m in history[shared:]]
         return [message for converted in self._converted for message in converted]
 
 
@@ -287,12 +292,21 @@ def _view(prepared: Prepared, history: Sequence[ModelMessage]) -> list[ModelMess
     after) as parts of their own."""
     view = from_messages(prepared.messages)
     system = _system_parts(prepared.system, [p for m in history if isinstance(m, ModelRequest) for p in m.parts
-                                              if isinstance(p, SystemPromptPart)])
+                                              if isinstance(p, SystemPromptPart) and p.dynamic_ref != ENGINE_PART])
     if system and view and isinstance(view[0], ModelRequest):
         view[0].parts = [*system, *view[0].parts]
     elif system:
         view.insert(0, ModelRequest(parts=system))
     return view
+
+
+def _without_engine_parts(message: ModelMessage) -> ModelMessage:
+    """`message` without the parts a view added with the engine's own text (`ENGINE_PART`)."""
+    if not isinstance(message, ModelRequest) or not any(
+            isinstance(p, SystemPromptPart) and p.dynamic_ref == ENGINE_PART for p in message.parts):
+        return message
+    return replace(message, parts=[p for p in message.parts
+                                   if not (isinstance(p, SystemPromptPart) and p.dynamic_ref == ENGINE_PART)])
 
 
 def _system_parts(system: str, parts: list[SystemPromptPart]) -> list[SystemPromptPart]:
@@ -303,9 +317,9 @@ def _system_parts(system: str, parts: list[SystemPromptPart]) -> list[SystemProm
     at = system.find(own) if own else -1
     before, after = (system[:at], system[at + len(own):]) if at >= 0 else ("", "")
     if at < 0 or (before and not before.endswith("\n\n")) or (after and not after.startswith("\n\n")):
-        return [SystemPromptPart(system)] if system else []
-    return [*([SystemPromptPart(before[:-2])] if before else []), *parts,
-            *([SystemPromptPart(after[2:])] if after else [])]
+        return [SystemPromptPart(system, dynamic_ref=ENGINE_PART)] if system else []
+    return [*([SystemPromptPart(before[:-2], dynamic_ref=ENGINE_PART)] if before else []), *parts,
+            *([SystemPromptPart(after[2:], dynamic_ref=ENGINE_PART)] if after else [])]
 
 
 @dataclass
