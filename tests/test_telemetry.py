@@ -144,6 +144,30 @@ def test_every_stage_event_is_in_exactly_one_run_of_that_stage(preset: str, roun
             assert (id(event) in held) == in_stage, event
         engine.append(Message("assistant", (Text(f"answer {turn}"),)))
 
+def test_a_repair_that_fits_again_is_listed_before_the_fit_it_ran(provider: TracerProvider,
+                                                                     exporter: InMemorySpanExporter) -> None:
+    """Unanswered calls get synthetic results, which push the request over: repair runs fit inside
+    its own run. The runs are in the order they started, so the repair span encloses that fit's."""
+    policy = policies.get("pi")
+    policy = policy.model_copy(update={"compaction": policy.compaction.model_copy(update={"enabled": False})})
+    engine = ContextEngine(model="gpt-4o", policy=policy, window=3_000, max_output=500)
+    engine.append(Message("user", (Text("go"),)))
+    for n in range(20):
+        engine.append(Message("assistant", tuple(ToolCall(f"c{n}_{k}", "bash", {"command": "x" * 200})
+                                                 for k in range(3))))
+        engine.append(Message("tool", (ToolResult(f"c{n}_0", (Text("out " * 100),)),)))
+    engine.append(Message("user", (Text("next"),)))
+    telemetry.instrument(engine, provider)
+    prepared = engine.prepare()
+    assert [run.stage for run in prepared.stages] == ["fit", "repair", "fit"]
+    assert [run.started_ns for run in prepared.stages] == sorted(run.started_ns for run in prepared.stages)
+    _, repair, inner = prepared.stages
+    assert repair.started_ns <= inner.started_ns <= inner.ended_ns <= repair.ended_ns
+    [root] = by_name(exporter.get_finished_spans(), a.PREPARE)
+    assert [s.name for s in children(exporter.get_finished_spans(), root)] == [
+        "ctxwin.fit", "ctxwin.repair", "ctxwin.fit"]
+
+
 def test_observers_see_every_call_and_one_that_raises_never_breaks_prepare() -> None:
     seen: list[Observation] = []
 
