@@ -524,6 +524,26 @@ def test_bad_configuration_is_a_clear_error(world: World, tmp_path: Path) -> Non
         Toolset(McpConfig(roots=(world.root,), session=tmp_path))
 
 
+def test_a_failure_of_the_server_is_logged_and_a_clients_mistake_is_not(tmp_path: Path,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """An embeddings endpoint that is down (a real closed port on 127.0.0.1) is the operator's to fix:
+    logged on the server; a bad argument is only the client's error result."""
+    (tmp_path / "mem" / "memory").mkdir(parents=True)
+    toolset = Toolset(McpConfig(roots=(tmp_path,), memory=tmp_path / "mem",
+                                embedder=f"openai:http://127.0.0.1:{free_port()}/v1#m"))
+    try:
+        with caplog.at_level("WARNING", logger="ctxwin.mcp"):
+            down = toolset.call("memory_search", {"query": "release"})
+            assert down.is_error and "embeddings endpoint" in down.text
+            assert [r.getMessage() for r in caplog.records] == [
+                f"tool memory_search failed: EmbedderError: {down.text.splitlines()[0]}"]
+            caplog.clear()
+            assert toolset.call("memory_get", {"path": "../x.md"}).is_error
+            assert caplog.records == []
+    finally:
+        toolset.close()
+
+
 def test_without_a_blob_store_or_shell_those_tools_are_not_offered(world: World) -> None:
     served = Toolset(McpConfig(roots=(world.root,))).names()
     assert served == ["read", "grep", "find", "ls", "query_json"]
