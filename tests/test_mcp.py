@@ -51,7 +51,11 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 TOKEN = "test-token-4f1c"
 SECRET = "OUTSIDE-THE-MEMORY-FOLDER-7Q"
 WORKSPACE_TOOLS = ["read", "grep", "find", "ls", "shell", "read_spilled", "grep_spilled", "query_json"]
-MEMORY_TOOLS = ["memory_search", "memory_get", "memory", "conversation_search"]
+MEMORY_TOOLS = ["memory_search", "memory_get", "memory", "conversation_search", "semantic_search_files"]
+# Secrets in the root that the deny list names (suffixless, so only the list keeps them out of the
+# file index), each with a token only it holds.
+SECRETS = {"id_rsa": "SECRET-idrsa-6124", "credentials": "SECRET-credentials-8830",
+           "src/credentials.json": "SECRET-credjson-2207", "server.pem": "SECRET-pem-3391"}
 EXPECTED_TOOLS = [*WORKSPACE_TOOLS, "recall", *MEMORY_TOOLS]
 
 
@@ -104,6 +108,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     (root / "logo.bin").write_bytes(bytes(range(256)) * 8)
     (root / "dot.png").write_bytes(png_1x1())
     (root / ".env").write_text("API_KEY=do-not-serve\n")
+    for name, token in SECRETS.items():
+        (root / name).write_text(f"-----BEGIN KEY----- respond event handler {token}\n")
     store = base / "sessions"
     session = store / "s1"
     result_text = "".join(f"build step {n}: compiled module_{n}.o in {n % 13} ms\n" for n in range(1, 3001))
@@ -417,6 +423,17 @@ def test_conversation_search_sees_what_the_agent_logs_while_serving(client: Conn
     assert marker in text_of(client.call("recall", {"ref": f"entry:{entry.id}"}))
 
 
+def test_semantic_search_files_finds_the_roots_files_never_a_denied_one(client: Connected) -> None:
+    found = client.call("semantic_search_files", {"query": "respond event ValueError E4711"})
+    assert not found.is_error and found.meta is not None
+    assert found.meta[DETAILS_META]["results"][0]["path"] == "src/app.py" and "E4711" in text_of(found)
+    for token in SECRETS.values():  # the secrets share the query's words: only the deny list keeps them out
+        result = client.call("semantic_search_files", {"query": f"{token} respond event handler", "limit": 20})
+        assert not result.is_error and token not in result.model_dump_json()
+        paths = {r["path"] for r in result.meta[DETAILS_META]["results"]} if result.meta else set()
+        assert paths and not paths & set(SECRETS), paths
+
+
 # --------------------------------------------------------------------------------------------------
 # Refusals: tool errors with the library's message, never protocol errors
 
@@ -444,6 +461,8 @@ def test_conversation_search_sees_what_the_agent_logs_while_serving(client: Conn
     ("memory_get", {"path": "../secret.md"}, "outside the memory folder"),
     ("memory_get", {"path": "memory/../../secret.md"}, "outside the memory folder"),
     ("memory", {"command": "explode"}, "must be one of"),
+    ("semantic_search_files", {"query": "  "}, "the search query is empty"),
+    ("open_files", {"files": [{"file_name": "id_rsa"}]}, "Unknown tool 'open_files'"),
     ("no_such_tool", {}, "Unknown tool 'no_such_tool'"),
 ])
 def test_refusals_are_tool_errors(client: Connected, world: World, name: str, arguments: dict[str, Any],

@@ -16,6 +16,7 @@
     │   ├── MemoryPathError        a memory path outside the memory folder
     │   ├── MemoryEditError        a memory edit that cannot apply (no match, several)
     │   ├── TelemetryError         telemetry asked for but not available as configured
+    │   ├── ProxyRefusal           a request the proxy answers itself (bad JSON, too large, bad token)
     │   └── BlobNotTextError       a blob recalled as text that is not UTF-8 (its bytes are intact)
     ├── ContextBudgetError         no request can be made to fit (the system prompt alone is too large)
     ├── ContextOverflowError       the provider keeps rejecting the request as too long after recovery
@@ -249,6 +250,19 @@ class EmbedderError(CtxwinError):
 class TelemetryError(InputError):
     """Telemetry was asked for (`CTXWIN_OTEL=1`, an exporter named in `OTEL_TRACES_EXPORTER`) but cannot
     be set up as configured: the extra is not installed, or the exporter or protocol is unknown."""
+
+
+# --- proxy (the proxy application: requests it answers itself)
+
+
+class ProxyRefusal(InputError):
+    """A request the proxy answers itself instead of forwarding (malformed JSON, a body over the size
+    limit, a wrong or missing ctxwin token, an unknown endpoint, an upstream that is down or timed
+    out): `status` is the HTTP status the caller gets, in its own API's error shape."""
+
+    def __init__(self, status: int, message: str, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.status = status
 
 
 # --- engine: recall

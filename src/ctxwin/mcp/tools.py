@@ -5,12 +5,12 @@ Nothing here imports the MCP SDK; `server.py` puts this on the wire.
 - Workspace tools: what `default_registry().specs(workspace)` offers for the roots (`shell` only with
   `allow_shell`, `read_spilled` / `grep_spilled` only with a blob store).
 - `recall`, with a session or a blob store to look refs up in.
-- Memory tools (with a memory folder): memory_search, memory_get, memory; and conversation_search
-  with a session (its index is the memory folder's, or one kept in memory for the server's life).
+- Memory tools (with a memory folder): memory_search, memory_get, memory; semantic_search_files over
+  the first root's files, under the workspace's deny list (what grep and read refuse is never indexed,
+  so never found); and conversation_search with a session (its index is the memory folder's, or one
+  kept in memory for the server's life).
 - Not served: Letta's open_files / close_files (their working set is shown inside the agent's
-  context, which a server cannot write to) and semantic_search_files (it indexes the folder's files
-  without the workspace's deny list, so a suffixless `id_rsa` or `credentials` would be searchable;
-  grep serves the roots with that list applied).
+  context, which a server cannot write to).
 
 Calls never raise for what a client sent: unknown tools, bad arguments and refusals are error outputs
 carrying the library's message and hint.
@@ -34,7 +34,7 @@ from ctxwin.tools.workspace import Workspace
 from .recall import RecallSource, recall
 
 # Memory tools a server does not offer (see the module docstring).
-UNSERVED_MEMORY_TOOLS = frozenset({"open_files", "close_files", "semantic_search_files"})
+UNSERVED_MEMORY_TOOLS = frozenset({"open_files", "close_files"})
 # Sentences of library descriptions that are false for a server: it keeps no read state across calls
 # (a client compacts its context without telling the server, so a "still current" stub could point at
 # content its model no longer has).
@@ -45,7 +45,7 @@ STATELESS_DROPS: Mapping[str, str] = {
 LOG = logging.getLogger("ctxwin.mcp")
 READ_ONLY_TOOLS = frozenset({
     "read", "grep", "find", "ls", "read_spilled", "grep_spilled", "query_json", "recall", "memory_search",
-    "memory_get", "conversation_search",
+    "memory_get", "conversation_search", "semantic_search_files",
 })
 
 
@@ -111,7 +111,7 @@ class Toolset:
         self._memory_lock = threading.Lock()  # the index and its SQLite connection serve one call at a time
         self._session = session
         if config.memory is not None or session is not None:
-            self._memory = _memory_tools(config, session)
+            self._memory = _memory_tools(config, session, self.workspace)
         self._tools = self._list()
 
     def _list(self) -> list[ServedTool]:
@@ -186,10 +186,13 @@ def _checked_session(path: Path | None) -> Path | None:
     return path
 
 
-def _memory_tools(config: McpConfig, session: Path | None) -> Any:
+def _memory_tools(config: McpConfig, session: Path | None, roots: Workspace) -> Any:
     """The library's MemoryTools over the memory folder's index; with a session but no memory folder,
-    over an index in memory of the sessions alone (only conversation_search is then served)."""
+    over an index in memory of the sessions alone (only conversation_search is then served).
+    semantic_search_files indexes the first root (where relative paths resolve, so the paths it
+    returns are the ones read takes) under the roots' own deny list and hard-link rule."""
     from ctxwin.memory import MemoryIndex, embedder_from_spec, open_workspace_index
+    from ctxwin.memory.files import FileScope
     from ctxwin.memory.tools import MemoryTools
     from ctxwin.store.session import Session
 
@@ -204,4 +207,5 @@ def _memory_tools(config: McpConfig, session: Path | None) -> Any:
     else:
         assert session is not None
         index, workspace = MemoryIndex.open(":memory:", embedder), session  # the workspace is never read
-    return MemoryTools(workspace, index, session=session_id, sessions_root=config.sessions_root)
+    files = FileScope(Path(roots.roots[0]), roots.deny, roots.allow_hard_links)
+    return MemoryTools(workspace, index, session=session_id, sessions_root=config.sessions_root, files=files)
