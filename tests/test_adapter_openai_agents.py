@@ -2,14 +2,17 @@
 `CtxwinInputFilter` (RunConfig.call_model_input_filter) and `CtxwinModel` (overflow recovery).
 
 The model is the SDK's own `ScriptedModel`, whose responder plays a provider: it counts every request
-it receives with ctxwin's counter and refuses one over its window with the error OpenAI's API gives
-(`openai.BadRequestError`, code `context_length_exceeded`)."""
+it receives with ctxwin's counter, the whole body the SDK's Responses model would send for it
+(instructions, input, tools, handoffs, output schema, every other field), and refuses one over its
+window with the error OpenAI's API gives (`openai.BadRequestError`, code `context_length_exceeded`)."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
 import json
+import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -18,13 +21,16 @@ import httpx
 import openai
 import pytest
 from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
+from agents.mcp import MCPServerStdio
 from agents.memory.session import Session as SessionProtocol
 from agents.memory.session_settings import SessionSettings
+from agents.models.openai_responses import OpenAIResponsesModel
 from agents.run_config import CallModelData, ModelInputData
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.usage import Usage
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel, Field
 
 from ctxwin import ContextEngine
 from ctxwin.adapters.openai_agents import (
@@ -60,27 +66,45 @@ def overflow_error(tokens: int, window: int) -> openai.BadRequestError:
                                   response=httpx.Response(400, request=request, json=body), body=body["error"])
 
 
+RESPONSES = OpenAIResponsesModel("gpt-4.1", openai.AsyncOpenAI(api_key="unused", base_url="http://127.0.0.1:9/v1"))
+"""Builds the body the SDK would POST to /v1/responses for a call (nothing is sent)."""
+NOT_SENT = frozenset({"input", "instructions", "extra_headers", "extra_query", "extra_body"})
+
+
+def request_body(call: Any) -> dict[str, Any]:
+    """What the Responses API would receive for `call`: the SDK's own request, fields it omits left out."""
+    body = RESPONSES._build_response_create_kwargs(
+        call.system_instructions, call.input, call.model_settings, call.tools, call.output_schema, call.handoffs,
+        call.previous_response_id, call.conversation_id, call.streamed, call.prompt)
+    return {k: v for k, v in body.items() if not isinstance(v, openai.Omit) and v is not None and v != []}
+
+
 def request_tokens(call: Any) -> int:
-    """A request as the provider counts it: instructions, every input item, the tool schemas."""
-    tools = [{"name": t.name, "description": t.description, "parameters": t.params_json_schema} for t in call.tools]
-    return (COUNTER.count_text(call.system_instructions or "")
-            + sum(COUNTER.count_message(m) for m in from_openai_responses(call.input))
-            + COUNTER.count_text(json.dumps(tools, sort_keys=True)))
+    """A request as the provider counts it: the instructions, every input item, and everything else
+    in the body (tools, handoffs, output schema, settings) as the JSON it is sent as."""
+    body = request_body(call)
+    rest = {k: v for k, v in body.items() if k not in NOT_SENT}
+    return (COUNTER.count_text(body.get("instructions") or "")
+            + sum(COUNTER.count_message(m) for m in from_openai_responses(body["input"]))
+            + COUNTER.count_text(json.dumps(rest, sort_keys=True, default=str)))
 
 
 class Provider:
     """Plays the model over a script of outputs: each accepted call takes the next output; a call over
     `window` is refused (and recorded) without taking one. Usage reported like the Responses API."""
 
-    def __init__(self, plan: list[list[Any]], window: int = WINDOW) -> None:
+    def __init__(self, plan: list[list[Any]], window: int = WINDOW, watch: Any = None) -> None:
         self.plan = list(plan)
         self.window = window
+        self.watch = watch  # called with each request's count before it is answered or refused
         self.accepted: list[int] = []
         self.refused: list[int] = []
         self.model = ScriptedModel([ModelStep.respond(self.respond) for _ in range(3 * len(plan) + 10)])
 
     def respond(self, call: Any) -> ModelStep:
         tokens = request_tokens(call)
+        if self.watch is not None:
+            self.watch(tokens)
         if tokens > self.window:
             self.refused.append(tokens)
             raise overflow_error(tokens, self.window)
@@ -280,6 +304,75 @@ def test_instructions_are_kept_and_counted(tmp_path: Path) -> None:
     prepared = session.input_filter.last
     assert prepared is not None
     assert prepared.tokens >= COUNTER.count_text("Answer in French. " * 200)
+
+
+SPECIALISTS = [Agent(name=f"specialist_{n}", instructions="Handle it.",
+                     handoff_description=f"Handles billing disputes, refunds, chargebacks and invoices for "
+                                         f"enterprise customers in region {n}. " * 5) for n in range(10)]
+"""Ten handoffs: about 1,400 tokens of function tools the SDK sends with every request of their triage agent."""
+
+
+def test_handoffs_are_counted_against_the_budget(tmp_path: Path) -> None:
+    """An agent with handoffs: the SDK sends them as function tools with every request, so the engine
+    must count them. Its count of each request is the provider's (the whole body), within the few
+    tokens of the body's settings; a provider whose window is the engine's budget refuses nothing."""
+    session = open_session(tmp_path / "s")
+    budget = session.engine.prepare().budget
+    counted: list[tuple[int, int]] = []  # (the provider's count, the engine's) per request
+
+    def watch(tokens: int) -> None:
+        assert session.input_filter.last is not None
+        counted.append((tokens, session.input_filter.last.tokens))
+
+    provider = Provider(conversation_plan(), window=budget, watch=watch)
+    agent = Agent(name="triage", instructions="You read files and report what they define.",
+                  model=session.wrap(provider.model), tools=[read_file], handoffs=SPECIALISTS)
+    config = RunConfig(call_model_input_filter=session.input_filter, **NO_TRACING)
+    for _, prompt, _, _ in RUNS:
+        Runner.run_sync(agent, prompt, session=session, run_config=config, max_turns=40)
+    assert len(provider.model.calls[0].handoffs) == 10
+    assert provider.refused == []
+    assert counted and all(abs(provider - engine) <= 25 for provider, engine in counted), counted
+
+
+class Report(BaseModel):
+    """What the agent found."""
+
+    summary: str = Field(description="One paragraph on what the files define, naming each handler. " * 10)
+    files: list[str] = Field(description="Every path read, in the order read, as given to read_file. " * 10)
+
+
+def test_the_output_schema_and_mcp_servers_tools_are_counted(tmp_path: Path) -> None:
+    """What only the run knows: an MCP server's tools (here ctxwin's own server, over stdio) are
+    listed when the run starts, and the output schema goes as `text.format`. CtxwinModel counts the
+    request it is handed and the engine's count is the provider's."""
+    (tmp_path / "root").mkdir()
+    session = open_session(tmp_path / "s")
+    counted: list[tuple[int, int]] = []
+
+    def watch(tokens: int) -> None:
+        assert session.input_filter.last is not None
+        counted.append((tokens, session.input_filter.last.tokens))
+
+    answer = Report(summary="r0 defines handlers", files=["r0/f0.py"]).model_dump_json()
+    provider = Provider([*tool_plan(0, 2)[:-1], [assistant_message(answer, item_id="m")]], watch=watch)
+    server = MCPServerStdio({"command": sys.executable, "args": ["-m", "ctxwin.cli.main", "mcp", "--root",
+                                                                 str(tmp_path / "root")],
+                             "env": {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}},
+                            client_session_timeout_seconds=30)
+
+    async def go() -> Any:
+        async with server:
+            agent = Agent(name="a", instructions="Read, then report.", model=session.wrap(provider.model),
+                          tools=[read_file], mcp_servers=[server], output_type=Report)
+            return await Runner.run(agent, "Read r0.", session=session, max_turns=10,
+                                    run_config=RunConfig(call_model_input_filter=session.input_filter, **NO_TRACING))
+
+    result = asyncio.run(go())
+    assert result.final_output == Report.model_validate_json(answer)
+    call = provider.model.calls[0]
+    assert {t.name for t in call.tools} >= {"read_file", "read", "grep"} and call.output_schema is not None
+    assert len(counted) == 2 and all(abs(p - e) <= 25 for p, e in counted), counted
 
 
 # -- the Session protocol ---------------------------------------------------------------------------

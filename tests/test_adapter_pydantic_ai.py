@@ -35,7 +35,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-from ctxwin import ContextEngine, Session
+from ctxwin import ContextEngine, Session, policies
 from ctxwin.adapters.pydantic_ai import CtxwinCapability, CtxwinHistory, from_messages, to_messages
 from ctxwin.errors import ContextOverflowError, InputError
 from ctxwin.messages import Message, validate
@@ -55,10 +55,19 @@ def overflow_error(tokens: int, window: int) -> ModelHTTPError:
                                        body=body, provider_error_code="context_length_exceeded")
 
 
+def system_text(messages: list[ModelMessage]) -> str:
+    """The system prompt the model receives: every system prompt part, in order."""
+    return "\n\n".join(p.content for m in messages if isinstance(m, ModelRequest) for p in m.parts
+                        if isinstance(p, SystemPromptPart) and p.content)
+
+
 def request_tokens(messages: list[ModelMessage], info: AgentInfo) -> int:
+    """A request as a provider counts it: the system prompt parts, the instructions, every other
+    message, and the definitions of the function tools and the output tools."""
     tools = [{"name": t.name, "description": t.description, "parameters": t.parameters_json_schema}
-             for t in info.function_tools]
-    return (COUNTER.count_text(info.instructions or "") + sum(COUNTER.count_message(m) for m in to_messages(messages))
+             for t in [*info.function_tools, *info.output_tools]]
+    return (COUNTER.count_text(system_text(messages)) + COUNTER.count_text(info.instructions or "")
+            + sum(COUNTER.count_message(m) for m in to_messages(messages) if m.role != "system")
             + COUNTER.count_text(json.dumps(tools, sort_keys=True)))
 
 
@@ -258,6 +267,72 @@ def test_capability_recovery_is_bounded(tmp_path: Path) -> None:
 
     with pytest.raises(RuntimeError, match="connection reset"):
         make_agent(FunctionModel(broken), [CtxwinCapability(engine)]).run_sync("hi")
+
+
+ENGINE_SYSTEM = "ENGINE-SYSTEM: answer in the house style, cite paths."
+AGENTS_MD = "AGENTS-MD: run the tests with make check before you answer."
+
+
+@pytest.mark.parametrize("form", ["processor", "processor_capability", "capability"])
+@pytest.mark.parametrize("agent_system", [None, "AGENT-SYSTEM: be brief."])
+def test_the_engines_own_system_prompt_reaches_the_model(tmp_path: Path, form: str, agent_system: str | None) -> None:
+    """The engine's `system=` and the workspace files bootstrap loads (AGENTS.md) are part of its
+    system prompt: every request the model gets carries them, before the agent's own system prompt,
+    and the engine counts what the model gets."""
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "AGENTS.md").write_text(AGENTS_MD)
+    policy = policies.get("ctxwin")
+    policy = policy.model_copy(update={"bootstrap": policy.bootstrap.model_copy(update={"enabled": True})})
+    engine = ContextEngine(Session.open(tmp_path / "s", durability="batch"), window=WINDOW, max_output=MAX_OUTPUT,
+                           policy=policy, system=ENGINE_SYSTEM, workspace=tmp_path / "ws")
+    processor = CtxwinHistory(engine)
+    plugged = {"processor": lambda: ProcessHistory(processor.with_context),
+               "processor_capability": processor.capability, "capability": lambda: CtxwinCapability(engine)}[form]()
+    seen: list[tuple[int, int, str]] = []  # (the provider's count, the engine's, the engine's system prompt)
+    provider = Provider([[ToolCallPart("read_file", {"path": "a.py"}, tool_call_id="c1")], [TextPart("done")]],
+                        watch=lambda: seen.append((provider.accepted[-1], last().tokens, last().system)))
+
+    def last() -> Any:
+        prepared = plugged.last if isinstance(plugged, CtxwinCapability) else processor.last
+        assert prepared is not None
+        return prepared
+
+    agent: Agent[None, str] = Agent(provider.model, instructions=INSTRUCTIONS, capabilities=[plugged],
+                                    **({"system_prompt": agent_system} if agent_system else {}))
+
+    @agent.tool_plain
+    def read_file(path: str) -> str:
+        """Read a file of the workspace."""
+        return result_text(path)
+
+    assert agent.run_sync("Read a.py.").output == "done"
+    assert len(provider.requests) == len(seen) == 2
+    for request, (provider_tokens, engine_tokens, engine_system) in zip(provider.requests, seen, strict=True):
+        sent = system_text(request)
+        assert ENGINE_SYSTEM in sent and AGENTS_MD in sent
+        assert sent == engine_system  # what the engine counted is what the model got
+        assert abs(provider_tokens - engine_tokens) <= 5
+        if agent_system:  # the agent's own part as it was
+            assert [p for m in request if isinstance(m, ModelRequest) for p in m.parts
+                    if isinstance(p, SystemPromptPart) and p.content == agent_system]
+
+
+def test_a_processors_view_handed_back_does_not_double_the_engines_system_prompt(tmp_path: Path) -> None:
+    """A history processor's view (with the engine's system text in it) becomes the run's history; a
+    new processor (after a restart) handed that history takes only the agent's part as the
+    conversation's, so the model gets the engine's text once."""
+    engine = ContextEngine(Session.open(tmp_path / "s", durability="batch"), window=WINDOW, max_output=MAX_OUTPUT,
+                           system=ENGINE_SYSTEM)
+    provider = Provider([[TextPart("one")], [TextPart("two")]])
+
+    def agent() -> Agent[None, str]:
+        return Agent(provider.model, instructions=INSTRUCTIONS, system_prompt="AGENT-SYSTEM",
+                     capabilities=[ProcessHistory(CtxwinHistory(engine).with_context)])
+
+    history = agent().run_sync("first").all_messages()
+    agent().run_sync("second", message_history=history)
+    assert [system_text(r) for r in provider.requests] == [f"{ENGINE_SYSTEM}\n\nAGENT-SYSTEM"] * 2
+    assert engine.system_prompt == f"{ENGINE_SYSTEM}\n\nAGENT-SYSTEM"
 
 
 # -- one conversion ---------------------------------------------------------------------------------

@@ -277,3 +277,19 @@ def test_recall_refuses_negative_offsets() -> None:
     assert engine.recall(f"entry:{entry}", offset=2, limit=2) == "cd"
     with pytest.raises(InputError):
         engine.recall(f"entry:{entry}", offset=-2)
+
+
+def test_recall_of_a_blob_that_is_not_utf8_is_a_typed_error_and_its_bytes_stay(tmp_path) -> None:
+    from ctxwin.errors import BlobNotTextError
+
+    blobs = FileBlobStore(tmp_path / "blobs")
+    engine = ContextEngine(MemorySessionLog(blobs=blobs), model="gpt-4o", policy="raw")
+    latin1 = ("caf\xe9 latin-1 log line\n" * 50).encode("latin-1")
+    handle = blobs.put(latin1).handle
+    with pytest.raises(BlobNotTextError, match="not UTF-8 text") as raised:
+        engine.recall(handle)
+    assert "read_spilled" in (raised.value.hint or "") and "at 3" in raised.value.message
+    assert blobs.get(handle) == latin1  # nothing lost: the exact bytes are still there
+    text = "tabs\tand émoji 🚀 and a lone surrogate \ud800 survive"
+    surrogate = blobs.put(text.encode("utf-8", "surrogatepass")).handle
+    assert engine.recall(surrogate) == text

@@ -39,7 +39,7 @@ from mcp.types import CallToolResult
 
 from ctxwin.errors import InputError
 from ctxwin.mcp import McpConfig, Toolset, check_exposure, is_loopback, parse_address
-from ctxwin.mcp.recall import _cut, recall
+from ctxwin.mcp.recall import recall
 from ctxwin.mcp.server import DETAILS_META
 from ctxwin.mcp.tools import STATELESS_DROPS
 from ctxwin.memory.tools import SPECS as MEMORY_SPECS
@@ -49,6 +49,7 @@ from ctxwin.tools import TOOLS, Workspace, run_tool
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 TOKEN = "test-token-4f1c"
+SECRET = "OUTSIDE-THE-MEMORY-FOLDER-7Q"
 WORKSPACE_TOOLS = ["read", "grep", "find", "ls", "shell", "read_spilled", "grep_spilled", "query_json"]
 MEMORY_TOOLS = ["memory_search", "memory_get", "memory", "conversation_search", "semantic_search_files"]
 # Secrets in the root that the deny list names (suffixless, so only the list keeps them out of the
@@ -124,6 +125,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     json_blob = blobs.put(json.dumps({"rows": [{"k": n, "v": n * n} for n in range(100)]}).encode()).handle
     memory = base / "mem"
     (memory / "memory").mkdir(parents=True)
+    (base / "secret.md").write_text(f"{SECRET}\n")  # next to the memory folder: what `..` would reach
     (memory / "MEMORY.md").write_text("# Memory\n\nThe staging database listens on port 5433.\n"
                                       "The user prefers tabs over spaces.\n")
     (memory / "memory" / "2026-01-05.md").write_text("Decided to pin numpy below 3 for the release.\n")
@@ -303,13 +305,28 @@ def test_read_attaches_an_image_as_image_content(client: Connected) -> None:
     assert image.type == "image" and image.mime_type == "image/png" and base64.b64decode(image.data) == png_1x1()
 
 
-def test_a_slow_call_does_not_hold_up_the_others(client: Connected) -> None:
-    """Tools run in worker threads: a read answers while a shell command is still running."""
-    started = time.monotonic()
-    slow = client.portal.start_task_soon(client.client.call_tool, "shell", {"command": "sleep 1.5; echo slept"})
+def test_a_slow_call_does_not_hold_up_the_others(client: Connected, tmp_path: Path) -> None:
+    """Tools run in worker threads: a read answers while a shell command is still running. The shell
+    command waits on a FIFO that only the test writes to, so it cannot finish first however slow the
+    machine is (no clock is involved)."""
+    fifo = tmp_path / "gate"
+    os.mkfifo(fifo)
+    slow = client.portal.start_task_soon(client.client.call_tool, "shell", {"command": f"cat '{fifo}'; echo slept"})
     quick = client.call("ls", {"path": "src"})
-    assert not quick.is_error and time.monotonic() - started < 1.2
-    assert "slept" in text_of(slow.result(timeout=30))
+    assert not quick.is_error and not slow.done()
+    # Let it finish: open the FIFO once its reader has (a safety deadline only, never a measure).
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            gate = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError:  # ENXIO: cat has not opened it yet
+            if slow.done() or time.monotonic() > deadline:
+                pytest.fail(f"the shell command did not wait on the FIFO: {slow.result() if slow.done() else ''}")
+            time.sleep(0.02)
+    os.write(gate, b"go\n")
+    os.close(gate)
+    assert "slept" in text_of(slow.result(timeout=60))
 
 
 def test_shell_spills_into_the_blob_store_and_read_spilled_pages_it(client: Connected) -> None:
@@ -370,7 +387,9 @@ def test_recall_returns_a_logged_result_exactly_page_by_page(client: Connected, 
 
 @given(st.text(), st.integers(min_value=0, max_value=64))
 def test_a_recall_page_is_the_longest_whole_character_prefix_within_the_cap(text: str, max_bytes: int) -> None:
-    cut = _cut(text, max_bytes)
+    from ctxwin.tools.truncate import head_bytes
+
+    cut = head_bytes(text, max_bytes)
     assert text.startswith(cut) and len(cut.encode("utf-8", "surrogatepass")) <= max_bytes
     assert cut == text or len(text[: len(cut) + 1].encode("utf-8", "surrogatepass")) > max_bytes
 
@@ -425,20 +444,22 @@ def test_semantic_search_files_finds_the_roots_files_never_a_denied_one(client: 
     ("read", {"path": ".env"}, "deny pattern"),
     ("read", {"path": "logo.bin"}, "is a binary file"),
     ("read", {"path": "big.log"}, "over the 256.0KB limit"),
-    ("read", {"path": "missing.txt"}, ""),
+    ("read", {"path": "missing.txt"}, "missing.txt does not exist"),
     ("read", {"path": "big.log", "offset": 0}, "must be at least 1"),
     ("read", {"path": 7}, "path must be a string"),
     ("read", {"path": "big.log", "bogus": True}, "read has no argument bogus"),
     ("read", {}, "read needs path"),
-    ("grep", {"pattern": "(unclosed"}, ""),
-    ("ls", {"path": "big.log"}, ""),
+    ("grep", {"pattern": "(unclosed"}, "regex parse error"),
+    ("ls", {"path": "big.log"}, "big.log is not a directory"),
     ("read_spilled", {"handle": "blob:000000000000"}, "no blob"),
     ("read_spilled", {"handle": "blob:0"}, "not a blob handle"),
-    ("query_json", {"handle": "data.json", "expr": ".items[] | ]["}, ""),
+    ("query_json", {"handle": "data.json", "expr": ".items[] | ]["}, "syntax error"),
     ("recall", {"ref": "entry:nope"}, "no such entry"),
     ("recall", {"ref": "something"}, "not a recall reference"),
-    ("memory", {"command": "view", "path": "/memories/../../etc"}, ""),
-    ("memory_get", {"path": "../secret.md"}, ""),
+    ("memory", {"command": "view", "path": "/memories/../../etc"}, "outside the memory folder"),
+    ("memory", {"command": "view", "path": "/memories/../secret.md"}, "outside the memory folder"),
+    ("memory_get", {"path": "../secret.md"}, "outside the memory folder"),
+    ("memory_get", {"path": "memory/../../secret.md"}, "outside the memory folder"),
     ("memory", {"command": "explode"}, "must be one of"),
     ("semantic_search_files", {"query": "  "}, "the search query is empty"),
     ("open_files", {"files": [{"file_name": "id_rsa"}]}, "Unknown tool 'open_files'"),
@@ -449,7 +470,8 @@ def test_refusals_are_tool_errors(client: Connected, world: World, name: str, ar
     result = client.call(name, arguments)  # an MCPError (protocol error) would raise here
     assert result.is_error, text_of(result)
     text = text_of(result)
-    assert says in text and text.strip() and "Traceback" not in text
+    assert says and says in text and "Traceback" not in text
+    assert SECRET not in text
     if name in TOOLS:  # the library's own message, word for word
         assert text == run_tool(name, arguments, world.workspace()).text
 
@@ -485,6 +507,16 @@ def test_a_non_loopback_address_needs_a_token(world: World) -> None:
     assert done.returncode == 2 and "needs a token" in done.stderr and "CTXWIN_MCP_TOKEN" in done.stderr
 
 
+def test_a_busy_port_is_a_clear_error_and_announces_nothing(world: World) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = cli("mcp", "--root", str(world.root), "--http", f"127.0.0.1:{port}")
+    assert done.returncode == 2 and f"cannot serve on 127.0.0.1:{port}" in done.stderr
+    assert "tools on http" not in done.stderr  # the banner comes only once the port is bound
+
+
 @pytest.mark.parametrize(("text", "address"), [
     ("127.0.0.1:8765", ("127.0.0.1", 8765)), ("8765", ("127.0.0.1", 8765)), (":8765", ("127.0.0.1", 8765)),
     ("[::1]:9000", ("::1", 9000)), ("localhost:80", ("localhost", 80)),
@@ -509,6 +541,26 @@ def test_bad_configuration_is_a_clear_error(world: World, tmp_path: Path) -> Non
         Toolset(McpConfig(roots=(tmp_path / "missing",)))
     with pytest.raises(InputError, match="no stored session"):
         Toolset(McpConfig(roots=(world.root,), session=tmp_path))
+
+
+def test_a_failure_of_the_server_is_logged_and_a_clients_mistake_is_not(tmp_path: Path,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """An embeddings endpoint that is down (a real closed port on 127.0.0.1) is the operator's to fix:
+    logged on the server; a bad argument is only the client's error result."""
+    (tmp_path / "mem" / "memory").mkdir(parents=True)
+    toolset = Toolset(McpConfig(roots=(tmp_path,), memory=tmp_path / "mem",
+                                embedder=f"openai:http://127.0.0.1:{free_port()}/v1#m"))
+    try:
+        with caplog.at_level("WARNING", logger="ctxwin.mcp"):
+            down = toolset.call("memory_search", {"query": "release"})
+            assert down.is_error and "embeddings endpoint" in down.text
+            assert [r.getMessage() for r in caplog.records] == [
+                f"tool memory_search failed: EmbedderError: {down.text.splitlines()[0]}"]
+            caplog.clear()
+            assert toolset.call("memory_get", {"path": "../x.md"}).is_error
+            assert caplog.records == []
+    finally:
+        toolset.close()
 
 
 def test_without_a_blob_store_or_shell_those_tools_are_not_offered(world: World) -> None:

@@ -144,6 +144,30 @@ def test_every_stage_event_is_in_exactly_one_run_of_that_stage(preset: str, roun
             assert (id(event) in held) == in_stage, event
         engine.append(Message("assistant", (Text(f"answer {turn}"),)))
 
+def test_a_repair_that_fits_again_is_listed_before_the_fit_it_ran(provider: TracerProvider,
+                                                                     exporter: InMemorySpanExporter) -> None:
+    """Unanswered calls get synthetic results, which push the request over: repair runs fit inside
+    its own run. The runs are in the order they started, so the repair span encloses that fit's."""
+    policy = policies.get("pi")
+    policy = policy.model_copy(update={"compaction": policy.compaction.model_copy(update={"enabled": False})})
+    engine = ContextEngine(model="gpt-4o", policy=policy, window=3_000, max_output=500)
+    engine.append(Message("user", (Text("go"),)))
+    for n in range(20):
+        engine.append(Message("assistant", tuple(ToolCall(f"c{n}_{k}", "bash", {"command": "x" * 200})
+                                                 for k in range(3))))
+        engine.append(Message("tool", (ToolResult(f"c{n}_0", (Text("out " * 100),)),)))
+    engine.append(Message("user", (Text("next"),)))
+    telemetry.instrument(engine, provider)
+    prepared = engine.prepare()
+    assert [run.stage for run in prepared.stages] == ["fit", "repair", "fit"]
+    assert [run.started_ns for run in prepared.stages] == sorted(run.started_ns for run in prepared.stages)
+    _, repair, inner = prepared.stages
+    assert repair.started_ns <= inner.started_ns <= inner.ended_ns <= repair.ended_ns
+    [root] = by_name(exporter.get_finished_spans(), a.PREPARE)
+    assert [s.name for s in children(exporter.get_finished_spans(), root)] == [
+        "ctxwin.fit", "ctxwin.repair", "ctxwin.fit"]
+
+
 def test_observers_see_every_call_and_one_that_raises_never_breaks_prepare() -> None:
     seen: list[Observation] = []
 
@@ -164,6 +188,33 @@ def test_observers_see_every_call_and_one_that_raises_never_breaks_prepare() -> 
     assert len(failed) == 1 and "RuntimeError: exporter down" in failed[0].reason
     assert not [e for e in engine.prepare().events if e.action == "observer_failed"]
     assert len(seen) == 3  # the observer after the broken one was still told every time
+
+
+def test_an_observer_failing_with_a_new_message_each_time_is_reported_once() -> None:
+    """The message names the request, so it differs every time: still one report, and the engine
+    remembers one failure, not one per request."""
+    engine = ContextEngine(window=50_000, max_output=1_000)
+    calls = [0]
+
+    def failing(observation: Observation) -> None:
+        calls[0] += 1
+        raise ValueError(f"request {calls[0]} failed")
+
+    engine.observers.append(failing)
+    reported = []
+    for n in range(6):
+        engine.append(Message("user", (Text(f"hi {n}"),)))
+        reported.append(sum(e.action == "observer_failed" for e in engine.prepare().events))
+        engine.append(Message("assistant", (Text("ok"),)))
+    assert reported == [0, 1, 0, 0, 0, 0] and calls[0] == 6
+    assert len(engine._observer_failures) == 1
+
+    def other(observation: Observation) -> None:
+        raise KeyError("x")  # another kind of error is news
+
+    engine.observers.append(other)
+    engine.prepare()
+    assert [e.details["error"] for e in engine.prepare().events if e.action == "observer_failed"] == ["KeyError"]
 
 
 def test_observers_see_a_call_that_raised() -> None:
@@ -429,7 +480,7 @@ def test_agent_run_with_subagents_isolated_parallel_and_fork(tmp_path: Path, pro
                              config=AgentConfig(max_steps=10, max_tokens=1_000), extra_tools=[subagents.tool()],
                              on_event=events.append)
         subagents.attach(agent)
-        telemetry.instrument_agent(agent, provider, agent_name="main")
+        telemetry.instrument_agent(agent, provider, agent_name="main", capture_content=True)
         result = agent.run("Turn 1: delegate.")
     assert result.stop == "done"
     spans = exporter.get_finished_spans()
@@ -490,7 +541,7 @@ def test_nested_subagents_are_children_of_the_agent_that_spawned_them(tmp_path: 
         agent = create_agent(model, workspace=Workspace([root], model=MODEL), window=32_000, max_output=1_000,
                              config=AgentConfig(max_steps=10, max_tokens=1_000), extra_tools=[subagents.tool()])
         subagents.attach(agent)
-        telemetry.instrument_agent(agent, provider)
+        telemetry.instrument_agent(agent, provider, capture_content=True)  # the tasks name the spans here
         assert agent.run("Turn 1: go").stop == "done"
     spans = exporter.get_finished_spans()
     [run] = by_name(spans, a.AGENT_RUN)
@@ -533,6 +584,117 @@ def test_a_sink_that_fails_warns_once_and_the_run_goes_on(provider: TracerProvid
         sink(LoopEvent("user", 1, 0, {"text": "hi"}))
     sink(LoopEvent("done", 1, 1, {"text": "ok"}))
     assert [e.kind for e in got] == ["user", "done"]
+
+
+SECRETS = ("hunter2", "AKIA123SECRET", "sk-live-XYZ", "the-final-answer-42", "db-password-9")
+
+
+def content_run(sink: Any) -> None:
+    """A run whose user message, tool arguments, answer, error and sub-agent task hold secrets."""
+    sink(LoopEvent("user", 1, 0, {"text": "my password is hunter2, deploy with AKIA123SECRET"}))
+    sink(LoopEvent("model_call", 1, 1, {"tokens": 120, "budget": 1000, "messages": 1}))
+    sink(LoopEvent("tool_call", 1, 1, {"name": "shell", "call_id": "c1",
+                                       "arguments": {"command": "curl -H 'Authorization: Bearer sk-live-XYZ' x"}}))
+    sink(LoopEvent("tool_result", 1, 1, {"name": "shell", "call_id": "c1", "is_error": False, "chars": 12}))
+    sink(LoopEvent("subagent", 1, 1, {"action": "start", "context": "isolated", "agent": "default",
+                                      "session": "memory:child", "task": "rotate db-password-9"}))
+    sink(LoopEvent("subagent", 1, 1, {"action": "end", "context": "isolated", "session": "memory:child",
+                                      "stop": "done", "steps": 1}))
+    sink(LoopEvent("assistant", 1, 2, {"text": "the-final-answer-42", "tool_calls": [], "stop_reason": "end"}))
+    sink(LoopEvent("error", 1, 2, {"error": "upstream said hunter2 is wrong", "status": 500}))
+
+
+def exported_text(spans: tuple[ReadableSpan, ...]) -> str:
+    """Every attribute, event attribute and status of the spans, as text."""
+    parts: list[str] = []
+    for span in spans:
+        parts += [span.name, span.status.description or "", json.dumps(dict(span.attributes or {}), default=str)]
+        parts += [json.dumps([e.name, dict(e.attributes or {})], default=str) for e in span.events]
+    return "\n".join(parts)
+
+
+def test_content_is_not_exported_by_default(provider: TracerProvider, exporter: InMemorySpanExporter,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(telemetry.CAPTURE_CONTENT, raising=False)
+    content_run(telemetry.agent_event_sink(provider, session_id="s"))
+    spans = exporter.get_finished_spans()
+    text = exported_text(spans)
+    assert [s for s in SECRETS if s in text] == []
+    # what is kept: names, ids, counts and sizes
+    [run] = by_name(spans, a.AGENT_RUN)
+    events = {e.name: dict(e.attributes or {}) for e in run.events}
+    assert events["ctxwin.user"]["ctxwin.text_chars"] == len("my password is hunter2, deploy with AKIA123SECRET")
+    assert events["ctxwin.tool_call"]["ctxwin.name"] == "shell" and events["ctxwin.tool_call"]["ctxwin.call_id"] == "c1"
+    assert list(events["ctxwin.tool_call"]["ctxwin.argument_names"]) == ["command"]
+    assert events["ctxwin.tool_result"]["ctxwin.chars"] == 12
+    assert (run.attributes or {})["ctxwin.run.stop"] == "error" and run.status.status_code is StatusCode.ERROR
+    [sub] = by_name(spans, a.SUBAGENT)
+    assert (sub.attributes or {})["ctxwin.subagent.task_chars"] == len("rotate db-password-9")
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_content_is_exported_when_asked_for(provider: TracerProvider, exporter: InMemorySpanExporter,
+                                            monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    if how == "environment":
+        monkeypatch.setenv(telemetry.CAPTURE_CONTENT, "true")
+        sink = telemetry.agent_event_sink(provider, session_id="s")
+    else:
+        monkeypatch.delenv(telemetry.CAPTURE_CONTENT, raising=False)
+        sink = telemetry.agent_event_sink(provider, session_id="s", capture_content=True)
+    content_run(sink)
+    text = exported_text(exporter.get_finished_spans())
+    assert [s for s in SECRETS if s not in text] == []
+    assert telemetry.capture_content(None, {telemetry.CAPTURE_CONTENT: "SPAN_ONLY"})
+    assert not telemetry.capture_content(None, {telemetry.CAPTURE_CONTENT: "false"})
+    assert not telemetry.capture_content(False, {telemetry.CAPTURE_CONTENT: "true"})  # the argument wins
+
+
+def test_instrumenting_twice_does_not_double_the_spans(provider: TracerProvider,
+                                                       exporter: InMemorySpanExporter) -> None:
+    engine = busy_engine()
+    first = telemetry.instrument(engine, provider)
+    second = telemetry.instrument(engine, provider)
+    assert len(engine.observers) == 1 and second.observer is first.observer
+    engine.prepare()
+    assert len(by_name(exporter.get_finished_spans(), a.PREPARE)) == 1
+
+
+def test_an_instrumented_agent_reports_pipeline_events_once(tmp_path: Path, provider: TracerProvider,
+                                                            exporter: InMemorySpanExporter) -> None:
+    """Its engine's spans carry the pipeline events; the run span does not repeat them."""
+    root = make_workspace(tmp_path / "ws", files=1, lines=5)
+    with ScriptedFake(lambda api, messages: Turn(text="ok"), context_window=32_000, max_output=1_000) as fake:
+        model = HttpModel(client_for("anthropic", fake.anthropic_base_url, MODEL, api_key="k"))
+        agent = create_agent(model, workspace=Workspace([root], model=MODEL), window=32_000, max_output=1_000,
+                             config=AgentConfig(max_steps=3, max_tokens=1_000))
+        fill(agent.engine, 40)  # enough history for the first request to mask and compact
+        telemetry.instrument_agent(agent, provider)
+        assert agent.run("Summarize.").stop == "done"
+    spans = exporter.get_finished_spans()
+    [run] = by_name(spans, a.AGENT_RUN)
+    stage_events = [e.name for s in spans if s.name not in (a.AGENT_RUN, a.PREPARE) for e in s.events]
+    assert stage_events  # the pipeline acted
+    assert not [e.name for e in run.events if e.name in stage_events]
+    assert (run.attributes or {})["ctxwin.run.compactions"] >= 1  # still counted
+
+
+def test_ctxwin_otel_0_keeps_an_applications_global_provider_out(tmp_path: Path) -> None:
+    """The application's global provider is used (OpenTelemetry's contract with libraries) unless
+    CTXWIN_OTEL says no."""
+    code = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from ctxwin import telemetry
+from ctxwin.engine import ContextEngine
+import os
+trace.set_tracer_provider(TracerProvider())
+print(telemetry.instrument(ContextEngine(model="gpt-4o")).active)
+os.environ["CTXWIN_OTEL"] = "0"
+print(telemetry.instrument(ContextEngine(model="gpt-4o")).active)
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CTXWIN_OTEL", "OTEL_"))}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["True", "False"], out.stderr
 
 
 # ------------------------------------------------------------------------------------------------

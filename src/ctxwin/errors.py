@@ -16,7 +16,8 @@
     │   ├── MemoryPathError        a memory path outside the memory folder
     │   ├── MemoryEditError        a memory edit that cannot apply (no match, several)
     │   ├── TelemetryError         telemetry asked for but not available as configured
-    │   └── ProxyRefusal           a request the proxy answers itself (bad JSON, too large, bad token)
+    │   ├── ProxyRefusal           a request the proxy answers itself (bad JSON, too large, bad token)
+    │   └── BlobNotTextError       a blob recalled as text that is not UTF-8 (its bytes are intact)
     ├── ContextBudgetError         no request can be made to fit (the system prompt alone is too large)
     ├── ContextOverflowError       the provider keeps rejecting the request as too long after recovery
     ├── CompactionFailed           a compaction that did not happen; history is untouched
@@ -262,3 +263,11 @@ class ProxyRefusal(InputError):
     def __init__(self, status: int, message: str, hint: str | None = None) -> None:
         super().__init__(message, hint)
         self.status = status
+
+
+# --- engine: recall
+
+
+class BlobNotTextError(InputError):
+    """A blob asked for as text (`ContextEngine.recall`) whose bytes are not UTF-8; they stay intact
+    in the blob store."""

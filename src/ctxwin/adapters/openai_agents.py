@@ -7,10 +7,12 @@
   saying what happened, and the removed items stay in the log.
 - `CtxwinInputFilter`: a `RunConfig(call_model_input_filter=...)` that brings the engine up to date
   with the runner's input, runs `engine.prepare()` and returns the managed input (the agent's
-  instructions kept, and counted against the budget with the tool schemas).
-- `CtxwinModel`: wraps the agent's `Model`; an overflow error from the provider is recovered from
-  (`engine.recover`) and the smaller request retried, bounded; the provider's usage calibrates the
-  engine's counts.
+  instructions kept, and counted against the budget with everything else the request carries: the
+  tools, the handoffs, the output schema).
+- `CtxwinModel`: wraps the agent's `Model`. It counts what the runner really hands the model (MCP
+  servers' tools included, which the filter cannot see) and prepares again when that differs from
+  what the filter assumed; an overflow error from the provider is recovered from (`engine.recover`)
+  and the smaller request retried, bounded; the provider's usage calibrates the engine's counts.
 
 Typical use::
 
@@ -38,10 +40,15 @@ from pathlib import Path
 from typing import Any
 
 try:
+    from agents.agent_output import AgentOutputSchema, AgentOutputSchemaBase
+    from agents.handoffs import Handoff, handoff
     from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
     from agents.memory.session_settings import SessionSettings
-    from agents.models.interface import Model
+    from agents.model_settings import ModelSettings
+    from agents.models.interface import Model, ModelTracing
+    from agents.models.openai_responses import Converter
     from agents.run_config import CallModelData, ModelInputData
+    from agents.tool import Tool
 except ImportError as error:  # pragma: no cover - the extra is part of the dev install
     raise ImportError("ctxwin.adapters.openai_agents needs the OpenAI Agents SDK: "
                       "pip install 'ctxwin[openai-agents]'") from error
@@ -332,11 +339,47 @@ def _calls(branch: Sequence[tuple[str, Message]]) -> dict[str, str]:
 # -- before each model call -------------------------------------------------------------------------
 
 
+def request_extras(tools: Sequence[Any], handoffs: Sequence[Any], output_schema: AgentOutputSchemaBase | None
+                   ) -> dict[str, Any]:
+    """What a request carries besides its instructions and input, as the Responses API receives it
+    (the SDK's own `Converter`): every tool (function, hosted, MCP servers'), the handoffs (sent as
+    function tools) and the output schema (`text.format`)."""
+    try:
+        converted: list[Any] = list(Converter.convert_tools(list(tools), list(handoffs)).tools)
+    except Exception:  # a tool the converter lays out only with the request's model (a computer tool)
+        converted = [{"name": getattr(t, "name", type(t).__name__), "description": getattr(t, "description", ""),
+                      "parameters": getattr(t, "params_json_schema", None)} for t in tools] + [
+            {"name": h.tool_name, "description": h.tool_description, "parameters": h.input_json_schema}
+            for h in handoffs]
+    extras: dict[str, Any] = {"tools": converted} if converted else {}
+    text_format = Converter.get_response_format(output_schema)
+    if isinstance(text_format, Mapping):
+        extras["text"] = dict(text_format)
+    return extras
+
+
+def agent_extras(agent: Any) -> dict[str, Any]:
+    """`request_extras` as far as the agent itself says: its tools (MCP servers' tools are listed only
+    at run time, and tools a run disables still count), handoffs and output type."""
+    handoffs = [h if isinstance(h, Handoff) else handoff(h) for h in getattr(agent, "handoffs", None) or ()]
+    output_type = getattr(agent, "output_type", None)
+    schema = None if output_type is None or output_type is str else (
+        output_type if isinstance(output_type, AgentOutputSchemaBase) else AgentOutputSchema(output_type))
+    return request_extras(list(getattr(agent, "tools", None) or ()), handoffs, schema)
+
+
 class CtxwinInputFilter:
     """`RunConfig(call_model_input_filter=CtxwinInputFilter(engine))`: before each model call, the
     runner's input is matched into the engine's log and replaced by the prepared request. The
-    agent's instructions are kept (with any system text the engine adds after them) and, with the
-    agent's function tool schemas, counted against the budget. `last` is the last prepared request.
+    agent's instructions are kept (with any system text the engine adds after them) and, with what
+    else the request carries (`request_extras`), counted against the budget. `last` is the last
+    prepared request.
+
+    The filter sees the agent, not the request: what it counts is the agent's tools, handoffs and
+    output type, or what `CtxwinModel` found the last request of that agent to carry. With
+    `CtxwinModel` (`settle`) the count is checked against the request itself, MCP servers' tools
+    included, and the input prepared again when it was off; without it, tools only an MCP server
+    lists are not counted.
 
     Alone (with another session, or none) the filter logs what it is shown, so a run's last answer,
     which no model call follows, reaches the log with the next run's first call; with a
@@ -350,6 +393,9 @@ class CtxwinInputFilter:
         self.last: Prepared | None = None
         self._instructions: str | None = None
         self._history = _ItemHistory()
+        self._agent = ""
+        self._extras: dict[str, int] = {}  # agent name -> tokens of the extras its last request carried
+        self._sent: ModelInputData | None = None
 
     def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         model_data = data.model_data
@@ -357,8 +403,30 @@ class CtxwinInputFilter:
         items = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw)
         self.engine.sync(self._history.messages(items))
         self._instructions = model_data.instructions
-        self.engine.overhead_tokens = self._overhead(model_data.instructions, getattr(data.agent, "tools", ()))
+        self._agent = str(getattr(data.agent, "name", ""))
+        extras = self._extras.get(self._agent)
+        if extras is None:
+            extras = self._extras_tokens(agent_extras(data.agent))
+        self.engine.overhead_tokens = self._overhead(model_data.instructions, extras)
         return self._input(self.engine.prepare())
+
+    def settle(self, instructions: str | None, input: Any, tools: Sequence[Any], output_schema: Any,
+               handoffs: Sequence[Any]) -> tuple[str | None, Any]:
+        """The instructions and input to send with a request carrying `tools`, `output_schema` and
+        `handoffs` (what the runner hands the model). When the input is the one this filter prepared
+        and the request carries more or less than it counted, the engine prepares again with the
+        true overhead; any other input (the filter not in the run's config) goes as it is."""
+        sent = self._sent
+        if sent is None or instructions != sent.instructions or input != sent.input:
+            return instructions, input
+        extras = self._extras_tokens(request_extras(tools, handoffs, output_schema))
+        self._extras[self._agent] = extras
+        overhead = self._overhead(self._instructions, extras)
+        if overhead == self.engine.overhead_tokens:
+            return instructions, input
+        self.engine.overhead_tokens = overhead
+        again = self._input(self.engine.prepare())
+        return again.instructions, again.input
 
     def recover(self, error: object) -> ModelInputData | None:
         """After a failed call: the smaller input to retry with when `error` says the request did not
@@ -371,16 +439,17 @@ class CtxwinInputFilter:
     def _input(self, prepared: Prepared) -> ModelInputData:
         self.last = prepared
         instructions = "\n\n".join(p for p in (self._instructions, prepared.system) if p) or None
-        return ModelInputData(input=prepared.to_openai_responses()["input"], instructions=instructions)
+        self._sent = ModelInputData(input=prepared.to_openai_responses()["input"], instructions=instructions)
+        return ModelInputData(input=list(self._sent.input), instructions=instructions)
 
-    def _overhead(self, instructions: str | None, tools: Iterable[Any]) -> int:
+    def _extras_tokens(self, extras: Mapping[str, Any]) -> int:
+        """`request_extras` in counter units (before calibration)."""
+        return self.engine.counter.count_text(json.dumps(extras, sort_keys=True, default=str)) if extras else 0
+
+    def _overhead(self, instructions: str | None, extras_tokens: int) -> int:
         """What the request carries besides the managed input, in model tokens: the instructions and
-        the function tools' schemas (as the Responses API receives them)."""
-        schemas = [{"type": "function", "name": t.name, "description": getattr(t, "description", ""),
-                    "parameters": t.params_json_schema} for t in tools if hasattr(t, "params_json_schema")]
-        counter = self.engine.counter
-        raw = (counter.count_text(instructions) if instructions else 0) + (
-            counter.count_text(json.dumps(schemas, sort_keys=True)) if schemas else 0)
+        the extras."""
+        raw = (self.engine.counter.count_text(instructions) if instructions else 0) + extras_tokens
         return round(raw * self.engine.calibrator.factor)
 
 
@@ -388,9 +457,11 @@ class CtxwinInputFilter:
 
 
 class CtxwinModel(Model):
-    """The agent's model, with overflow recovery: when the provider refuses a request as too long,
-    the engine compacts (`CtxwinInputFilter.recover`) and the smaller request is sent instead, a
-    bounded number of times. The usage of each response calibrates the engine's counts."""
+    """The agent's model, managed: a request the filter prepared is checked against what the runner
+    hands the model with it (`CtxwinInputFilter.settle`: tools, handoffs, output schema), and
+    prepared again when the filter counted those wrong; when the provider refuses a request as too
+    long, the engine compacts (`CtxwinInputFilter.recover`) and the smaller request is sent instead,
+    a bounded number of times. The usage of each response calibrates the engine's counts."""
 
     def __init__(self, model: Model, input_filter: CtxwinInputFilter) -> None:
         if not isinstance(model, Model):
@@ -400,10 +471,15 @@ class CtxwinModel(Model):
         self.input_filter = input_filter
 
     async def get_response(self, system_instructions: str | None, input: str | list[TResponseInputItem],
-                           *args: Any, **kwargs: Any) -> ModelResponse:
+                           model_settings: ModelSettings, tools: list[Tool],
+                           output_schema: AgentOutputSchemaBase | None, handoffs: list[Handoff],
+                           tracing: ModelTracing, **kwargs: Any) -> ModelResponse:
+        system_instructions, input = self.input_filter.settle(system_instructions, input, tools, output_schema,
+                                                              handoffs)
         while True:
             try:
-                response = await self.model.get_response(system_instructions, input, *args, **kwargs)
+                response = await self.model.get_response(system_instructions, input, model_settings, tools,
+                                                         output_schema, handoffs, tracing, **kwargs)
             except Exception as error:
                 retry = self.input_filter.recover(error)
                 if retry is None:
@@ -414,11 +490,16 @@ class CtxwinModel(Model):
             return response
 
     async def stream_response(self, system_instructions: str | None, input: str | list[TResponseInputItem],
-                              *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+                              model_settings: ModelSettings, tools: list[Tool],
+                              output_schema: AgentOutputSchemaBase | None, handoffs: list[Handoff],
+                              tracing: ModelTracing, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        system_instructions, input = self.input_filter.settle(system_instructions, input, tools, output_schema,
+                                                              handoffs)
         while True:
             started = False
             try:
-                async for event in self.model.stream_response(system_instructions, input, *args, **kwargs):
+                async for event in self.model.stream_response(system_instructions, input, model_settings, tools,
+                                                              output_schema, handoffs, tracing, **kwargs):
                     started = True
                     yield event
                     usage = getattr(getattr(event, "response", None), "usage", None)
@@ -442,5 +523,5 @@ class CtxwinModel(Model):
 
 
 __all__ = ["CLEAR_ENTRY", "ITEMS_META", "POP_ENTRY", "SDK_ONLY_FIELDS", "CtxwinInputFilter", "CtxwinModel",
-           "CtxwinSession",
-           "items_to_messages", "message_items", "messages_to_items", "plain_item"]
+           "CtxwinSession", "agent_extras", "items_to_messages", "message_items", "messages_to_items", "plain_item",
+           "request_extras"]

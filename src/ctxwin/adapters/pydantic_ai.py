@@ -2,7 +2,8 @@
 
 - `CtxwinHistory(engine)`: a history processor. `processor(messages)` and the RunContext variant
   `processor.with_context(ctx, messages)` bring the engine up to date with the history and return the
-  prepared view as `ModelMessage`s; `processor.capability()` is the capability form PydanticAI 2
+  prepared view as `ModelMessage`s (only the RunContext variant sees the run's tool definitions and
+  counts them); `processor.capability()` is the capability form PydanticAI 2
   spells `ProcessHistory(fn)`. A history processor rewrites the run's history, so the view it
   returned comes back on the next call: the processor recognises its own output and logs only
   what follows it. (A new processor handed such a managed history, after a restart, cannot tell its
@@ -23,15 +24,16 @@ tool message per run of its parts, a `ModelResponse` one assistant message (Text
 ToolCallPart as blocks). Every part is kept (its content only once, in the block, when the block
 holds it exactly), so an unchanged message comes back as it was; parts ctxwin has no block for
 (files, native tools, compaction parts) ride along verbatim. The conversation's system prompt parts
-are the engine's system prompt: the view carries them, as they were, at the front of its first
-request.
+are joined to the engine's own (`system=`, bootstrap's workspace files): the view carries that whole
+prompt at the front of its first request, the conversation's parts as they were after one part with
+the engine's text.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 try:
@@ -59,6 +61,11 @@ from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.errors import InputError
 from ctxwin.messages import Block, Message, Role, Text, Thinking, ToolCall, ToolResult, block_to_dict
 
+ENGINE_PART = "ctxwin:engine-system"
+"""The `dynamic_ref` of the system prompt parts a view adds with the engine's own text (its `system=`,
+bootstrap's files). A history processor's view becomes the run's history; when such a history comes
+back these parts are left out, so the engine never takes its own text for the conversation's (no
+PydanticAI system prompt function has this ref, so PydanticAI leaves them as they are)."""
 NS = "pydantic_ai"
 """Message meta key: the parts (and, on the first message of each ModelMessage, its fields) a
 canonical message was made from."""
@@ -258,7 +265,7 @@ class _History:
                 and tuple(history[shared].parts) == self._seen[shared][1]:
             shared += 1
         self._seen[shared:] = [(m, tuple(getattr(m, "parts", ()))) for m in history[shared:]]
-        self._converted[shared:] = [to_messages([m]) for m in history[shared:]]
+        self._converted[shared:] = [to_messages([_without_engine_parts(m)]) for m in history[shared:]]
         return [message for converted in self._converted for message in converted]
 
 
@@ -279,15 +286,40 @@ def _instructions(history: Sequence[ModelMessage]) -> str | None:
 
 
 def _view(prepared: Prepared, history: Sequence[ModelMessage]) -> list[ModelMessage]:
-    """The prepared request as PydanticAI messages. The engine holds the conversation's system prompt
-    parts as its system prompt: they go back, as they were, at the front of the first request."""
+    """The prepared request as PydanticAI messages, its system prompt (`prepared.system`) as system
+    prompt parts at the front of the first request: the conversation's own parts as they were, with
+    what the engine adds around them (its `system=` before, the workspace files bootstrap loads
+    after) as parts of their own."""
     view = from_messages(prepared.messages)
-    system = [p for m in history if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, SystemPromptPart)]
+    system = _system_parts(prepared.system, [p for m in history if isinstance(m, ModelRequest) for p in m.parts
+                                              if isinstance(p, SystemPromptPart) and p.dynamic_ref != ENGINE_PART])
     if system and view and isinstance(view[0], ModelRequest):
         view[0].parts = [*system, *view[0].parts]
     elif system:
         view.insert(0, ModelRequest(parts=system))
     return view
+
+
+def _without_engine_parts(message: ModelMessage) -> ModelMessage:
+    """`message` without the parts a view added with the engine's own text (`ENGINE_PART`)."""
+    if not isinstance(message, ModelRequest) or not any(
+            isinstance(p, SystemPromptPart) and p.dynamic_ref == ENGINE_PART for p in message.parts):
+        return message
+    return replace(message, parts=[p for p in message.parts
+                                   if not (isinstance(p, SystemPromptPart) and p.dynamic_ref == ENGINE_PART)])
+
+
+def _system_parts(system: str, parts: list[SystemPromptPart]) -> list[SystemPromptPart]:
+    """`system` as parts whose texts, joined by blank lines as the engine joins its prompt, give it
+    back: the history's `parts` kept where the prompt holds them, the engine's text before and after
+    them as a part each; the whole text as one part when the history's are not in it."""
+    own = "\n\n".join(p.content for p in parts if p.content)
+    at = system.find(own) if own else -1
+    before, after = (system[:at], system[at + len(own):]) if at >= 0 else ("", "")
+    if at < 0 or (before and not before.endswith("\n\n")) or (after and not after.startswith("\n\n")):
+        return [SystemPromptPart(system, dynamic_ref=ENGINE_PART)] if system else []
+    return [*([SystemPromptPart(before[:-2], dynamic_ref=ENGINE_PART)] if before else []), *parts,
+            *([SystemPromptPart(after[2:], dynamic_ref=ENGINE_PART)] if after else [])]
 
 
 @dataclass

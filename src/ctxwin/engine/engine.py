@@ -46,7 +46,7 @@ from . import restore
 from .budget import UNLIMITED_WINDOW, Budget
 from .cache import ViewCache
 from .inputs import as_messages, check_count, check_limit, short_tokens, tool_schema
-from .observe import Observation, Observer, Operation, failed_observer
+from .observe import MAX_OBSERVER_FAILURES, Observation, Observer, Operation, failed_observer
 from .policy_file import PolicyFile
 from .prepared import Prepared
 from .recall import page, resolve
@@ -114,7 +114,7 @@ class ContextEngine:
         self._recovery_attempts = 0
         self._last: Prepared | None = None
         self.observers: list[Observer] = []
-        self._observer_failures: set[str] = set()
+        self._observer_failures: set[tuple[str, str]] = set()
         self._policy_file = PolicyFile.watch(policy)
         self._open(self._policy_file.policy if self._policy_file else policies.get(policy))
 
@@ -385,8 +385,11 @@ class ContextEngine:
                 observer(observation)
             except Exception as error:  # an observer's bug must not break the request it watches
                 event = failed_observer(observer, error)
-                if event.reason not in self._observer_failures:  # once, not on every request
-                    self._observer_failures.add(event.reason)
+                # Once per observer and kind of error, not per message (one that names the request
+                # would be reported on every request): the set stays as small as the observers.
+                key = (event.details["observer"], event.details["error"])
+                if key not in self._observer_failures and len(self._observer_failures) < MAX_OBSERVER_FAILURES:
+                    self._observer_failures.add(key)
                     self._pending_events.append(event)
 
     # ------------------------------------------------------------------------------------------

@@ -4,8 +4,8 @@
 `recover()` each one is called with an `Observation`: the operation, when it started and ended, the
 request it returned (whose `stages` and `events` say what each stage did), and for a recovery what
 was learned from the error. The engine imports no observer: they subscribe themselves. An observer
-that raises never breaks the request it watches; the engine reports it once, as an event on the next
-request.
+that raises never breaks the request it watches; the engine reports it once per observer and kind
+of error (not per message), as an event on the next request.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ class Observation:
 
 
 Observer = Callable[[Observation], None]
+MAX_OBSERVER_FAILURES = 64
+"""The most (observer, error type) failures an engine reports; past them, failures go unreported
+(a long-lived engine with observers that keep failing in new ways must not grow without bound)."""
 
 
 def failed_observer(observer: Observer, error: Exception) -> Event:

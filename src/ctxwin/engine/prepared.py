@@ -51,8 +51,9 @@ class Prepared:
     elapsed_ms: float = 0.0
     """How long `prepare()` took."""
     stages: list[StageRun] = field(default_factory=list)
-    """The stages that acted on this request, in the order they ran (a compaction that `compact()`
-    or `recover()` ran first included)."""
+    """The stages that acted on this request, in the order they started (a compaction that `compact()`
+    or `recover()` ran first included; the fit runs a repair makes to fit again, inside its run, come
+    after it)."""
 
     @property
     def messages(self) -> list[Message]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ctxwin.errors import CtxwinError, InputError
+from ctxwin.errors import BlobNotTextError, CtxwinError, InputError
 from ctxwin.store.base import BlobStore
 
 from .state import SessionState
@@ -19,7 +19,16 @@ def resolve(ref: str, state: SessionState, blobs: BlobStore | None) -> str:
     if ref.startswith("blob:"):
         if blobs is None:
             raise CtxwinError(f"{ref}: this session has no blob store", "open the session with a blob store")
-        return blobs.get(ref).decode("utf-8", "surrogatepass")
+        data = blobs.get(ref)
+        try:
+            return data.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError as error:
+            # Not text as recall returns it: say so rather than hand back altered bytes (the blob's are kept).
+            raise BlobNotTextError(
+                f"{ref} is not UTF-8 text ({len(data):,} bytes; the first byte that is not UTF-8 is at "
+                f"{error.start:,})",
+                "get its exact bytes with session.blobs.get(ref), or read it with the read_spilled or "
+                "grep_spilled tool, which show a byte that is not UTF-8 as U+FFFD") from None
     if ref.startswith("entry:"):
         entry_id, _, call_id = ref[len("entry:"):].partition("#")
         position = state.index.get(entry_id)

@@ -145,13 +145,13 @@ class Pipeline:
         def collapse(view: list[Item], context: StageContext) -> list[Item]:
             return self.view_stage("fit", fit.collapse_unanswered, view, context, events)
 
-        started, emitted, unrepaired = time.time_ns(), len(events), items
+        started, emitted, unrepaired, at = time.time_ns(), len(events), items, len(self.runs)
         items, keys, problems = self.cache.validate_and_repair(items, ctx, events, refit, collapse,
                                                                fit_enabled=policy.fit.enabled)
         repairs = tuple(e for e in events[emitted:] if e.stage == "repair")
-        if repairs:
-            self.runs.append(StageRun("repair", started, time.time_ns(), ctx.system_tokens + total_tokens(unrepaired),
-                                      ctx.system_tokens + total_tokens(items), repairs))
+        if repairs:  # before the fit runs it made itself (refit, collapse): the runs stay in the order they started
+            self.runs.insert(at, StageRun("repair", started, time.time_ns(), ctx.system_tokens
+                                          + total_tokens(unrepaired), ctx.system_tokens + total_tokens(items), repairs))
         tokens = ctx.system_tokens + total_tokens(items)
         if tokens > ctx.budget and not policy.unlimited_window:
             # Without fit the policy promised nothing; with it, repair added more than fit took back.

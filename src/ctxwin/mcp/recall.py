@@ -2,7 +2,9 @@
 (`entry:<id>`, `entry:<id>#<call id>`) or the blob store (`blob:<hex>`), paged by characters under the
 same byte cap as every other tool. The library's `ContextEngine.recall` answers the same refs for a
 harness that holds the engine; a server has only the stored session, so it reads the log directly
-(`memory.recall.resolve_ref`, byte for byte as the engine does)."""
+(`memory.recall.resolve_ref`: entries come back exactly as the engine gives them). Blobs are bytes:
+text ones are decoded as read_spilled decodes them (UTF-8, an invalid byte shown as U+FFFD) and
+binary ones refused, where the engine's recall refuses a blob that is not UTF-8 with a typed error."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from ctxwin.store.base import BlobStore
 from ctxwin.tools.base import DESCRIPTION_FACTS, Limits, ToolError, ToolOutput
 from ctxwin.tools.sniff import SNIFF_BYTES, sniff
 from ctxwin.tools.spec import NonNegative, Positive, tool
-from ctxwin.tools.truncate import format_size, utf8_len
+from ctxwin.tools.truncate import format_size, head_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,17 +51,6 @@ def _text_of(source: RecallSource, ref: str) -> str:
                     "Refs look like entry:<id>, entry:<id>#<call id> or blob:<hex>, as the placeholder names them.")
 
 
-def _cut(text: str, max_bytes: int) -> str:
-    """The longest prefix of `text` within `max_bytes` UTF-8 bytes, never splitting a character."""
-    if utf8_len(text) <= max_bytes:
-        return text
-    encoded = text.encode("utf-8", "surrogatepass")
-    end = max_bytes
-    while end > 0 and (encoded[end] & 0xC0) == 0x80:  # a continuation byte: the character started earlier
-        end -= 1
-    return encoded[:end].decode("utf-8", "surrogatepass")
-
-
 @tool(facts=DESCRIPTION_FACTS)
 def recall(source: RecallSource, ref: str, offset: NonNegative = 0, limit: Positive | None = None) -> ToolOutput:
     """Get back, exactly as it was, something that was taken out of your context to save room. A
@@ -83,7 +74,7 @@ def recall(source: RecallSource, ref: str, offset: NonNegative = 0, limit: Posit
     if offset > len(text):
         raise ToolError("bad_argument", f"offset={offset} is past the end of {ref} ({len(text)} characters).",
                         "Start again at offset=0.")
-    shown = _cut(text[offset: None if limit is None else offset + limit], source.limits.max_bytes)
+    shown = head_bytes(text[offset: None if limit is None else offset + limit], source.limits.max_bytes)
     end = offset + len(shown)
     details = {"ref": ref, "chars": len(text), "offset": offset, "end": end, "truncated": end < len(text)}
     if end < len(text):

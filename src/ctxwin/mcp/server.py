@@ -11,6 +11,7 @@ twice and answer bad arguments with pydantic's messages instead of the library's
 from __future__ import annotations
 
 import hmac
+import socket
 import sys
 from typing import Any
 
@@ -25,6 +26,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import ctxwin
+from ctxwin.errors import InputError
 from ctxwin.messages import Image
 from ctxwin.messages.tools import to_format
 from ctxwin.tools.base import ToolOutput
@@ -138,7 +140,22 @@ def serve_http(toolset: Toolset, host: str, port: int, token: str | None) -> Non
     import uvicorn
 
     app = http_app(toolset, host, token)
+    listening = bind(host, port)  # before the banner: it announces only an address that is really served
     shown = f"[{host}]" if ":" in host else host
     print(f"ctxwin mcp: {len(toolset.tools())} tools on http://{shown}:{port}{HTTP_PATH}"
           + (" (bearer token required)" if token else ""), file=sys.stderr, flush=True)
-    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run(sockets=[listening])
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port; an address that cannot be had is a clear error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn sets it
+    try:
+        listening.bind((host, port))
+    except OSError as error:
+        listening.close()
+        raise InputError(f"cannot serve on {host}:{port}: {error.strerror or error}",
+                         "pick another --http port, or stop what is listening there") from None
+    return listening

@@ -139,6 +139,8 @@ class Toolset:
         try:
             return self._call(name, arguments)
         except CtxwinError as error:  # e.g. a memory index that cannot be written
+            if not isinstance(error, InputError):  # the server's trouble, not the client's: the operator is told
+                LOG.warning("tool %s failed: %s: %s", name, type(error).__name__, error.message)
             return ToolOutput.error(ToolError("failed", error.message, error.hint))
         except Exception as error:
             LOG.exception("tool %s failed", name)

@@ -9,8 +9,10 @@ that acted), compactions, overflow recoveries, agent runs and their sub-agents, 
         ...; span.record(entry)                                   # the proxy's ProxyRequestEntry
 
 Off unless configured (`config`): without a tracer provider, `CTXWIN_OTEL=1` or a global provider
-the application installed, these return no-ops and OpenTelemetry is not even imported. Attribute
-names: `attributes` (GenAI semantic conventions and OpenInference side by side).
+the application installed, these return no-ops and OpenTelemetry is not even imported. Content
+(prompts, answers, tool arguments) is left off spans unless `capture_content=True` or
+`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`. Attribute names: `attributes` (GenAI
+semantic conventions and OpenInference side by side).
 
 Layer: above `agent`, below the integrations (proxy, mcp, adapters), which may open spans; the core
 never imports this package — the engine has a general observer hook (`ContextEngine.observers`)
@@ -26,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from ctxwin.errors import TelemetryError
 
-from .config import ENABLE, configured_provider, enabled, from_env
+from . import config
+from .config import CAPTURE_CONTENT, ENABLE, capture_content, configured_provider, enabled, from_env
 
 if TYPE_CHECKING:
     from ctxwin.agent.events import LoopEvent, RunStats
@@ -61,12 +64,16 @@ class Instrumentation:
 
 def instrument(engine: ContextEngine, tracer_provider: Any = None) -> Instrumentation:
     """Record a span for each `prepare()`, `compact()` and `recover()` of `engine`, with a child per
-    stage that acted. `tracer_provider` None: the configured one (see `config`), or off."""
+    stage that acted. `tracer_provider` None: the configured one (see `config`), or off. Instrumenting
+    an engine again for the same provider subscribes nothing new (spans are not doubled)."""
     provider = configured_provider(tracer_provider)
     if provider is None:
         return Instrumentation(engine)
-    from .engine_spans import engine_spans
+    from .engine_spans import EngineSpans, engine_spans
 
+    existing = next((o for o in engine.observers if isinstance(o, EngineSpans) and o.provider is provider), None)
+    if existing is not None:
+        return Instrumentation(engine, existing)
     observer = engine_spans(engine, provider)
     engine.observers.append(observer)
     return Instrumentation(engine, observer)
@@ -74,10 +81,14 @@ def instrument(engine: ContextEngine, tracer_provider: Any = None) -> Instrument
 
 def agent_event_sink(tracer_provider: Any = None, *, session_id: str | None = None, agent_name: str | None = None,
                      model: str | None = None, then: Callable[[LoopEvent], None] | None = None,
-                     stats: RunStats | None = None) -> Callable[[LoopEvent], None]:
+                     stats: RunStats | None = None, capture_content: bool | None = None,
+                     engine_spans: bool = False) -> Callable[[LoopEvent], None]:
     """An `on_event` sink for the agent loop that records a span per run and per sub-agent (children
     of the run that called `task`), then passes each event to `then`. Off: `then` itself (or a sink
-    that does nothing). `stats`: the agent's `RunStats`, for the usage of each run."""
+    that does nothing). `stats`: the agent's `RunStats`, for the usage of each run.
+    `capture_content`: let spans carry prompts, answers, tool arguments and error texts (None: as
+    `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` says; off when unset). `engine_spans`: the
+    engine is instrumented too, so pipeline events are left to its spans."""
     provider = configured_provider(tracer_provider)
     if provider is None:
         return then if then is not None else _ignore
@@ -85,19 +96,23 @@ def agent_event_sink(tracer_provider: Any = None, *, session_id: str | None = No
     from .agent_spans import AgentSpans
 
     return AgentSpans(provider.get_tracer(attributes.TRACER_NAME), session_id=session_id, agent_name=agent_name,
-                      model=model, then=then, stats=stats)
+                      model=model, then=then, stats=stats, capture_content=config.capture_content(capture_content),
+                      engine_spans=engine_spans)
 
 
-def instrument_agent(agent: Agent, tracer_provider: Any = None, *, agent_name: str = "agent") -> Instrumentation:
+def instrument_agent(agent: Agent, tracer_provider: Any = None, *, agent_name: str = "agent",
+                     capture_content: bool | None = None) -> Instrumentation:
     """Both at once for an agent: its engine's spans, nested under the spans of its runs and its
-    sub-agents (its current `on_event` still gets every event)."""
+    sub-agents (its current `on_event` still gets every event). `capture_content`: as for
+    `agent_event_sink`."""
     provider = configured_provider(tracer_provider)
     instrumentation = instrument(agent.engine, provider)
     if provider is None:
         return instrumentation
     previous = agent.on_event
     sink = agent_event_sink(provider, session_id=agent.engine.session.session_id, agent_name=agent_name,
-                            model=agent.model.model, then=previous, stats=agent.stats)
+                            model=agent.model.model, then=previous, stats=agent.stats,
+                            capture_content=capture_content, engine_spans=True)
     agent.on_event = sink
     instrumentation.agent, instrumentation.sink, instrumentation.previous_sink = agent, sink, previous
     return instrumentation
@@ -125,5 +140,5 @@ def _ignore(event: LoopEvent) -> None:
     """The sink when telemetry is off and the caller has none."""
 
 
-__all__ = ["ENABLE", "Instrumentation", "TelemetryError", "agent_event_sink", "configured_provider", "enabled",
-           "from_env", "instrument", "instrument_agent", "proxy_request_span"]
+__all__ = ["CAPTURE_CONTENT", "ENABLE", "Instrumentation", "TelemetryError", "agent_event_sink", "capture_content",
+           "configured_provider", "enabled", "from_env", "instrument", "instrument_agent", "proxy_request_span"]

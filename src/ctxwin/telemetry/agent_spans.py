@@ -4,8 +4,13 @@ A run (`ctxwin.agent.run`) opens at the run's first event and closes at `done`, 
 `interrupted` or `error`; each sub-agent (`ctxwin.subagent`) opens at `subagent start` and closes
 at `subagent end`, as a child of the run that called `task`. Everything else the loop reports
 (model calls, tool calls and results, retries, overflows, pipeline events) is a span event on the
-span of the agent that reported it. While a span is open it is the current span of its thread, so
-what the engine's observer records there (`instrument`) nests under it.
+span of the agent that reported it (pipeline events only when the engine's own spans do not carry
+them already). While a span is open it is the current span of its thread, so what the engine's
+observer records there (`instrument`) nests under it.
+
+Content (the user's messages, answers, tool arguments, error texts, sub-agent tasks: the fields in
+`CONTENT_KEYS`) goes on spans only with `capture_content`; otherwise each such field is replaced by
+its size (`ctxwin.<field>_chars`, and a tool call's argument names).
 
 Children report through their parent's sink, with nothing in the event saying which agent spoke;
 each agent's events come from the thread that runs it, so spans are kept per thread. A child run
@@ -16,6 +21,7 @@ newest one with a pending `task` call.
 
 from __future__ import annotations
 
+import json
 import threading
 import warnings
 from collections.abc import Callable
@@ -34,6 +40,9 @@ Sink = Callable[[LoopEvent], None]
 ENDS = frozenset({"done", "limit", "interrupted", "error"})
 TASK_CHARS = 200
 """The loop's `subagent start` event carries the first 200 characters of the task."""
+CONTENT_KEYS = frozenset({"text", "arguments", "error", "call", "task"})
+"""Loop event fields holding what users, models and tools wrote (a prompt, an answer, a tool call's
+arguments, an error's text, the repeated call a limit names, a sub-agent's task)."""
 
 
 @dataclass(eq=False)  # compared by identity: each is one open span
@@ -52,11 +61,16 @@ class _Open:
 
 class AgentSpans:
     """A `LoopEvent` sink that records spans, then hands each event to `then` (the caller's own sink).
-    `stats`: the root agent's `RunStats`, to put each run's provider-reported usage on its span."""
+    `stats`: the root agent's `RunStats`, to put each run's provider-reported usage on its span.
+    `capture_content`: let spans carry content (`CONTENT_KEYS`). `engine_spans`: the engine is
+    instrumented too, so its pipeline events are on its own spans and are not repeated here."""
 
     def __init__(self, tracer: Any, *, session_id: str | None = None, agent_name: str | None = None,
-                 model: str | None = None, then: Sink | None = None, stats: RunStats | None = None) -> None:
+                 model: str | None = None, then: Sink | None = None, stats: RunStats | None = None,
+                 capture_content: bool = False, engine_spans: bool = False) -> None:
         self.tracer = tracer
+        self.capture_content = capture_content
+        self.engine_spans = engine_spans
         self.base = a.clean({a.GEN_AI_AGENT_NAME: agent_name, a.GEN_AI_REQUEST_MODEL: model})
         self.session_id = session_id
         self.then = then
@@ -119,7 +133,8 @@ class AgentSpans:
             span.set_attributes(a.usage_attributes(self.stats.input_tokens - run.start_stats[0],
                                                    self.stats.output_tokens - run.start_stats[1]))
         if event.kind == "error":
-            span.set_status(Status(StatusCode.ERROR, str(event.data.get("error", ""))))
+            text = str(event.data.get("error", "")) if self.capture_content else "the run stopped on an error"
+            span.set_status(Status(StatusCode.ERROR, text))
         span.end()
 
     @staticmethod
@@ -141,7 +156,8 @@ class AgentSpans:
             attributes = {**self.base, a.SPAN_KIND: "AGENT", a.GEN_AI_OPERATION: "invoke_agent",
                           a.GEN_AI_AGENT_NAME: str(data.get("agent", "")), **a.session_attributes(session),
                           "ctxwin.subagent.context": str(data.get("context", "")),
-                          "ctxwin.subagent.task": str(data.get("task", "")),
+                          **({"ctxwin.subagent.task": str(data.get("task", ""))} if self.capture_content
+                             else {"ctxwin.subagent.task_chars": len(str(data.get("task", "")))}),
                           "ctxwin.subagent.parent_session": parent.session if parent is not None else None}
             fallback = getattr(self._local, "fallback", None)
             if fallback:
@@ -198,10 +214,12 @@ class AgentSpans:
             with self._lock:
                 current.pending.pop(str(data.get("call_id")), None)
         if event.event is not None:
-            current.span.add_event(f"{event.event.stage}.{event.event.action}", a.event_attributes(event.event))
+            if not (self.engine_spans and event.kind == "pipeline"):  # else already on the engine's spans
+                current.span.add_event(f"{event.event.stage}.{event.event.action}", a.event_attributes(event.event))
         else:
+            shown = data if self.capture_content else without_content(data)
             current.span.add_event(f"ctxwin.{event.kind}",
-                                   _flat({"ctxwin.turn": event.turn, "ctxwin.step": event.step, **data}))
+                                   _flat({"ctxwin.turn": event.turn, "ctxwin.step": event.step, **shown}))
 
     def _push(self, stack: list[_Open], opened: _Open) -> None:
         opened.token = otel_context.attach(trace.set_span_in_context(opened.span))
@@ -229,6 +247,20 @@ class AgentSpans:
                     self._open.remove(top)
             if top is opened:
                 return
+
+
+def without_content(data: dict[str, Any]) -> dict[str, Any]:
+    """A loop event's data with each content field (`CONTENT_KEYS`) replaced by its size in
+    characters, and a tool call's arguments by their names."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in CONTENT_KEYS:
+            out[key] = value
+        elif value is not None:
+            out[f"{key}_chars"] = len(value if isinstance(value, str) else json.dumps(value, default=str))
+            if key == "arguments" and isinstance(value, dict):
+                out["argument_names"] = sorted(str(name) for name in value)
+    return out
 
 
 def _flat(data: dict[str, Any]) -> a.Attributes:

@@ -1,10 +1,16 @@
-"""Whether telemetry is on, and where spans go.
+"""Whether telemetry is on, where spans go, and whether they may carry content.
 
 Off unless configured: a span is made only when a tracer provider is passed, when `CTXWIN_OTEL=1`
 is set (a provider is then built from the standard `OTEL_*` variables and installed as
 OpenTelemetry's global one, unless the application installed its own first), or when the
-application installed a global provider itself. Otherwise nothing is imported and nothing is
+application installed a global provider itself (OpenTelemetry's contract with instrumented
+libraries; `CTXWIN_OTEL=0` keeps ctxwin out of it). Otherwise nothing is imported and nothing is
 recorded, so the integrations call the telemetry entry points unconditionally.
+
+Content (what users and models wrote: prompts, answers, tool arguments, error texts, sub-agent
+tasks) is never recorded unless asked for, by `capture_content=True` or the GenAI semantic
+conventions' `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`; spans otherwise carry names,
+ids, counts and sizes only.
 """
 
 from __future__ import annotations
@@ -17,7 +23,13 @@ from typing import Any
 from ctxwin.errors import TelemetryError
 
 ENABLE = "CTXWIN_OTEL"
-"""`1` (or `true`, `yes`, `on`) turns telemetry on from the environment."""
+"""`1` (or `true`, `yes`, `on`) turns telemetry on from the environment; `0` (`false`, `no`, `off`)
+keeps it off even when the application installed a global tracer provider."""
+CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The GenAI semantic conventions' opt-in for message content on spans: `true` (or `1`, `yes`, `on`,
+or the newer values `span_only`, `span_and_event`, `event_only`) lets ctxwin's spans carry it."""
+_ON = ("1", "true", "yes", "on")
+_OFF = ("0", "false", "no", "off")
 SERVICE_NAME = "ctxwin"
 """The service name when neither OTEL_SERVICE_NAME nor OTEL_RESOURCE_ATTRIBUTES gives one."""
 EXTRA_HINT = "pip install 'ctxwin[telemetry]'"
@@ -26,16 +38,35 @@ EXTRA_HINT = "pip install 'ctxwin[telemetry]'"
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
     """Whether `CTXWIN_OTEL` asks for telemetry."""
     value = (os.environ if environ is None else environ).get(ENABLE, "")
-    return value.strip().lower() in ("1", "true", "yes", "on")
+    return value.strip().lower() in _ON
+
+
+def disabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether `CTXWIN_OTEL` says no (`0`, `false`, `no`, `off`): not even the application's global
+    provider is used then."""
+    value = (os.environ if environ is None else environ).get(ENABLE, "")
+    return value.strip().lower() in _OFF
+
+
+def capture_content(choice: bool | None = None, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether spans may carry content: `choice` when given, else what
+    `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` says (off when unset)."""
+    if choice is not None:
+        return bool(choice)
+    value = (os.environ if environ is None else environ).get(CAPTURE_CONTENT, "")
+    return value.strip().lower() in (*_ON, "span_only", "span_and_event", "event_only")
 
 
 def configured_provider(tracer_provider: Any = None) -> Any:
     """The tracer provider to record with, or None when telemetry is off: the one given; else the
-    one `CTXWIN_OTEL=1` configures; else the application's global provider, if it installed one."""
+    one `CTXWIN_OTEL=1` configures; else the application's global provider, if it installed one and
+    `CTXWIN_OTEL` does not say no."""
     if tracer_provider is not None:
         return tracer_provider
     if enabled():
         return from_env()
+    if disabled():
+        return None
     if "opentelemetry.trace" not in sys.modules:  # nobody imported OpenTelemetry: nobody configured it
         return None
     from opentelemetry import trace

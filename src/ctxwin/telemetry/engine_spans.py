@@ -30,6 +30,7 @@ class EngineSpans:
 
     tracer: Any
     base: a.Attributes
+    provider: Any = None  # the tracer provider it records to (`instrument` subscribes one per provider)
 
     def __call__(self, observation: Observation) -> None:
         name = {"prepare": a.PREPARE, "compact": a.COMPACT, "recover": a.RECOVER}[observation.operation]
@@ -78,4 +79,4 @@ def engine_attributes(engine: ContextEngine) -> a.Attributes:
 
 
 def engine_spans(engine: ContextEngine, provider: Any) -> EngineSpans:
-    return EngineSpans(provider.get_tracer(a.TRACER_NAME), engine_attributes(engine))
+    return EngineSpans(provider.get_tracer(a.TRACER_NAME), engine_attributes(engine), provider)

@@ -124,6 +124,17 @@ def tail_bytes(text: str, max_bytes: int) -> str:
     return data[start:].decode("utf-8", "surrogatepass")
 
 
+def head_bytes(text: str, max_bytes: int) -> str:
+    """The longest prefix of `text` whose UTF-8 encoding fits in `max_bytes`, never splitting a character."""
+    if utf8_len(text) <= max_bytes:
+        return text
+    data = text.encode("utf-8", "surrogatepass")
+    end = max(max_bytes, 0)
+    while end > 0 and data[end] & 0xC0 == 0x80:  # a continuation byte: its character started earlier
+        end -= 1
+    return data[:end].decode("utf-8", "surrogatepass")
+
+
 @dataclass(frozen=True, slots=True)
 class LineCut:
     text: str
