@@ -14,7 +14,8 @@
     │   ├── ToolError              a tool refusing a call (a reason code, a hint)
     │   ├── SubagentError          a sub-agent request that cannot run as asked
     │   ├── MemoryPathError        a memory path outside the memory folder
-    │   └── MemoryEditError        a memory edit that cannot apply (no match, several)
+    │   ├── MemoryEditError        a memory edit that cannot apply (no match, several)
+    │   └── ProxyRefusal           a request the proxy answers itself (bad JSON, too large, bad token)
     ├── ContextBudgetError         no request can be made to fit (the system prompt alone is too large)
     ├── ContextOverflowError       the provider keeps rejecting the request as too long after recovery
     ├── CompactionFailed           a compaction that did not happen; history is untouched
@@ -239,3 +240,16 @@ class MemoryIndexError(CtxwinError):
 
 class EmbedderError(CtxwinError):
     """An embedder that cannot load or answer (missing package, endpoint down, wrong dimensions)."""
+
+
+# proxy (the proxy application: requests it answers itself)
+
+
+class ProxyRefusal(InputError):
+    """A request the proxy answers itself instead of forwarding (malformed JSON, a body over the size
+    limit, a wrong or missing ctxwin token, an unknown endpoint, an upstream that is down or timed
+    out): `status` is the HTTP status the caller gets, in its own API's error shape."""
+
+    def __init__(self, status: int, message: str, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.status = status

@@ -1,0 +1,352 @@
+"""The three APIs the proxy speaks, each as the few facts the proxy needs: where the history sits in a
+request body, how it converts to ctxwin's messages and back (the converters of `ctxwin.messages`
+and the engine's `Prepared` payloads, nothing of its own), where the tools go, how an answer's tool
+calls are read and how the proxy's own tool is taken out of an answer.
+
+What ctxwin manages is the conversation: Anthropic's `messages`, Chat's `messages` after the leading
+system/developer messages, Responses' `input` after its leading system/developer items. The system
+prompt (Anthropic's `system`, Responses' `instructions`, Chat's leading system messages) and the
+tool schemas go through untouched, counted as overhead so the engine budgets for them. So do all
+other fields.
+
+Converting the whole history on every request would cost as much as the request is long, and the
+agent resends all of it each time. `Conversion` remembers the previous request of the session: the
+raw messages it had and their canonical form per *segment* (a run of messages that converts on its
+own: an assistant turn with the results that answer it, or a user message). A new request is compared
+raw message by raw message with the old one (dict equality, in C), and only the segments from the
+first difference on are converted again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ctxwin.engine import Prepared
+from ctxwin.messages import Message
+from ctxwin.messages.model import ToolCall
+from ctxwin.messages.providers import (
+    from_anthropic,
+    from_openai_chat,
+    from_openai_responses,
+)
+from ctxwin.messages.tools import SchemaFormat, as_tool_schema, to_format
+from ctxwin.providers.anthropic import anthropic_stream_events, parse_anthropic_message
+from ctxwin.providers.base import SSE, Completion, StreamEvent
+from ctxwin.providers.openai import (
+    chat_stream_events,
+    parse_chat_completion,
+    parse_responses_response,
+    responses_stream_events,
+)
+
+from .errors import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
+
+RECALL_TOOL = "ctxwin_recall"
+RECALL_DESCRIPTION = (
+    "Get back, byte for byte, content that was cleared from this conversation to save context. "
+    "Placeholders such as [Old output of read(...) cleared ... Recover it with recall(\"entry:...\")] "
+    "name the ref to pass. Page long content with offset and limit (characters). With `query` instead "
+    "of `ref`, search the conversation's earlier content. Call this tool on its own: in a turn that "
+    "also calls other tools it is not run."
+)
+RECALL_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "ref": {"type": "string", "description": "entry:<id>, entry:<id>#<call id> or blob:<hash>, "
+                                                 "as a placeholder names it"},
+        "offset": {"type": "integer", "minimum": 0, "description": "first character to return (default 0)"},
+        "limit": {"type": "integer", "minimum": 1, "description": "characters to return (default 20000)"},
+        "query": {"type": "string", "description": "words to search earlier content for (instead of ref)"},
+    },
+}
+LEAD_ROLES = ("system", "developer")
+ANTHROPIC_CACHE_BREAKPOINTS = 2
+"""At most this many `cache_control` markers are put back on the forwarded messages (the agent's
+markers on its messages are stripped before they are synced, since they move every request; the API
+takes four in all, and the agent's tools and system keep theirs)."""
+
+@dataclass
+class Conversation:
+    """What one request body says, split the way the proxy needs it."""
+
+    lead: list[Any]  # leading system/developer messages sent verbatim (Chat, Responses)
+    history: list[Any]  # the raw messages ctxwin manages
+    system_text: str  # the system prompt as text (session identity)
+    overhead: bytes  # what goes upstream untouched and counts against the window: system and tools
+    breakpoints: int = 0  # Anthropic cache_control markers the agent put on its messages
+
+
+@dataclass
+class Conversion:
+    """The previous request of a session, converted: raw messages, segment starts (raw index,
+    canonical index, raw tokens before it) and the canonical messages."""
+
+    raw: list[Any] = field(default_factory=list)
+    starts: list[tuple[int, int, int]] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    tokens: int = 0  # raw counter tokens of all messages
+
+
+@dataclass(frozen=True)
+class Api:
+    name: str
+    schema_format: SchemaFormat
+    history_key: str  # "messages" or "input"
+    convert: Callable[[Sequence[Mapping[str, Any]]], list[Message]]
+    is_start: Callable[[Sequence[Any], int], bool]
+    parse: Callable[[Mapping[str, Any]], Completion]
+    stream_events: Callable[[Any], Any]
+
+    # ---------------------------------------------------------------------------------- requests
+
+    def split(self, body: Mapping[str, Any]) -> Conversation:
+        """The request's conversation; `ValueError` when the history is not a list of objects."""
+        raw = body.get(self.history_key)
+        if self.name == OPENAI_RESPONSES and isinstance(raw, str):
+            raw = [{"role": "user", "content": raw}]
+        if not isinstance(raw, list):
+            raise ValueError(f"`{self.history_key}` must be a list of messages")
+        tools = body.get("tools")
+        if self.name == ANTHROPIC:
+            system = body.get("system")
+            lead: list[Any] = []
+            history = raw
+            system_text = text_of(system)
+            overhead = orjson.dumps([system, tools]) if system or tools else b""
+            breakpoints = sum(_marked(m) for m in raw[-4:] if isinstance(m, Mapping))
+            return Conversation(lead, history, system_text, overhead, breakpoints)
+        count = 0
+        while count < len(raw) and isinstance(raw[count], Mapping) and raw[count].get("role") in LEAD_ROLES:
+            count += 1
+        lead, history = raw[:count], raw[count:]
+        instructions = body.get("instructions") if self.name == OPENAI_RESPONSES else None
+        system_text = "\n".join(filter(None, [text_of(instructions), *(text_of(m.get("content")) for m in lead)]))
+        overhead = orjson.dumps([instructions, lead, tools]) if instructions or lead or tools else b""
+        return Conversation(lead, history, system_text, overhead)
+
+    def first_user_text(self, history: Sequence[Any]) -> str:
+        for message in history:
+            if isinstance(message, Mapping) and message.get("role") == "user":
+                return text_of(message.get("content"))
+        return ""
+
+    def canonical(self, history: list[Any], memo: Conversion, count: Callable[[Message], int]) -> Conversion:
+        """The history as canonical messages, converting only what changed since `memo` (the
+        previous request of the session). `ValueError` (from the converters) for a malformed one."""
+        same = 0
+        old = memo.raw
+        limit = min(len(old), len(history))
+        while same < limit and old[same] == history[same]:
+            same += 1
+        # Segments wholly inside the shared part are kept; the one the difference falls in, and all
+        # after it, are converted again. The old last segment is kept only when the new history does
+        # not extend it (a new segment starts where the old request ended).
+        bounds = [start for start, _, _ in memo.starts] + [len(old)]
+        kept = 0
+        while kept < len(memo.starts) and bounds[kept + 1] <= same and (
+                kept + 1 < len(memo.starts) or len(history) == len(old) or self.is_start(history, len(old))):
+            kept += 1
+        starts = list(memo.starts[:kept])
+        if kept < len(memo.starts):
+            raw_at, canon_at, tokens_at = memo.starts[kept]
+        else:
+            raw_at, canon_at, tokens_at = len(old), len(memo.messages), memo.tokens
+        messages = memo.messages[:canon_at]
+        tokens = tokens_at
+        begin = raw_at
+        for end in range(raw_at + 1, len(history) + 1):
+            if end == len(history) or self.is_start(history, end):
+                converted = self.convert([strip_cache_control(m) if self.name == ANTHROPIC else m
+                                          for m in history[begin:end]])
+                starts.append((begin, len(messages), tokens))
+                messages.extend(converted)
+                tokens += sum(count(m) for m in converted)
+                begin = end
+        return Conversion(history, starts, messages, tokens)
+
+    def forward_body(self, body: Mapping[str, Any], conversation: Conversation, prepared: Prepared,
+                     recall: bool) -> dict[str, Any]:
+        """The request to send upstream: the caller's body with the managed history in place of its
+        own (and `ctxwin_recall` after the agent's tools when offered)."""
+        out = dict(body)
+        if self.name == ANTHROPIC:
+            payload = prepared.to_anthropic()
+            messages = payload["messages"]
+            if conversation.breakpoints:
+                messages = with_breakpoints(messages, min(conversation.breakpoints, ANTHROPIC_CACHE_BREAKPOINTS))
+            out["messages"] = messages
+            if prepared.system:  # system messages inside the history, which ctxwin lifted: after the agent's
+                out["system"] = _join_system(body.get("system"), prepared.system)
+        elif self.name == OPENAI_CHAT:
+            messages = prepared.to_openai_chat()["messages"]
+            out["messages"] = [*conversation.lead, *messages]
+        else:
+            payload = prepared.to_openai_responses()
+            lifted = [{"role": "system", "content": prepared.system}] if prepared.system else []
+            out["input"] = [*conversation.lead, *lifted, *payload["input"]]
+        if recall:
+            out["tools"] = [*body.get("tools", ()), self.recall_schema()]
+        return out
+
+    def recall_schema(self) -> dict[str, Any]:
+        return to_format(as_tool_schema({"name": RECALL_TOOL, "description": RECALL_DESCRIPTION,
+                                         "input_schema": RECALL_PARAMETERS}), self.schema_format)
+
+    # ---------------------------------------------------------------------------------- answers
+
+    def recall_calls(self, completion: Completion) -> tuple[list[ToolCall], list[ToolCall]]:
+        """(ctxwin_recall calls, the agent's own calls) of an answer."""
+        ours = [c for c in completion.tool_calls if c.name == RECALL_TOOL]
+        theirs = [c for c in completion.tool_calls if c.name != RECALL_TOOL]
+        return ours, theirs
+
+    def without_recall(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """An answer with the ctxwin_recall calls taken out (the agent never sees that tool)."""
+        out = dict(data)
+        if self.name == ANTHROPIC:
+            out["content"] = [b for b in data.get("content") or () if not _is_recall_block(b)]
+        elif self.name == OPENAI_CHAT:
+            choices = []
+            for choice in data.get("choices") or ():
+                message = dict(choice.get("message") or {})
+                calls = [c for c in message.get("tool_calls") or () if (c.get("function") or {}).get("name")
+                         != RECALL_TOOL]
+                if calls:
+                    message["tool_calls"] = calls
+                else:
+                    message.pop("tool_calls", None)
+                choices.append({**choice, "message": message})
+            out["choices"] = choices
+        else:
+            out["output"] = [i for i in data.get("output") or () if not _is_recall_item(i)]
+        return out
+
+
+def text_of(value: Any) -> str:
+    """The text of a system prompt or message content in any of the three APIs: a string, or the
+    `text` of each part of a list."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(p["text"] for p in value if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    return ""
+
+
+def strip_cache_control(message: Any) -> Any:
+    """An Anthropic message without the agent's `cache_control` markers: Claude Code moves them to
+    the newest messages on every request, and kept in the log they would change a message's content
+    key (so `sync` would see an edit) and pile up past the API's four."""
+    if not isinstance(message, Mapping) or not isinstance(message.get("content"), list):
+        return message
+    content = message["content"]
+    if not any(isinstance(b, Mapping) and ("cache_control" in b or isinstance(b.get("content"), list))
+               for b in content):
+        return message
+    return {**message, "content": [_strip_block(b) for b in content]}
+
+
+def _strip_block(block: Any) -> Any:
+    if not isinstance(block, Mapping):
+        return block
+    out = {k: v for k, v in block.items() if k != "cache_control"}
+    inner = out.get("content")
+    if isinstance(inner, list):
+        out["content"] = [_strip_block(p) for p in inner]
+    return out
+
+
+def _marked(message: Mapping[str, Any]) -> int:
+    content = message.get("content")
+    return int(isinstance(content, list) and any(isinstance(b, Mapping) and "cache_control" in b for b in content))
+
+
+def with_breakpoints(messages: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    """The messages with an ephemeral `cache_control` on the last block of each of the last `count`
+    messages, where the agent had its own."""
+    out = list(messages)
+    for index in range(len(out) - 1, max(len(out) - 1 - count, -1), -1):
+        message = dict(out[index])
+        content = message.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        if not isinstance(content, list) or not content:
+            continue
+        last = content[-1]
+        if isinstance(last, Mapping) and last.get("type") not in ("thinking", "redacted_thinking"):
+            message["content"] = [*content[:-1], {**last, "cache_control": {"type": "ephemeral"}}]
+            out[index] = message
+    return out
+
+
+def _join_system(system: Any, lifted: str) -> Any:
+    if not system:
+        return lifted
+    if isinstance(system, str):
+        return f"{system}\n\n{lifted}"
+    return [*system, {"type": "text", "text": lifted}]
+
+
+def _is_recall_block(block: Any) -> bool:
+    return isinstance(block, Mapping) and block.get("type") == "tool_use" and block.get("name") == RECALL_TOOL
+
+
+def _is_recall_item(item: Any) -> bool:
+    return isinstance(item, Mapping) and item.get("type") == "function_call" and item.get("name") == RECALL_TOOL
+
+
+def overhead_key(conversation: Conversation) -> str:
+    return hashlib.blake2b(conversation.overhead, digest_size=16).hexdigest()
+
+
+# -------------------------------------------------------------------------------------------------- segments
+
+
+def _anthropic_start(history: Sequence[Any], index: int) -> bool:
+    message = history[index]
+    if not isinstance(message, Mapping) or message.get("role") != "user":
+        return True
+    content = message.get("content")
+    return not (isinstance(content, list) and any(isinstance(b, Mapping) and b.get("type") == "tool_result"
+                                                  for b in content))
+
+
+def _chat_start(history: Sequence[Any], index: int) -> bool:
+    message = history[index]
+    return not (isinstance(message, Mapping) and message.get("role") == "tool")
+
+
+_RESPONSES_ASSISTANT = frozenset({"reasoning", "function_call", "custom_tool_call"})
+
+
+def _responses_assistant(item: Any) -> bool:
+    if not isinstance(item, Mapping):
+        return False
+    kind = item.get("type")
+    if kind in (None, "message"):
+        return item.get("role") == "assistant"
+    return kind in _RESPONSES_ASSISTANT or (isinstance(kind, str) and kind.endswith("_call"))
+
+
+def _responses_start(history: Sequence[Any], index: int) -> bool:
+    item = history[index]
+    if isinstance(item, Mapping) and item.get("type") in (None, "message") and item.get("role") in (
+            "user", "system", "developer"):
+        return True
+    return _responses_assistant(item) and not _responses_assistant(history[index - 1])
+
+
+APIS: dict[str, Api] = {
+    ANTHROPIC: Api(ANTHROPIC, "anthropic", "messages", from_anthropic, _anthropic_start, parse_anthropic_message,
+                   anthropic_stream_events),
+    OPENAI_CHAT: Api(OPENAI_CHAT, "openai", "messages", from_openai_chat, _chat_start, parse_chat_completion,
+                     chat_stream_events),
+    OPENAI_RESPONSES: Api(OPENAI_RESPONSES, "openai-responses", "input", from_openai_responses, _responses_start,
+                          parse_responses_response, responses_stream_events),
+}
+
+__all__ = ["APIS", "RECALL_TOOL", "SSE", "Api", "Conversation", "Conversion", "StreamEvent", "text_of"]

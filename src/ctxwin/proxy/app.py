@@ -1,0 +1,564 @@
+"""The proxy as an ASGI application: `create_app(config)`.
+
+Per request to a managed endpoint: read the body (bounded while it arrives), check the ctxwin token,
+parse it (orjson), find the session, `engine.sync` the history the agent sent, `engine.prepare`, put
+the managed history into the caller's body, forward it with the caller's own headers, relay the
+answer (streamed event by event, or whole), and keep a `ProxyRequestEntry` in the session log.
+Upstream overflow errors are recovered (`engine.recover`) and retried; `ctxwin_recall` calls are
+answered here and the upstream is called again (`recall`, `relay`).
+
+Every field ctxwin does not manage goes through untouched: model, sampling, tools, metadata, the
+system prompt, and the headers (`anthropic-version`, `anthropic-beta`, the caller's own key), less
+the hop-by-hop ones and ctxwin's own. The caller's key is never logged or stored: headers are read
+only to forward them and to find the session.
+
+Auth (`config.auth_token`): every request carries the token in `x-ctxwin-token`. `Authorization:
+Bearer <token>` is taken as ctxwin's token only when it equals it exactly, and then it is not
+forwarded (the provider key then travels in `x-api-key`); any other bearer value is the caller's
+provider key and goes upstream as it came. The dashboard's GET pages also take `?token=`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from ctxwin.engine import ContextEngine, Prepared
+from ctxwin.errors import ContextBudgetError, ContextOverflowError, ProviderError, ProxyRefusal
+from ctxwin.messages import Message
+from ctxwin.store.entries import ProxyRequestEntry
+
+from . import recall as recall_tool
+from .apis import APIS, Api, Conversation, Conversion, overhead_key
+from .config import ProxyConfig
+from .errors import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, api_of_path, error_response, refusal_response
+from .sessions import EngineSpec, MemorySessionStore, SessionKey, SessionStore, session_key
+
+TOKEN_HEADER = "x-ctxwin-token"
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
+    "transfer-encoding", "upgrade", "host", "content-length",
+    "accept-encoding",  # httpx negotiates its own and decodes; the caller gets identity bytes
+    TOKEN_HEADER, "x-ctxwin-session",
+})
+RESPONSE_DROP = frozenset({*HOP_BY_HOP, "content-encoding", "content-length"})
+MAX_RECOVERIES = 3
+"""Overflow recoveries per request before the upstream's error goes to the caller (the engine bounds
+its own attempts too)."""
+MAX_MEMOS = 1024  # sessions whose previous request's conversion a process remembers
+
+
+@dataclass
+class Memo:
+    """What the proxy remembers of a session between its requests (this process only; a worker that
+    has none converts the whole history once)."""
+
+    conversion: Conversion = field(default_factory=Conversion)
+    overhead: tuple[str, int] = ("", 0)  # (key of the system+tools bytes, their raw token count)
+    forwarded_overhead: str | None = None  # the overhead key of the previous forwarded request
+    forwarded_keys: list[str] = field(default_factory=list)  # passthrough: the previous request's keys
+
+
+@dataclass
+class Outgoing:
+    """One request about to go upstream, and what ctxwin knows of it."""
+
+    body: bytes
+    prepared: Prepared | None
+    tokens: int
+    reuse: float
+
+
+@dataclass
+class Exchange:
+    """Facts about one handled request, for its ProxyRequestEntry."""
+
+    api: Api
+    model: str
+    started: float
+    upstream_s: float = 0.0
+    tokens_received: int = 0
+    tokens_forwarded: int = 0
+    reuse: float = 0.0
+    compactions: int = 0
+    recoveries: int = 0
+    recall_calls: int = 0
+    invalid: bool = False
+    streamed: bool = False
+    usage: Any = None
+    status: int = 200
+
+    def entry(self) -> ProxyRequestEntry:
+        usage = self.usage
+        elapsed = time.perf_counter() - self.started
+        return ProxyRequestEntry(
+            api=self.api.name, model=self.model, status=self.status, tokens_received=self.tokens_received,
+            tokens_forwarded=self.tokens_forwarded, cache_prefix_reuse=round(self.reuse, 4),
+            compactions=self.compactions, recoveries=self.recoveries, recall_calls=self.recall_calls,
+            invalid_forwarded=self.invalid, streamed=self.streamed,
+            input_tokens=usage.input_tokens if usage is not None else None,
+            output_tokens=usage.output_tokens if usage is not None else None,
+            cache_read_tokens=usage.cache_read_tokens if usage is not None else None,
+            cache_write_tokens=usage.cache_write_tokens if usage is not None else None,
+            added_ms=round(max(0.0, elapsed - self.upstream_s) * 1000, 3),
+            upstream_ms=round(self.upstream_s * 1000, 3))
+
+
+class Proxy:
+    """The application's state: the config, the session store, the upstream client (one per app,
+    opened by the lifespan) and the per-session memos."""
+
+    def __init__(self, config: ProxyConfig, store: SessionStore, transport: httpx.AsyncBaseTransport | None) -> None:
+        self.config = config
+        self.store = store
+        self.transport = transport
+        self.client: httpx.AsyncClient | None = None
+        self.memos: OrderedDict[str, Memo] = OrderedDict()
+        # Engines on disk (JSONL with fsync, PostgreSQL) block on I/O: their work runs in a thread so
+        # the event loop keeps relaying other sessions' streams meanwhile.
+        self.offload = config.store_dir is not None or config.postgres is not None
+        upstream = config.upstream.rstrip("/")
+        self.upstream = upstream[:-3] if upstream.endswith("/v1") else upstream  # callers send /v1/...
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        timeout = httpx.Timeout(self.config.upstream_timeout, connect=min(10.0, self.config.upstream_timeout))
+        async with httpx.AsyncClient(timeout=timeout, transport=self.transport, follow_redirects=False,
+                                     limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)) as client:
+            self.client = client
+            try:
+                yield
+            finally:
+                self.client = None
+                await self.store.aclose()
+
+    def memo(self, session_id: str) -> Memo:
+        memo = self.memos.get(session_id)
+        if memo is None:
+            memo = self.memos[session_id] = Memo()
+            while len(self.memos) > MAX_MEMOS:
+                self.memos.popitem(last=False)
+        self.memos.move_to_end(session_id)
+        return memo
+
+    # ------------------------------------------------------------------------------------------ the door
+
+    def check_token(self, request: Request, *, query: bool = False) -> bool:
+        """Whether the caller's ctxwin token is right (always, when none is configured). True also
+        means: strip the bearer header, when that is where the token came."""
+        token = self.config.auth_token
+        if token is None:
+            return True
+        given = request.headers.get(TOKEN_HEADER)
+        if given is None:
+            bearer = request.headers.get("authorization", "")
+            if bearer[:7].lower() == "bearer " and hmac.compare_digest(bearer[7:].strip().encode(), token.encode()):
+                return True
+            if query:
+                given = request.query_params.get("token")
+        return given is not None and hmac.compare_digest(given.encode(), token.encode())
+
+    async def read_body(self, request: Request) -> bytes:
+        """The body, refused with 413 as soon as it passes the limit (not after reading it all)."""
+        limit = self.config.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise ProxyRefusal(413, f"request body of {int(declared):,} bytes is over the proxy's limit of "
+                                    f"{limit:,} bytes", "raise --max-body-bytes or send a smaller request")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ProxyRefusal(413, f"request body over the proxy's limit of {limit:,} bytes",
+                                   "raise --max-body-bytes or send a smaller request")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def forward_headers(self, request: Request) -> dict[str, str]:
+        out = {k: v for k, v in request.headers.items() if k not in HOP_BY_HOP}
+        token = self.config.auth_token
+        bearer = out.get("authorization", "")
+        if token is not None and bearer[:7].lower() == "bearer " and hmac.compare_digest(
+                bearer[7:].strip().encode(), token.encode()):
+            del out["authorization"]  # ctxwin's token, not the provider's key
+        return out
+
+    def url(self, request: Request) -> str:
+        query = request.url.query
+        return f"{self.upstream}{request.url.path}" + (f"?{query}" if query else "")
+
+    # ------------------------------------------------------------------------------------------ managing
+
+    def manage(self, engine: ContextEngine, api: Api, body: dict[str, Any], conversation: Conversation,
+               memo: Memo, exchange: Exchange) -> Outgoing:
+        """Sync what the agent sent, prepare, and build the body to forward (the hot path)."""
+        counter = engine.counter
+        conversion = api.canonical(conversation.history, memo.conversion, counter.count_message)
+        memo.conversion = conversion
+        key = overhead_key(conversation)
+        if memo.overhead[0] != key:
+            text = conversation.overhead.decode("utf-8", "surrogatepass")
+            memo.overhead = (key, counter.count_text(text) if text else 0)
+        overhead_raw = memo.overhead[1]
+        factor = engine.calibrator.factor or 1.0
+        exchange.tokens_received = round((conversion.tokens + overhead_raw) * factor)
+        if self.config.passthrough:
+            return self.passthrough(body, conversion.messages, overhead_raw, key, memo, counter, factor)
+        engine.sync(conversion.messages)
+        recall = self.config.recall_tool and bool(body.get("tools"))
+        if recall:
+            overhead_raw += self.recall_overhead(api, counter)
+        engine.overhead_tokens = round(overhead_raw * factor)
+        prepared = engine.prepare()
+        return self.outgoing(engine, api, body, conversation, prepared, memo, key, recall)
+
+    def outgoing(self, engine: ContextEngine, api: Api, body: dict[str, Any], conversation: Conversation,
+                 prepared: Prepared, memo: Memo, key: str, recall: bool) -> Outgoing:
+        forwarded = api.forward_body(body, conversation, prepared, recall)
+        same_overhead = memo.forwarded_overhead == key
+        memo.forwarded_overhead = key
+        reuse = prepared.stable_prefix_tokens / prepared.raw_tokens if same_overhead and prepared.raw_tokens else 0.0
+        return Outgoing(orjson.dumps(forwarded), prepared, prepared.tokens, reuse)
+
+    def passthrough(self, body: dict[str, Any], messages: list[Message], overhead_raw: int, key: str, memo: Memo,
+                    counter: Any, factor: float) -> Outgoing:
+        """Untouched, but measured like a managed request (the prefix shared with the previous one)."""
+        keys = [m.content_key for m in messages]
+        shared = 0
+        limit = min(len(keys), len(memo.forwarded_keys))
+        while shared < limit and keys[shared] == memo.forwarded_keys[shared]:
+            shared += 1
+        same_overhead = memo.forwarded_overhead == key
+        memo.forwarded_keys, memo.forwarded_overhead = keys, key
+        total = overhead_raw + sum(counter.count_message(m) for m in messages)
+        prefix = (overhead_raw + sum(counter.count_message(m) for m in messages[:shared])) if same_overhead else 0
+        return Outgoing(orjson.dumps(body), None, round(total * factor), prefix / total if total else 0.0)
+
+    def recall_overhead(self, api: Api, counter: Any) -> int:
+        return int(counter.count_text(orjson.dumps(api.recall_schema()).decode()))
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self.offload:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
+    # ------------------------------------------------------------------------------------------ upstream
+
+    async def send(self, request: Request, content: bytes, exchange: Exchange, *, stream: bool = False,
+                   path: str | None = None) -> httpx.Response:
+        """One upstream call; a connection failure is a 502 and a timeout a 504, in the caller's shape."""
+        assert self.client is not None, "the app's lifespan has not started (run it under an ASGI server)"
+        url = self.url(request) if path is None else f"{self.upstream}{path}"
+        outgoing = self.client.build_request(request.method, url, content=content,
+                                             headers=self.forward_headers(request))
+        started = time.perf_counter()
+        try:
+            response = await self.client.send(outgoing, stream=stream)
+        except httpx.TimeoutException:
+            raise ProxyRefusal(504, f"the upstream {self.upstream} did not answer within "
+                                    f"{self.config.upstream_timeout:g} s",
+                               "try again, or raise --upstream-timeout") from None
+        except httpx.HTTPError as error:
+            raise ProxyRefusal(502, f"the upstream {self.upstream} is unreachable: {type(error).__name__}",
+                               "check --upstream and that the provider is up") from None
+        finally:
+            exchange.upstream_s += time.perf_counter() - started
+        return response
+
+    async def read(self, response: httpx.Response, exchange: Exchange) -> bytes:
+        started = time.perf_counter()
+        try:
+            return await response.aread()
+        except httpx.TimeoutException:
+            raise ProxyRefusal(504, "the upstream stopped answering mid-response", "try again") from None
+        except httpx.HTTPError as error:
+            raise ProxyRefusal(502, f"the upstream broke off its answer: {type(error).__name__}", "try again") from None
+        finally:
+            exchange.upstream_s += time.perf_counter() - started
+
+
+def compactions(prepared: Prepared) -> int:
+    return sum(e.stage == "compaction" and e.action not in ("checkpoint_request", "failed") for e in prepared.events)
+
+
+def response_headers(response: httpx.Response) -> dict[str, str]:
+    return {k: v for k, v in response.headers.items() if k not in RESPONSE_DROP}
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise ProxyRefusal(400, f"the request body is not valid JSON: {error}", "send a JSON object") from None
+    if not isinstance(body, dict):
+        raise ProxyRefusal(400, f"the request body is JSON {type(body).__name__}, not an object",
+                           "send a JSON object") from None
+    return body
+
+
+# ---------------------------------------------------------------------------------------------- handlers
+
+
+def managed(proxy: Proxy, api: Api) -> Callable[[Request], Any]:
+    async def endpoint(request: Request) -> Response:
+        started = time.perf_counter()
+        try:
+            if not proxy.check_token(request):
+                raise ProxyRefusal(401, "missing or wrong ctxwin token", f"send it in the {TOKEN_HEADER} header")
+            if request.method != "POST":
+                raise ProxyRefusal(405, f"{request.url.path} takes POST, not {request.method}")
+            body = _json_object(await proxy.read_body(request))
+            try:
+                conversation = api.split(body)
+            except ValueError as error:
+                raise ProxyRefusal(400, str(error), "send the conversation as the API documents it") from None
+            key = session_key(request.headers, body, conversation.system_text,
+                              api.first_user_text(conversation.history))
+            return await handle(proxy, api, request, body, conversation, key, started)
+        except ProxyRefusal as refusal:
+            return refusal_response(api.name, refusal)
+        except ClientDisconnect:
+            return Response(status_code=499)
+
+    return endpoint
+
+
+async def handle(proxy: Proxy, api: Api, request: Request, body: dict[str, Any], conversation: Conversation,
+                 key: SessionKey, started: float) -> Response:
+    model = str(body.get("model") or "")
+    exchange = Exchange(api, model, started, streamed=body.get("stream") is True)
+    spec = EngineSpec(model=model or None, policy=proxy.config.policy, window=proxy.config.window)
+    async with proxy.store.lease(key.id, spec) as engine:
+        memo = proxy.memo(key.id)
+        try:
+            outgoing = await proxy.run(proxy.manage, engine, api, body, conversation, memo, exchange)
+        except ValueError as error:  # what the converters refuse in a history
+            raise ProxyRefusal(400, f"cannot read the conversation: {error}",
+                               "send it as the API documents it") from None
+        except ContextBudgetError as error:
+            raise ProxyRefusal(400, f"the request cannot be made to fit: {error}") from None
+        exchange.reuse = outgoing.reuse
+        if exchange.streamed and not proxy.config.passthrough:
+            from .relay import relay
+
+            return await relay(proxy, api, request, engine, body, conversation, memo, outgoing, exchange)
+        try:
+            return await complete(proxy, api, request, engine, body, conversation, memo, outgoing, exchange)
+        finally:
+            await proxy.run(engine.note, exchange.entry())
+
+
+async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngine, body: dict[str, Any],
+                   conversation: Conversation, memo: Memo, outgoing: Outgoing, exchange: Exchange) -> Response:
+    """A whole (non-streamed) answer: recover from overflow, answer recall calls, relay the rest."""
+    rounds = 0
+    while True:
+        exchange.tokens_forwarded += outgoing.tokens
+        if outgoing.prepared is not None:
+            exchange.compactions += compactions(outgoing.prepared)
+        response = await proxy.send(request, outgoing.body, exchange)
+        raw = await proxy.read(response, exchange)
+        exchange.status = response.status_code
+        if outgoing.prepared is None:  # passthrough: relayed as it came
+            _note_usage(api, raw, exchange, None)
+            return Response(raw, response.status_code, response_headers(response))
+        if response.status_code >= 400:
+            retry = await recover(proxy, api, engine, body, conversation, memo, response, raw, exchange)
+            if retry is None:
+                return Response(raw, response.status_code, response_headers(response))
+            outgoing = retry
+            continue
+        completion = _note_usage(api, raw, exchange, engine)
+        if completion is None:
+            return Response(raw, response.status_code, response_headers(response))
+        ours, theirs = api.recall_calls(completion)
+        if not ours:
+            return Response(raw, response.status_code, response_headers(response))
+        if theirs or rounds >= recall_tool.MAX_ROUNDS:
+            # A mixed answer: the agent's own calls win, and the recall calls are dropped unanswered
+            # (the tool says so in its description); the model can ask again on its own next turn.
+            data = api.without_recall(orjson.loads(raw))
+            return Response(orjson.dumps(data), response.status_code, response_headers(response))
+        rounds += 1
+        exchange.recall_calls += len(ours)
+        outgoing = await proxy.run(_recall_round, proxy, engine, api, body, conversation, memo, completion, ours)
+
+
+def _recall_round(proxy: Proxy, engine: ContextEngine, api: Api, body: dict[str, Any], conversation: Conversation,
+                  memo: Memo, completion: Any, calls: list[Any]) -> Outgoing:
+    engine.append(recall_tool.exchange(engine, completion, calls))
+    return proxy.outgoing(engine, api, body, conversation, engine.prepare(), memo, overhead_key(conversation), True)
+
+
+async def recover(proxy: Proxy, api: Api, engine: ContextEngine, body: dict[str, Any], conversation: Conversation,
+                  memo: Memo, response: httpx.Response, raw: bytes, exchange: Exchange) -> Outgoing | None:
+    """The smaller request to retry with after an overflow error, or None to give the caller the error."""
+    error: Any
+    try:
+        error = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        error = raw.decode("utf-8", "replace")
+    evidence = {"status": response.status_code, "body": error} if isinstance(error, dict) else error
+    if not engine.is_overflow_error(evidence) and not engine.is_overflow_error(error):
+        exchange.invalid = response.status_code == 400
+        return None
+    if exchange.recoveries >= MAX_RECOVERIES:
+        return None
+    exchange.recoveries += 1
+    try:
+        prepared = await proxy.run(engine.recover, error)
+    except (ContextOverflowError, ContextBudgetError):
+        return None
+    recall = proxy.config.recall_tool and bool(body.get("tools"))
+    return proxy.outgoing(engine, api, body, conversation, prepared, memo, overhead_key(conversation), recall)
+
+
+def _note_usage(api: Api, raw: bytes, exchange: Exchange, engine: ContextEngine | None) -> Any:
+    """The answer parsed (None when it is not a JSON answer of the API), its usage recorded."""
+    try:
+        completion = api.parse(orjson.loads(raw))
+    except (orjson.JSONDecodeError, ProviderError, TypeError, ValueError):
+        return None
+    if completion.usage is not None:
+        exchange.usage = completion.usage
+        if engine is not None:
+            engine.record_usage(completion.usage)
+    return completion
+
+
+def count_tokens(proxy: Proxy) -> Callable[[Request], Any]:
+    """`/v1/messages/count_tokens`, answered with the count of the *managed* request: the body is
+    managed as `/v1/messages` would manage it and forwarded to the upstream's count_tokens, so the
+    harness sees the size it will really send (Claude Code decides when to auto-compact from this
+    count; the raw count would make it compact what ctxwin already keeps small). A history that
+    does not extend the session's (a harness counting a draft or a piece) goes through untouched,
+    so counting never moves the session onto a branch."""
+    api = APIS[ANTHROPIC]
+
+    async def endpoint(request: Request) -> Response:
+        started = time.perf_counter()
+        try:
+            if not proxy.check_token(request):
+                raise ProxyRefusal(401, "missing or wrong ctxwin token", f"send it in the {TOKEN_HEADER} header")
+            raw = await proxy.read_body(request)
+            body = _json_object(raw)
+            exchange = Exchange(api, str(body.get("model") or ""), started)
+            content = raw
+            if not proxy.config.passthrough:
+                try:
+                    conversation = api.split(body)
+                except ValueError as error:
+                    raise ProxyRefusal(400, str(error), "send the conversation as the API documents it") from None
+                key = session_key(request.headers, body, conversation.system_text,
+                                  api.first_user_text(conversation.history))
+                spec = EngineSpec(model=exchange.model or None, policy=proxy.config.policy, window=proxy.config.window)
+                async with proxy.store.lease(key.id, spec) as engine:
+                    content = await proxy.run(_managed_count_body, proxy, engine, api, body, conversation,
+                                              proxy.memo(key.id)) or raw
+            response = await proxy.send(request, content, exchange)
+            data = await proxy.read(response, exchange)
+            return Response(data, response.status_code, response_headers(response))
+        except ProxyRefusal as refusal:
+            return refusal_response(api.name, refusal)
+        except ClientDisconnect:
+            return Response(status_code=499)
+
+    return endpoint
+
+
+def _managed_count_body(proxy: Proxy, engine: ContextEngine, api: Api, body: dict[str, Any],
+                        conversation: Conversation, memo: Memo) -> bytes | None:
+    conversion = api.canonical(conversation.history, memo.conversion, engine.counter.count_message)
+    stored = [m.content_key for m in engine.messages if "ctxwin" not in m.meta]
+    if [m.content_key for m in conversion.messages[:len(stored)]] != stored:
+        return None
+    memo.conversion = conversion
+    engine.sync(conversion.messages)
+    prepared = engine.prepare()
+    forwarded = api.forward_body(body, conversation, prepared, proxy.config.recall_tool and bool(body.get("tools")))
+    forwarded.pop("stream", None)
+    return orjson.dumps(forwarded)
+
+
+def passthrough_endpoint(proxy: Proxy) -> Callable[[Request], Any]:
+    """`/v1/models` and the like: forwarded as they came (auth still checked)."""
+
+    async def endpoint(request: Request) -> Response:
+        api = api_of_path(request.url.path, request.headers)
+        try:
+            if not proxy.check_token(request):
+                raise ProxyRefusal(401, "missing or wrong ctxwin token", f"send it in the {TOKEN_HEADER} header")
+            content = await proxy.read_body(request)
+            exchange = Exchange(APIS[api], "", time.perf_counter())
+            response = await proxy.send(request, content, exchange)
+            data = await proxy.read(response, exchange)
+            return Response(data, response.status_code, response_headers(response))
+        except ProxyRefusal as refusal:
+            return refusal_response(api, refusal)
+
+    return endpoint
+
+
+def not_found(proxy: Proxy) -> Callable[[Request], Any]:
+    async def endpoint(request: Request) -> Response:
+        api = api_of_path(request.url.path, request.headers)
+        if not proxy.check_token(request, query=request.url.path.startswith("/ctxwin")):
+            return error_response(api, 401, f"missing or wrong ctxwin token (send it in the {TOKEN_HEADER} header)")
+        return error_response(api, 404, f"ctxwin proxy: no endpoint {request.method} {request.url.path} "
+                                        "(it serves /v1/messages, /v1/messages/count_tokens, /v1/chat/completions, "
+                                        "/v1/responses and /v1/models)")
+
+    return endpoint
+
+
+def dashboard_routes(proxy: Proxy) -> list[BaseRoute]:
+    """The dashboard's routes (`/ctxwin`, `/ctxwin/sessions.json`) when `ctxwin.proxy.dashboard`
+    is installed: the mount point it plugs into. Called with the store and a token check."""
+    try:
+        from . import dashboard  # type: ignore[attr-defined]
+    except ImportError:
+        return []
+    routes = getattr(dashboard, "dashboard_routes", None)
+    if routes is None:
+        return []
+    return list(routes(store=proxy.store, authorized=lambda request: proxy.check_token(request, query=True)))
+
+
+ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
+def create_app(config: ProxyConfig, *, store: SessionStore | None = None,
+               transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
+    """The proxy for `config`. `store`: where sessions live (default: this process, in memory or
+    under `config.store_dir`); `transport`: the upstream transport (tests, or a custom one)."""
+    proxy = Proxy(config, store if store is not None else MemorySessionStore.for_config(config), transport)
+    routes: list[BaseRoute] = [
+        Route("/v1/messages", managed(proxy, APIS[ANTHROPIC]), methods=ALL_METHODS),
+        Route("/v1/messages/count_tokens", count_tokens(proxy), methods=["POST"]),
+        Route("/v1/chat/completions", managed(proxy, APIS[OPENAI_CHAT]), methods=ALL_METHODS),
+        Route("/v1/responses", managed(proxy, APIS[OPENAI_RESPONSES]), methods=ALL_METHODS),
+        Route("/v1/models", passthrough_endpoint(proxy), methods=["GET"]),
+        Route("/v1/models/{model:path}", passthrough_endpoint(proxy), methods=["GET"]),
+        *dashboard_routes(proxy),
+        Route("/{path:path}", not_found(proxy), methods=ALL_METHODS),
+    ]
+    app = Starlette(routes=routes, lifespan=proxy.lifespan)
+    app.state.proxy = proxy
+    return app
+
+
+__all__ = ["Memo", "Proxy", "create_app"]

@@ -1,0 +1,221 @@
+"""Which conversation a request belongs to, and the engines that manage them.
+
+Identity, first match wins: `x-ctxwin-session`, Claude Code's `x-claude-code-session-id` or the
+`_session_<uuid>` in `metadata.user_id`, Codex's `session-id` header, Pi's `session_id` (header or
+body), OpenAI's `prompt_cache_key`. An agent sends the same header on its side requests (titles,
+summaries) and on its sub-agents' conversations, so the header alone would merge them: the session is
+the header id plus a discriminator of the conversation (the hash of the system prompt and the first
+user message, as text, so a moved `cache_control` marker or a re-encoded block does not change it).
+Without any header the discriminator alone names the session. An agent's own compaction that rewrites
+the first user message therefore continues in a new session (under the same header id, so the two
+are found together); an edit or rewind after the first message is a branch of the same session
+(`engine.sync`).
+
+Engines live behind `SessionStore`: `lease(session_id, spec)` is an async context manager that gives
+the caller the session's engine alone for the duration (a per-session `asyncio.Lock` here; the
+PostgreSQL store of `proxy.shared` takes a cross-process advisory lock and reopens the engine when
+another worker advanced the log). `MemorySessionStore` keeps the engines of one process, over an
+in-memory log or a JSONL folder per session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import shutil
+import tempfile
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ctxwin.engine import ContextEngine
+from ctxwin.store.base import SessionLog
+from ctxwin.store.blobs import FileBlobStore
+from ctxwin.store.in_memory import MemorySessionLog
+from ctxwin.store.session import Session
+
+from .config import ProxyConfig
+
+MAX_OPEN_ENGINES = 512
+"""Engines one process keeps open; the least recently used beyond this is closed (its log stays)."""
+MAX_ID_CHARS = 80  # of the header part of a session id (what a folder name can take comfortably)
+DISCRIMINATOR_CHARS = 16  # hex digits of the conversation hash in a session id
+CLAUDE_CODE_USER_SESSION = re.compile(r"_session_([0-9A-Za-z-]+)")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+HEADER_SOURCES = (  # (header, what it is), in the order they win
+    ("x-ctxwin-session", "ctxwin"),
+    ("x-claude-code-session-id", "claude-code"),
+    ("session-id", "codex"),
+    ("session_id", "pi"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKey:
+    """`id`: the store's name for the session (safe as a folder name). `source`: which rule found it
+    (`ctxwin`, `claude-code`, `codex`, `pi`, `prompt-cache-key`, or `conversation` for the hash
+    alone). `agent_id`: the header's id as sent (None for the hash alone)."""
+
+    id: str
+    source: str
+    agent_id: str | None = None
+
+
+def conversation_hash(system_text: str, first_user_text: str) -> str:
+    """The discriminator: system prompt and first user message, as text."""
+    digest = hashlib.blake2b(digest_size=DISCRIMINATOR_CHARS // 2)
+    digest.update(system_text.encode("utf-8", "surrogatepass"))
+    digest.update(b"\x00")
+    digest.update(first_user_text.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def agent_session(headers: Mapping[str, str], body: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(source, id) of the agent's own session id, first match wins; None when it sent none."""
+    for header, source in HEADER_SOURCES[:2]:
+        value = headers.get(header)
+        if value:
+            return source, value
+    metadata = body.get("metadata")
+    user_id = metadata.get("user_id") if isinstance(metadata, Mapping) else None
+    if isinstance(user_id, str):
+        found = CLAUDE_CODE_USER_SESSION.search(user_id)
+        if found:
+            return "claude-code", found.group(1)
+    for header, source in HEADER_SOURCES[2:]:
+        value = headers.get(header)
+        if value:
+            return source, value
+    pi = body.get("session_id")
+    if isinstance(pi, str) and pi:
+        return "pi", pi
+    key = body.get("prompt_cache_key")
+    if isinstance(key, str) and key:
+        return "prompt-cache-key", key
+    return None
+
+
+def session_key(headers: Mapping[str, str], body: Mapping[str, Any], system_text: str,
+                first_user_text: str) -> SessionKey:
+    """The session of one request (headers lower-cased, as Starlette gives them)."""
+    discriminator = conversation_hash(system_text, first_user_text)
+    found = agent_session(headers, body)
+    if found is None:
+        return SessionKey(f"c-{discriminator}", "conversation")
+    source, agent_id = found
+    return SessionKey(f"{safe_id(agent_id)}-{discriminator}", source, agent_id)
+
+
+def safe_id(value: str) -> str:
+    """A header's id as a folder-safe name: kept when it already is one, else cleaned and suffixed
+    with a hash of the original, so two ids never collide after cleaning."""
+    cleaned = _UNSAFE.sub("_", value)[:MAX_ID_CHARS].lstrip(".") or "_"
+    if cleaned == value:
+        return value
+    return f"{cleaned}~{hashlib.blake2b(value.encode('utf-8', 'surrogatepass'), digest_size=4).hexdigest()}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Engines
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSpec:
+    """How to build a session's engine, from the first request that opens it."""
+
+    model: str | None
+    policy: str
+    window: int | None = None
+
+
+def build_engine(log: SessionLog, spec: EngineSpec) -> ContextEngine:
+    """The engine every store builds for a session log (one recipe, so workers agree)."""
+    return ContextEngine(log, model=spec.model, policy=spec.policy, window=spec.window)
+
+
+class SessionStore(Protocol):
+    """Where a proxy's sessions live. `lease` gives exclusive use of a session's engine, up to date
+    with its log, until the context exits; opening a session that does not exist creates it."""
+
+    def lease(self, session_id: str, spec: EngineSpec) -> AbstractAsyncContextManager[ContextEngine]: ...
+
+    def session_ids(self) -> list[str]:
+        """The sessions this store knows of (for the dashboard)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass
+class _Slot:
+    engine: ContextEngine | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class MemorySessionStore:
+    """Engines of one process: an in-memory log per session (blobs in a temporary folder removed at
+    close), or a JSONL session folder under `store_dir`. One `asyncio.Lock` per session."""
+
+    def __init__(self, store_dir: Path | None = None, *, max_open: int = MAX_OPEN_ENGINES) -> None:
+        self.store_dir = store_dir
+        self.max_open = max_open
+        self._slots: OrderedDict[str, _Slot] = OrderedDict()
+        self._known: dict[str, None] = {}
+        self._scratch: Path | None = None
+
+    @classmethod
+    def for_config(cls, config: ProxyConfig) -> MemorySessionStore:
+        return cls(config.store_dir)
+
+    def _open_log(self, session_id: str) -> SessionLog:
+        if self.store_dir is not None:
+            return Session.open(self.store_dir / session_id, lock_timeout=10)
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="ctxwin-proxy-blobs-"))
+        return MemorySessionLog(session_id, blobs=FileBlobStore(self._scratch / session_id))
+
+    @asynccontextmanager
+    async def lease(self, session_id: str, spec: EngineSpec) -> AsyncIterator[ContextEngine]:
+        slot = self._slots.get(session_id)
+        if slot is None:
+            slot = self._slots[session_id] = _Slot()
+        self._slots.move_to_end(session_id)
+        async with slot.lock:
+            if slot.engine is None:
+                # Opening replays the log from disk: off the event loop, so other sessions go on.
+                slot.engine = await asyncio.to_thread(build_engine, self._open_log(session_id), spec)
+                self._known[session_id] = None
+            yield slot.engine
+        self._evict()
+
+    def _evict(self) -> None:
+        if self.store_dir is None:
+            return  # an in-memory log cannot be reopened: its engine is the session
+        while len(self._slots) > self.max_open:
+            session_id, slot = next(iter(self._slots.items()))
+            if slot.lock.locked():
+                return  # the oldest is in use: try again after the next lease
+            del self._slots[session_id]
+            if slot.engine is not None:
+                slot.engine.session.close()
+
+    def session_ids(self) -> list[str]:
+        return list(self._known)
+
+    def engines(self) -> dict[str, ContextEngine]:
+        """The open engines by session id (for the dashboard of a one-process proxy)."""
+        return {k: s.engine for k, s in self._slots.items() if s.engine is not None}
+
+    async def aclose(self) -> None:
+        for slot in self._slots.values():
+            if slot.engine is not None:
+                slot.engine.session.close()
+        self._slots.clear()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
