@@ -45,7 +45,7 @@ from typing import Any
 import httpx
 import orjson
 
-from ctxwin.proxy.serve import Listen, uvicorn_options
+from ctxwin.proxy.serve import Listen, tune_gc, uvicorn_options
 from ctxwin.tokens import counter_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +108,9 @@ def bare_app() -> Any:
         answer = await client.post(request.url.path, content=body, headers=headers)
         return Response(answer.content, answer.status_code, media_type=answer.headers.get("content-type"))
 
-    return Starlette(routes=[Route("/{path:path}", forward, methods=["POST"])])
+    app = Starlette(routes=[Route("/{path:path}", forward, methods=["POST"])])
+    tune_gc()  # as the proxy's workers do, so the two differ only in what they do with a request
+    return app
 
 
 def upstream_factory() -> Any:
@@ -259,7 +261,9 @@ def sequential(urls: dict[str, str], turns: int, target: int) -> dict[str, Any]:
     sizes: list[int] = []
     history: list[int] = []
     order = ["direct", "bare", "proxy"]
-    step = max(1, round(2 * MEASURE_SPREAD / turns / 12))  # lines per step's output, so phase 2 spans the spread
+    # Lines of output per step, so that phase 2 spans about 2 x MEASURE_SPREAD tokens: a step adds
+    # ~60 tokens of call and text, and its output ~17 tokens a line, on three of every four steps.
+    step = max(1, round((2 * MEASURE_SPREAD / turns - 60) / (0.75 * 17)))
     for turn in range(turns):
         messages += agent_turn(rng, n, step)
         n += 1

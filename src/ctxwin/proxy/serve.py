@@ -14,6 +14,7 @@ What is refused before anything listens, with what to do instead:
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import json
 import os
@@ -34,6 +35,12 @@ LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost
 MAX_WORKERS = 64  # far above what a machine's cores can use; a typo of 1000 is refused, not forked
 TIMEOUT_KEEP_ALIVE_S = 75  # agents reuse one connection per turn loop; above typical client idle pools
 GRACEFUL_SHUTDOWN_S = 30  # on SIGTERM, requests in flight (a streamed answer) get this long to finish
+GC_THRESHOLDS = (50_000, 50, 100)
+"""The cyclic collector's thresholds in a worker. A 170k-token request parses into tens of thousands
+of short-lived containers: at Python's default (700, 10, 10) that is dozens of collections per
+request, and the previous body, which lives until the next request replaces it, is promoted and makes
+full collections of the whole heap frequent (measured: 28 ms pauses at p99 of the request path).
+Collections still run, a hundred times less often."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +121,29 @@ def config_from_json(text: str) -> ProxyConfig:
 
 def app_from_env() -> Any:
     """The uvicorn factory every worker calls: the app for the config in `CONFIG_ENV`."""
-    from ctxwin.proxy.app import create_app
-
     text = os.environ.get(CONFIG_ENV)
     if text is None:
         raise InputError(f"{CONFIG_ENV} is not set", "start the proxy with `ctxwin proxy`")
-    return create_app(config_from_json(text))
+    app = build_app(config_from_json(text))
+    tune_gc()
+    return app
+
+
+def tune_gc() -> None:
+    """Sets `GC_THRESHOLDS`, and moves what is alive at start (modules, the app) out of the
+    collector's sight, so a full collection walks only what requests left behind."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+def build_app(config: ProxyConfig) -> Any:
+    """The app for `config`, with the session store it names: PostgreSQL (shared by every worker)
+    with `postgres`, else the app's own (this process, in memory or under `store_dir`)."""
+    from ctxwin.proxy.app import create_app
+    from ctxwin.proxy.shared import PostgresSessionStore
+
+    return create_app(config, store=PostgresSessionStore.for_config(config) if config.postgres else None)
 
 
 def preflight(config: ProxyConfig) -> None:

@@ -1,0 +1,126 @@
+"""Real sessions as live traffic: every recorded model call of the three long shared Claude Code
+sessions and the Pi session, sent to the proxy as the harness sent it (the whole history so far, in
+Anthropic format, `evaluation.live`), over a real socket, in front of the FakeProvider, which
+validates every forwarded request as the API does and enforces the window.
+
+Checked per session:
+- every forwarded request was accepted (valid, and input plus max_tokens within the window);
+- the total forwarded input equals `replay(transcript, "ctxwin")` within 1 %. Both are counted with
+  the same estimator (the FakeProvider's counter is the engine's, memoized), and the proxy calibrates
+  on the FakeProvider's usage, which is that same count, so its factor stays 1.0, as the replay's is
+  without usage records. What can differ: the Anthropic wire format merges consecutive user-side
+  messages into one turn (a user's two messages in a row; the results of one call's parallel tools),
+  which the proxy reads back as fewer, larger messages than the transcript has;
+- the prefix reuse between consecutive forwarded requests (bytes of the messages they begin with in
+  common, over bytes sent) is at least 90 %.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import orjson
+import pytest
+import uvicorn
+
+from conftest import shared_path
+from ctxwin.evaluation.live import live_calls
+from ctxwin.evaluation.replay import replay
+from ctxwin.proxy.apis import strip_cache_control
+from ctxwin.proxy.config import ProxyConfig
+from ctxwin.proxy.serve import build_app
+from ctxwin.testing import FakeProvider
+from ctxwin.testing.fake_provider import ForcedResponse
+from ctxwin.tokens import CachedCounter, counter_for
+from ctxwin.transcripts import load_transcript
+
+POLICY = "ctxwin"
+TOLERANCE = 0.01
+MIN_PREFIX_REUSE = 0.90
+SESSIONS = {
+    "claude-code-4d5611e5": "claude-code/4d5611e5-241a-462a-8d15-5122611a9569.jsonl",
+    "claude-code-8463c716": "claude-code/8463c716-a2ea-4c14-9efa-87158ebd9f20.jsonl",
+    "claude-code-258c7280": "claude-code/258c7280-ae70-4798-800f-63464d01a85d.jsonl",
+    "pi": "pi/before-compaction.jsonl",
+}
+HEADERS = {"x-api-key": "live-replay-key", "anthropic-version": "2023-06-01", "content-type": "application/json"}
+
+
+@dataclass
+class Served:
+    fake: FakeProvider
+    url: str
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[Served]:
+    """The FakeProvider, and the proxy in front of it on a real socket (a uvicorn server in a thread,
+    the same app `ctxwin proxy` serves). Memoizing the fake's counter changes no count: it keeps
+    the fake from re-estimating every message of every request (the test's main cost otherwise);
+    so does a fixed answer (the default one reads the whole conversation once more). Prompt-cache
+    accounting is off: the reuse is measured here from the bodies themselves."""
+    counter = CachedCounter(counter_for("claude-opus-4-5"))
+    with FakeProvider(counter=counter, prompt_cache=False) as fake:
+        fake.force(ForcedResponse(text="Noted.", times=10**9))  # the same short answer, every call
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(build_app(ProxyConfig(fake.anthropic_base_url, policy=POLICY)),
+                                               log_level="warning", lifespan="on"))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive(), "the proxy did not start"
+            time.sleep(0.01)
+        try:
+            yield Served(fake, f"http://127.0.0.1:{port}")
+        finally:
+            server.should_exit = True
+            thread.join(timeout=30)
+            listener.close()
+
+
+def prefix_reuse(bodies: list[dict[str, object]]) -> float:
+    """Bytes of each forwarded request's messages that repeat the previous request's first messages,
+    over the bytes of the messages sent, across consecutive requests. The agent's own `cache_control`
+    markers are left out of the comparison (they move every request and do not break a cache)."""
+    shared = sent = 0
+    previous: list[object] = []
+    for body in bodies:
+        messages = [strip_cache_control(m) for m in body["messages"]]  # type: ignore[union-attr]
+        same = 0
+        while same < min(len(messages), len(previous)) and messages[same] == previous[same]:
+            same += 1
+        if previous:
+            shared += len(orjson.dumps(messages[:same]))
+            sent += len(orjson.dumps(messages))
+        previous = messages
+    return shared / sent if sent else 1.0
+
+
+@pytest.mark.parametrize("name", list(SESSIONS))
+def test_a_real_session_through_the_proxy_forwards_what_the_replay_prepares(name: str, served: Served) -> None:
+    transcript = load_transcript(shared_path(*SESSIONS[name].split("/")))
+    calls = list(live_calls(transcript, session=f"live-{name}"))
+    fake = served.fake
+    before = len(fake.requests)
+    with httpx.Client(base_url=served.url, timeout=120) as client:
+        for call in calls:
+            answer = client.post("/v1/messages", content=orjson.dumps(call.body), headers={**HEADERS, **call.headers})
+            assert answer.status_code == 200, f"call at message {call.index}: {answer.status_code} {answer.text[:500]}"
+            assert answer.json()["type"] == "message"
+    forwarded = fake.requests[before:]
+    assert len(forwarded) == len(calls)  # one upstream request per call: no retries, no recall rounds
+    assert all(r.status == 200 and r.input_tokens is not None for r in forwarded)
+    assert all(r.input_tokens + r.body["max_tokens"] <= fake.context_window for r in forwarded)  # type: ignore[operator]
+
+    expected = replay(transcript, POLICY).cumulative_tokens
+    total = sum(r.input_tokens or 0 for r in forwarded)
+    assert abs(total - expected) <= TOLERANCE * expected, (name, total, expected, total / expected)
+    assert prefix_reuse([r.body for r in forwarded]) >= MIN_PREFIX_REUSE
