@@ -8,6 +8,7 @@ are due and masks them together: one cache break per B calls instead of one per 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from ctxwin.messages import Message, ToolCall, ToolResult
@@ -29,17 +30,39 @@ from ctxwin.policies.model import MaskPolicy
 
 MASKED_BY = ("mask", "prune", "dedup", "fit")
 """Renderings that are already placeholders or stubs: never masked again."""
-def placeholder(result: ToolResult, ctx: StageContext, entry_id: str, tokens: int) -> str:
+PATH_ARGUMENTS = ("file_path", "path", "filename", "file", "notebook_path")
+WRITE_ARGUMENTS = frozenset({"content", "new_string", "old_string", "edits", "new_source", "text", "command"})
+
+
+def placeholder(result: ToolResult, ctx: StageContext, entry_id: str, tokens: int, *, reread: bool = False) -> str:
     text = result.text
     lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
     ref = recall_ref(entry_id, result.call_id)
-    note = (f"[Old output of {describe_call(ctx.calls.get(result.call_id))} cleared to save context "
+    call = ctx.calls.get(result.call_id)
+    note = (f"[Old output of {describe_call(call)} cleared to save context "
             f"({lines:,} lines, ~{tokens:,} tokens). Recover it with recall(\"{ref}\").")
+    again = reread_call(call, lines) if reread else None
+    if again:
+        note += f" Or read the file again: {again}."
     if result.is_error:
         line = error_line(text)
         if line:
             note += f" It failed with: {line}"
     return note + "]"
+
+
+def reread_call(call: ToolCall | None, lines: int) -> str | None:
+    """The agent's own call that reads the same part of the file again, for a call that read a file
+    (a path argument, nothing written): the call as made, with `offset` and `limit`."""
+    if call is None or not isinstance(call.arguments, dict) or WRITE_ARGUMENTS & call.arguments.keys():
+        return None
+    key = next((k for k in PATH_ARGUMENTS if isinstance(call.arguments.get(k), str)), None)
+    if key is None:
+        return None
+    offset = call.arguments.get("offset")
+    start = offset if isinstance(offset, int) and not isinstance(offset, bool) else 1
+    path = json.dumps(call.arguments[key], ensure_ascii=False)  # whole: a cut path would read another file
+    return f"{call.name}({key}={path}, offset={start}, limit={max(lines, 1)})"
 
 
 def _protected_from(items: Sequence[Item], keep_last: int) -> int:
@@ -112,7 +135,7 @@ def stage(items: Sequence[Item], policy: MaskPolicy, ctx: StageContext) -> Stage
             continue
         per_block = max(item.tokens // max(len(item.message.blocks), 1), 1)
         changed = {
-            b_index: text_result(block, placeholder(block, ctx, item.entry_id, per_block))
+            b_index: text_result(block, placeholder(block, ctx, item.entry_id, per_block, reread=policy.reread_hint))
             for b_index, block in enumerate(item.message.blocks)
             if isinstance(block, ToolResult) and tool_matches(block.name, policy.tools_allow, policy.tools_deny)
         }

@@ -99,6 +99,9 @@ class MaskPolicy(_Stage):
     """Also clear the string arguments of old tool calls longer than this many characters (the file
     contents of write and edit calls), keeping paths and short arguments (0: never; Anthropic's
     `clear_tool_inputs`)."""
+    reread_hint: bool = False
+    """Placeholders of file reads also say how to read the file again with the agent's own tool
+    (`offset`/`limit`), for harnesses that have no recall tool (the proxy with its recall tool off)."""
 
 
 class PrunePolicy(_Stage):

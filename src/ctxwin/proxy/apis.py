@@ -33,6 +33,7 @@ from ctxwin.messages.providers import (
     from_anthropic,
     from_openai_chat,
     from_openai_responses,
+    to_anthropic,
 )
 from ctxwin.messages.tools import SchemaFormat, as_tool_schema, to_format
 from ctxwin.providers.anthropic import anthropic_stream_events, parse_anthropic_message
@@ -170,13 +171,15 @@ class Api:
         return Conversion(history, starts, messages, tokens)
 
     def forward_body(self, body: Mapping[str, Any], conversation: Conversation, prepared: Prepared,
-                     recall: bool) -> dict[str, Any]:
+                     recall: bool, rendered: Rendered | None = None) -> tuple[dict[str, Any], Rendered | None]:
         """The request to send upstream: the caller's body with the managed history in place of its
-        own (and `ctxwin_recall` after the agent's tools when offered)."""
+        own (and `ctxwin_recall` after the agent's tools when offered), and what to pass as
+        `rendered` next time (the turns written for the previous request of the session)."""
         out = dict(body)
+        written: Rendered | None = None
         if self.name == ANTHROPIC:
-            payload = prepared.to_anthropic()
-            messages = payload["messages"]
+            written = anthropic_turns(prepared.messages, rendered if rendered is not None else Rendered())
+            messages = written.turns
             if conversation.breakpoints:
                 messages = with_breakpoints(messages, min(conversation.breakpoints, ANTHROPIC_CACHE_BREAKPOINTS))
             out["messages"] = messages
@@ -191,7 +194,7 @@ class Api:
             out["input"] = [*conversation.lead, *lifted, *payload["input"]]
         if recall:
             out["tools"] = [*body.get("tools", ()), self.recall_schema()]
-        return out
+        return out, written
 
     def recall_schema(self) -> dict[str, Any]:
         return to_format(as_tool_schema({"name": RECALL_TOOL, "description": RECALL_DESCRIPTION,
@@ -225,6 +228,51 @@ class Api:
         else:
             out["output"] = [i for i in data.get("output") or () if not _is_recall_item(i)]
         return out
+
+
+@dataclass
+class Rendered:
+    """The turns written for a session's previous forwarded request: its messages, the turns and the
+    index of the first message of each turn."""
+
+    messages: list[Message] = field(default_factory=list)
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+
+
+def anthropic_turns(messages: Sequence[Message], previous: Rendered) -> Rendered:
+    """`to_anthropic(messages)["messages"]`, written incrementally: the turns of the previous
+    request that lie wholly in the part it shares with this one (the same message objects, or the
+    same content) are taken as they were, and only the rest is written, each run of messages that
+    merge into one turn (a tool message and the user text after it; consecutive assistant messages)
+    by `to_anthropic` on its own, which gives the same turn as writing the whole list. Without this,
+    writing 170K tokens of history back to JSON-ready dicts would cost more than everything else on
+    the request's path."""
+    old = previous.messages
+    same = 0
+    limit = min(len(old), len(messages))
+    while same < limit and (messages[same] is old[same] or (
+            messages[same].blocks and messages[same].content_key == old[same].content_key)):
+        same += 1
+    # A turn is kept when the message after it is shared too (so it still ends where it ended).
+    kept = 0
+    while kept + 1 < len(previous.starts) and previous.starts[kept + 1] < same:
+        kept += 1
+    turns, starts = previous.turns[:kept], previous.starts[:kept]
+    begin = previous.starts[kept] if kept < len(previous.starts) else 0
+    roles = ["user" if m.role in ("user", "tool") else m.role for m in messages[begin:]]
+    first = begin
+    for end in range(begin + 1, len(messages) + 1):
+        if end < len(messages) and roles[end - begin] == roles[first - begin] and roles[end - begin] != "system":
+            continue
+        written = to_anthropic(messages[first:end])
+        if "system" in written or len(written["messages"]) != 1:  # not a prepared view: the whole list
+            whole = to_anthropic(list(messages))["messages"]
+            return Rendered(list(messages), whole, [])
+        turns.append(written["messages"][0])
+        starts.append(first)
+        first = end
+    return Rendered(list(messages), turns, starts)
 
 
 def text_of(value: Any) -> str:

@@ -37,15 +37,15 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ctxwin.engine import ContextEngine, Prepared
-from ctxwin.errors import ContextBudgetError, ContextOverflowError, ProviderError, ProxyRefusal
+from ctxwin.errors import ContextBudgetError, ContextOverflowError, CtxwinError, ProviderError, ProxyRefusal
 from ctxwin.messages import Message
 from ctxwin.store.entries import ProxyRequestEntry
 
 from . import recall as recall_tool
-from .apis import APIS, Api, Conversation, Conversion, overhead_key
+from .apis import APIS, Api, Conversation, Conversion, Rendered, overhead_key
 from .config import ProxyConfig
 from .errors import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, api_of_path, error_response, refusal_response
-from .sessions import EngineSpec, MemorySessionStore, SessionKey, SessionStore, session_key
+from .sessions import MemorySessionStore, SessionKey, SessionStore, engine_spec, session_key
 
 TOKEN_HEADER = "x-ctxwin-token"
 HOP_BY_HOP = frozenset({
@@ -70,6 +70,14 @@ class Memo:
     overhead: tuple[str, int] = ("", 0)  # (key of the system+tools bytes, their raw token count)
     forwarded_overhead: str | None = None  # the overhead key of the previous forwarded request
     forwarded_keys: list[str] = field(default_factory=list)  # passthrough: the previous request's keys
+    rendered: Rendered | None = None  # the turns written for the last forwarded request
+    retired: Conversion | None = None
+    """The conversion this request replaced, freed once the answer is on its way: dropping the last
+    reference to a 170K-token history's parsed dicts takes milliseconds the caller need not wait for."""
+    synced: tuple[int, int, int] | None = None
+    """(engine id, messages it held, messages of the conversion) right after the last sync: while the
+    engine is the same object and holds the same messages, a history that only extends the last one
+    is appended without matching it all again."""
 
 
 @dataclass
@@ -207,8 +215,9 @@ class Proxy:
                memo: Memo, exchange: Exchange) -> Outgoing:
         """Sync what the agent sent, prepare, and build the body to forward (the hot path)."""
         counter = engine.counter
-        conversion = api.canonical(conversation.history, memo.conversion, counter.count_message)
-        memo.conversion = conversion
+        previous = memo.conversion
+        conversion = api.canonical(conversation.history, previous, counter.count_message)
+        memo.conversion, memo.retired = conversion, previous
         key = overhead_key(conversation)
         if memo.overhead[0] != key:
             text = conversation.overhead.decode("utf-8", "surrogatepass")
@@ -218,7 +227,16 @@ class Proxy:
         exchange.tokens_received = round((conversion.tokens + overhead_raw) * factor)
         if self.config.passthrough:
             return self.passthrough(body, conversion.messages, overhead_raw, key, memo, counter, factor)
-        engine.sync(conversion.messages)
+        held = len(engine.messages)
+        old, new = previous.messages, conversion.messages
+        extends = bool(old) and len(new) >= len(old) and all(
+            a is b or a.content_key == b.content_key for a, b in zip(old, new, strict=False))
+        if extends and memo.synced == (id(engine), held, len(old)):
+            held += len(engine.append(new[len(old):]))  # what sync would append, found without matching it all
+        else:
+            engine.sync(new)
+            held = len(engine.messages)
+        memo.synced = (id(engine), held, len(new))
         recall = self.config.recall_tool and bool(body.get("tools"))
         if recall:
             overhead_raw += self.recall_overhead(api, counter)
@@ -228,7 +246,7 @@ class Proxy:
 
     def outgoing(self, engine: ContextEngine, api: Api, body: dict[str, Any], conversation: Conversation,
                  prepared: Prepared, memo: Memo, key: str, recall: bool) -> Outgoing:
-        forwarded = api.forward_body(body, conversation, prepared, recall)
+        forwarded, memo.rendered = api.forward_body(body, conversation, prepared, recall, memo.rendered)
         same_overhead = memo.forwarded_overhead == key
         memo.forwarded_overhead = key
         reuse = prepared.stable_prefix_tokens / prepared.raw_tokens if same_overhead and prepared.raw_tokens else 0.0
@@ -259,8 +277,11 @@ class Proxy:
     # ------------------------------------------------------------------------------------------ upstream
 
     async def send(self, request: Request, content: bytes, exchange: Exchange, *, stream: bool = False,
-                   path: str | None = None) -> httpx.Response:
-        """One upstream call; a connection failure is a 502 and a timeout a 504, in the caller's shape."""
+                   path: str | None = None, memo: Memo | None = None) -> httpx.Response:
+        """One upstream call; a connection failure is a 502 and a timeout a 504, in the caller's shape.
+        With `memo`, the conversion it retired is freed while the upstream works."""
+        if memo is not None and memo.retired is not None:
+            asyncio.get_running_loop().call_soon(setattr, memo, "retired", None)
         assert self.client is not None, "the app's lifespan has not started (run it under an ASGI server)"
         url = self.url(request) if path is None else f"{self.upstream}{path}"
         outgoing = self.client.build_request(request.method, url, content=content,
@@ -333,6 +354,8 @@ def managed(proxy: Proxy, api: Api) -> Callable[[Request], Any]:
             return refusal_response(api.name, refusal)
         except ClientDisconnect:
             return Response(status_code=499)
+        except CtxwinError as error:  # a session that cannot be opened or managed as configured
+            return error_response(api.name, 500, f"ctxwin proxy: {error}")
 
     return endpoint
 
@@ -341,8 +364,10 @@ async def handle(proxy: Proxy, api: Api, request: Request, body: dict[str, Any],
                  key: SessionKey, started: float) -> Response:
     model = str(body.get("model") or "")
     exchange = Exchange(api, model, started, streamed=body.get("stream") is True)
-    spec = EngineSpec(model=model or None, policy=proxy.config.policy, window=proxy.config.window)
-    async with proxy.store.lease(key.id, spec) as engine:
+    lease = contextlib.AsyncExitStack()
+    engine = await lease.enter_async_context(proxy.store.lease(key.id, engine_spec(body, proxy.config)))
+    handed = False  # a stream that started owns the lease (and writes the entry) until it ends
+    try:
         memo = proxy.memo(key.id)
         try:
             outgoing = await proxy.run(proxy.manage, engine, api, body, conversation, memo, exchange)
@@ -352,14 +377,22 @@ async def handle(proxy: Proxy, api: Api, request: Request, body: dict[str, Any],
         except ContextBudgetError as error:
             raise ProxyRefusal(400, f"the request cannot be made to fit: {error}") from None
         exchange.reuse = outgoing.reuse
-        if exchange.streamed and not proxy.config.passthrough:
-            from .relay import relay
+        if exchange.streamed:
+            from .relay import RelayResponse, relay
 
-            return await relay(proxy, api, request, engine, body, conversation, memo, outgoing, exchange)
-        try:
-            return await complete(proxy, api, request, engine, body, conversation, memo, outgoing, exchange)
-        finally:
-            await proxy.run(engine.note, exchange.entry())
+            response = await relay(proxy, api, request, engine, body, conversation, memo, outgoing, exchange, lease)
+            handed = isinstance(response, RelayResponse)
+            return response
+        return await complete(proxy, api, request, engine, body, conversation, memo, outgoing, exchange)
+    except ProxyRefusal as refusal:
+        exchange.status = refusal.status
+        raise
+    finally:
+        if not handed:
+            try:
+                await proxy.run(engine.note, exchange.entry())
+            finally:
+                await lease.aclose()
 
 
 async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngine, body: dict[str, Any],
@@ -370,7 +403,7 @@ async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngi
         exchange.tokens_forwarded += outgoing.tokens
         if outgoing.prepared is not None:
             exchange.compactions += compactions(outgoing.prepared)
-        response = await proxy.send(request, outgoing.body, exchange)
+        response = await proxy.send(request, outgoing.body, exchange, memo=memo)
         raw = await proxy.read(response, exchange)
         exchange.status = response.status_code
         if outgoing.prepared is None:  # passthrough: relayed as it came
@@ -465,8 +498,7 @@ def count_tokens(proxy: Proxy) -> Callable[[Request], Any]:
                     raise ProxyRefusal(400, str(error), "send the conversation as the API documents it") from None
                 key = session_key(request.headers, body, conversation.system_text,
                                   api.first_user_text(conversation.history))
-                spec = EngineSpec(model=exchange.model or None, policy=proxy.config.policy, window=proxy.config.window)
-                async with proxy.store.lease(key.id, spec) as engine:
+                async with proxy.store.lease(key.id, engine_spec(body, proxy.config)) as engine:
                     content = await proxy.run(_managed_count_body, proxy, engine, api, body, conversation,
                                               proxy.memo(key.id)) or raw
             response = await proxy.send(request, content, exchange)
@@ -489,7 +521,8 @@ def _managed_count_body(proxy: Proxy, engine: ContextEngine, api: Api, body: dic
     memo.conversion = conversion
     engine.sync(conversion.messages)
     prepared = engine.prepare()
-    forwarded = api.forward_body(body, conversation, prepared, proxy.config.recall_tool and bool(body.get("tools")))
+    forwarded, memo.rendered = api.forward_body(body, conversation, prepared,
+                                                proxy.config.recall_tool and bool(body.get("tools")), memo.rendered)
     forwarded.pop("stream", None)
     return orjson.dumps(forwarded)
 
@@ -526,16 +559,28 @@ def not_found(proxy: Proxy) -> Callable[[Request], Any]:
 
 
 def dashboard_routes(proxy: Proxy) -> list[BaseRoute]:
-    """The dashboard's routes (`/ctxwin`, `/ctxwin/sessions.json`) when `ctxwin.proxy.dashboard`
-    is installed: the mount point it plugs into. Called with the store and a token check."""
+    """The live page's routes (`/ctxwin`, `/ctxwin/sessions.json`, ...) from `ctxwin.proxy.dashboard`
+    when it is installed, over the store this proxy uses (its own engines when sessions live in
+    memory), each behind the ctxwin token (header, bearer or `?token=`): the mount point."""
     try:
         from . import dashboard  # type: ignore[attr-defined]
     except ImportError:
         return []
-    routes = getattr(dashboard, "dashboard_routes", None)
-    if routes is None:
-        return []
-    return list(routes(store=proxy.store, authorized=lambda request: proxy.check_token(request, query=True)))
+    live = getattr(proxy.store, "live_engines", None)
+    source = dashboard.source_for(proxy.config, sessions=live() if live is not None else None)
+    return [Route(route.path, _guarded(proxy, route.endpoint), methods=sorted(route.methods or ("GET",)))
+            for route in dashboard.dashboard_routes(source) if isinstance(route, Route)]
+
+
+def _guarded(proxy: Proxy, endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    async def guarded(request: Request) -> Response:
+        if not proxy.check_token(request, query=True):
+            return error_response(OPENAI_CHAT, 401, f"missing or wrong ctxwin token (send it in the {TOKEN_HEADER} "
+                                                    "header, or as ?token= on a page)")
+        response: Response = await endpoint(request)
+        return response
+
+    return guarded
 
 
 ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]

@@ -26,12 +26,13 @@ import re
 import shutil
 import tempfile
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ctxwin import policies
 from ctxwin.engine import ContextEngine
 from ctxwin.store.base import SessionLog
 from ctxwin.store.blobs import FileBlobStore
@@ -126,16 +127,36 @@ def safe_id(value: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class EngineSpec:
-    """How to build a session's engine, from the first request that opens it."""
+    """How to build a session's engine, from the first request that opens it. `max_output` is the
+    output limit that request asked for (`max_tokens`), which the reserve is sized on; None takes
+    the model registry's."""
 
     model: str | None
     policy: str
     window: int | None = None
+    max_output: int | None = None
+    reread_hint: bool = False  # placeholders say how to re-read a file (no recall tool offered)
 
 
 def build_engine(log: SessionLog, spec: EngineSpec) -> ContextEngine:
     """The engine every store builds for a session log (one recipe, so workers agree)."""
-    return ContextEngine(log, model=spec.model, policy=spec.policy, window=spec.window)
+    policy: Any = spec.policy
+    if spec.reread_hint:
+        base = policies.get(spec.policy)
+        policy = base.model_copy(update={"mask": base.mask.model_copy(update={"reread_hint": True})})
+    return ContextEngine(log, model=spec.model, policy=policy, window=spec.window, max_output=spec.max_output)
+
+
+OUTPUT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+
+
+def engine_spec(body: Mapping[str, Any], config: ProxyConfig) -> EngineSpec:
+    """The spec of the engine for a request's session (used only when the session is opened)."""
+    model = body.get("model")
+    limit = next((body[k] for k in OUTPUT_LIMIT_FIELDS if isinstance(body.get(k), int) and not isinstance(body[k], bool)
+                  and body[k] > 0), None)
+    return EngineSpec(model=model if isinstance(model, str) and model else None, policy=config.policy,
+                      window=config.window, max_output=limit, reread_hint=not config.recall_tool)
 
 
 class SessionStore(Protocol):
@@ -208,8 +229,13 @@ class MemorySessionStore:
         return list(self._known)
 
     def engines(self) -> dict[str, ContextEngine]:
-        """The open engines by session id (for the dashboard of a one-process proxy)."""
+        """The open engines by session id, now."""
         return {k: s.engine for k, s in self._slots.items() if s.engine is not None}
+
+    def live_engines(self) -> Mapping[str, ContextEngine]:
+        """A live view of the open engines by session id (what the dashboard of a proxy whose sessions
+        live in memory reads)."""
+        return _LiveEngines(self._slots)
 
     async def aclose(self) -> None:
         for slot in self._slots.values():
@@ -219,3 +245,20 @@ class MemorySessionStore:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+
+
+class _LiveEngines(Mapping[str, ContextEngine]):
+    def __init__(self, slots: Mapping[str, _Slot]) -> None:
+        self._slots = slots
+
+    def __getitem__(self, key: str) -> ContextEngine:
+        engine = self._slots[key].engine
+        if engine is None:
+            raise KeyError(key)
+        return engine
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([k for k, s in list(self._slots.items()) if s.engine is not None])
+
+    def __len__(self) -> int:
+        return sum(s.engine is not None for s in list(self._slots.values()))
