@@ -141,14 +141,20 @@ def wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
     raise RuntimeError(f"nothing listens on port {port} after {START_TIMEOUT_S:g} s")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def server(argv: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[str]:
+def server(argv: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[tuple[str, int]]:
     environment = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                    **(env or {})}
     process = subprocess.Popen(argv, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_listening(port, process)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", process.pid
     finally:
         process.terminate()
         try:
@@ -239,8 +245,10 @@ def timed_post(client: httpx.Client, url: str, body: bytes, session: str) -> flo
     return elapsed
 
 
-def sequential(urls: dict[str, str], turns: int, target: int) -> dict[str, Any]:
-    """Phases 1 and 2 (see the module docstring)."""
+def sequential(urls: dict[str, str], pids: dict[str, int], turns: int, target: int) -> dict[str, Any]:
+    """Phases 1 and 2 (see the module docstring). Besides wall-clock times, the CPU time each server
+    process spent over phase 2, per request: unlike latency, it does not depend on what else the
+    machine is running."""
     rng = random.Random(SEED)
     messages = first_messages("Fix the failing tests in src/pkg; run the whole suite before you finish.")
     client = httpx.Client(timeout=REQUEST_TIMEOUT_S)
@@ -261,6 +269,7 @@ def sequential(urls: dict[str, str], turns: int, target: int) -> dict[str, Any]:
     sizes: list[int] = []
     history: list[int] = []
     order = ["direct", "bare", "proxy"]
+    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     # Lines of output per step, so that phase 2 spans about 2 x MEASURE_SPREAD tokens: a step adds
     # ~60 tokens of call and text, and its output ~17 tokens a line, on three of every four steps.
     step = max(1, round((2 * MEASURE_SPREAD / turns - 60) / (0.75 * 17)))
@@ -273,6 +282,7 @@ def sequential(urls: dict[str, str], turns: int, target: int) -> dict[str, Any]:
         for name in order[turn % 3:] + order[:turn % 3]:
             times[name].append(timed_post(client, urls[name] + "/v1/messages", body, session))
     client.close()
+    cpu = {name: (cpu_seconds(pid) - cpu_before[name]) * 1000 / turns for name, pid in pids.items()}
     bare_added = [b - d for b, d in zip(times["bare"], times["direct"], strict=True)]
     proxy_added = [p - d for p, d in zip(times["proxy"], times["direct"], strict=True)]
     return {
@@ -285,6 +295,9 @@ def sequential(urls: dict[str, str], turns: int, target: int) -> dict[str, Any]:
         "bare_p50_ms": round(statistics.median(times["bare"]), 2),
         "proxy_p50_ms": round(statistics.median(times["proxy"]), 2),
         "proxy_max_added_ms": round(max(proxy_added), 2),
+        "proxy_cpu_ms_per_request": round(cpu["proxy"], 2),
+        "bare_cpu_ms_per_request": round(cpu["bare"], 2),
+        "upstream_cpu_ms_per_request": round(cpu["direct"] / 3, 2),  # it answers all three paths
         "timed_turns": turns,
         "warmup_requests": warmup,
         "warmup_s": round(warmup_s, 2),
@@ -350,16 +363,18 @@ def main() -> None:
     here = str(Path(__file__).resolve())
     upstream_argv = [python, here, "--serve", "upstream", "--port", str(ports["upstream"])]
     up = f"http://127.0.0.1:{ports['upstream']}"
-    with server(upstream_argv, ports["upstream"]), \
+    load_before = os.getloadavg()[0]
+    with server(upstream_argv, ports["upstream"]) as (_, upstream_pid), \
          server([python, here, "--serve", "bare", "--port", str(ports["bare"])], ports["bare"],
-                {"BENCH_UPSTREAM": up}) as bare, \
+                {"BENCH_UPSTREAM": up}) as (bare, bare_pid), \
          server([python, "-m", "ctxwin.cli.main", "proxy", "--upstream", up, "--listen",
-                 f"127.0.0.1:{ports['proxy']}"], ports["proxy"]) as proxy:
+                 f"127.0.0.1:{ports['proxy']}"], ports["proxy"]) as (proxy, proxy_pid):
         urls = {"direct": up, "bare": bare, "proxy": proxy}
-        result = sequential(urls, turns, target)
+        result = sequential(urls, {"direct": upstream_pid, "bare": bare_pid, "proxy": proxy_pid}, turns, target)
         result |= asyncio.run(concurrent(proxy, sessions, SESSION_TURNS))
     result |= {"json_library": json_library(), "policy": "ctxwin", "store": "memory", "upstream": "fixed-reply ASGI",
-               "cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2), "quick": args.quick}
+               "cpus": os.cpu_count(), "loadavg_1m_before": round(load_before, 2),
+               "loadavg_1m_after": round(os.getloadavg()[0], 2), "quick": args.quick}
     print(json.dumps(result))
 
 

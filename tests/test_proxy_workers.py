@@ -1,8 +1,9 @@
 """Stateless workers on one PostgreSQL: `ctxwin proxy --postgres DSN` processes (real uvicorn
 servers) in front of the FakeProvider share sessions.
 
-- One session's requests alternating between two workers are forwarded byte for byte as one worker
-  forwards them, with as many compactions.
+- One session's requests (some streamed) alternating between two workers are forwarded as one
+  worker forwards them, byte for byte but for the random entry ids in recall refs, with as many
+  compactions.
 - The same request sent to both workers at once, at the turn that compacts, compacts once (the
   per-session advisory lock; without it both would sync the new messages and compact).
 - A worker SIGKILLed while the upstream is slow loses no acknowledged entry (every entry committed
@@ -92,10 +93,15 @@ def history(turns: int, task: str = "Refactor the parser module and keep every t
     return messages
 
 
-def send(proxy: RunningProxy, session: str, turns: int) -> httpx.Response:
-    body = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "tools": TOOLS, "messages": history(turns)}
-    return httpx.post(f"{proxy.url}/v1/messages", json=body, headers={**HEADERS, "x-ctxwin-session": session},
-                      timeout=60)
+def send(proxy: RunningProxy, session: str, turns: int, *, stream: bool = False) -> httpx.Response:
+    """The agent's request after `turns` rounds, answered in full (a stream read to its end)."""
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "tools": TOOLS, "messages": history(turns),
+            "stream": stream}
+    answer = httpx.post(f"{proxy.url}/v1/messages", json=body, headers={**HEADERS, "x-ctxwin-session": session},
+                        timeout=60)
+    if answer.status_code == 200:
+        assert ("event: message_stop" in answer.text) if stream else answer.json()["type"] == "message"
+    return answer
 
 
 def store_id(dsn: str, header: str) -> str:
@@ -130,12 +136,12 @@ def test_one_session_alternating_between_two_workers_is_served_as_by_one(
     a, b = two_workers
     fake = upstream[0]
     start = len(fake.requests)
-    for turn in range(TURNS):
-        assert send(a if turn % 2 == 0 else b, "alternating", turn).status_code == 200
+    for turn in range(TURNS):  # every third answer streamed: a stream holds the lease until its end
+        assert send(a if turn % 2 == 0 else b, "alternating", turn, stream=turn % 3 == 2).status_code == 200
     alternating = forwarded_since(fake, start)
     start = len(fake.requests)
     for turn in range(TURNS):
-        assert send(a, "one-worker", turn).status_code == 200
+        assert send(a, "one-worker", turn, stream=turn % 3 == 2).status_code == 200
     assert forwarded_since(fake, start) == alternating  # the same requests, one by one
 
     shared, single = entries(postgres_dsn, "alternating"), entries(postgres_dsn, "one-worker")
