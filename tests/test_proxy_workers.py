@@ -10,10 +10,14 @@ servers) in front of the FakeProvider share sessions.
   before a response reached its client is still there, the proxy_request notes included) and the
   session continues on the other worker, the killed request's messages stored once.
 - `--workers 2` serves behind one port from two processes.
+- The store itself: a lease waits while another worker holds the session and then sees what that
+  worker wrote; a session held too long is refused with a typed error; a cancelled lease (a client
+  that hung up) gives the session back; a worker keeps a bounded number of sessions open.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
@@ -27,6 +31,9 @@ from typing import Any
 import httpx
 import pytest
 
+from ctxwin.errors import SessionLockedError
+from ctxwin.proxy.sessions import EngineSpec
+from ctxwin.proxy.shared import PostgresSessionStore
 from ctxwin.store.entries import CompactionEntry, MessageEntry, ProxyRequestEntry, parse
 from ctxwin.store.session import Session
 from ctxwin.testing import FakeProvider, Reply
@@ -242,3 +249,84 @@ def children(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             found.append(int(stat.parent.name))
     return found
+
+
+# --------------------------------------------------------------------------------------------------
+# The store itself, two of them in one process standing for two workers
+
+
+def spec() -> EngineSpec:
+    return EngineSpec(model="claude-sonnet-4-5", policy="ctxwin")
+
+
+def test_a_lease_waits_for_the_other_worker_and_catches_up_with_what_it_wrote(postgres_dsn: str) -> None:
+    async def run() -> None:
+        one, two = PostgresSessionStore(postgres_dsn), PostgresSessionStore(postgres_dsn, lock_timeout=10)
+        try:
+            async with one.lease("store-catch-up", spec()) as engine:
+                engine.sync([{"role": "user", "content": "first"}])
+                waiting = asyncio.ensure_future(_messages(two, "store-catch-up"))
+                await asyncio.sleep(0.3)
+                assert not waiting.done()  # the other worker waits while this one holds the session
+                engine.sync([{"role": "user", "content": "first"}, {"role": "assistant", "content": "second"}])
+            assert await waiting == ["first", "second"]
+            async with one.lease("store-catch-up", spec()) as engine:  # two wrote nothing: the cache holds
+                assert [m.text for m in engine.messages] == ["first", "second"]
+            assert (one.reopened, two.reopened) == (0, 0)
+            async with two.lease("store-catch-up", spec()) as engine:
+                engine.sync([{"role": "user", "content": "first"}, {"role": "assistant", "content": "second"},
+                             {"role": "user", "content": "third"}])
+            async with one.lease("store-catch-up", spec()) as engine:
+                assert [m.text for m in engine.messages] == ["first", "second", "third"]
+            assert one.reopened == 1  # it saw that two had advanced the session, and read it again
+        finally:
+            await one.aclose()
+            await two.aclose()
+
+    asyncio.run(run())
+
+
+async def _messages(store: PostgresSessionStore, session: str) -> list[str]:
+    async with store.lease(session, spec()) as engine:
+        return [m.text for m in engine.messages]
+
+
+def test_a_session_held_too_long_is_refused_and_a_cancelled_lease_gives_it_back(postgres_dsn: str) -> None:
+    async def run() -> None:
+        one, two = PostgresSessionStore(postgres_dsn), PostgresSessionStore(postgres_dsn, lock_timeout=0.3)
+        try:
+            holder = asyncio.ensure_future(_hold(one, "store-cancel"))
+            await asyncio.sleep(0.3)
+            with pytest.raises(SessionLockedError, match="busy"):
+                await _messages(two, "store-cancel")
+            holder.cancel()  # a client that hung up mid-request
+            with pytest.raises(asyncio.CancelledError):
+                await holder
+            assert await _messages(two, "store-cancel") == []  # given back, to the other worker too
+            assert await _messages(one, "store-cancel") == []
+        finally:
+            await one.aclose()
+            await two.aclose()
+
+    asyncio.run(run())
+
+
+async def _hold(store: PostgresSessionStore, session: str) -> None:
+    async with store.lease(session, spec()):
+        await asyncio.sleep(60)
+
+
+def test_a_worker_keeps_at_most_max_cached_sessions_open(postgres_dsn: str) -> None:
+    async def run() -> None:
+        store = PostgresSessionStore(postgres_dsn, max_cached=3)
+        try:
+            for n in range(6):
+                async with store.lease(f"store-cache-{n}", spec()) as engine:
+                    engine.sync([{"role": "user", "content": f"session {n}"}])
+            assert store.cached == 3
+            assert await _messages(store, "store-cache-0") == ["session 0"]  # closed, and read back from the log
+            assert {f"store-cache-{n}" for n in range(6)} <= set(store.session_ids())
+        finally:
+            await store.aclose()
+
+    asyncio.run(run())

@@ -24,6 +24,7 @@ is never continued from memory, only from the log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,7 +32,14 @@ from dataclasses import dataclass, field
 
 from ctxwin.engine import ContextEngine
 from ctxwin.errors import SessionLockedError
-from ctxwin.store.postgres import PostgresSessionLog, connect, lock_key, try_advisory_lock
+from ctxwin.store.postgres import (
+    LOCK_POLL_MAX_S,
+    LOCK_POLL_S,
+    PostgresSessionLog,
+    connect,
+    lock_key,
+    try_advisory_lock,
+)
 
 from .config import ProxyConfig
 from .sessions import EngineSpec, build_engine
@@ -79,6 +87,7 @@ class PostgresSessionStore:
         self.lock_timeout = lock_timeout
         self.max_cached = max_cached
         self._slots: dict[str, _Slot] = {}
+        self._pending: set[asyncio.Future[None]] = set()  # sessions being given back
         self.reopened = 0
         """Leases that found another worker had advanced their session, and rebuilt its engine."""
 
@@ -100,34 +109,82 @@ class PostgresSessionStore:
                 await asyncio.wait_for(slot.lock.acquire(), self.lock_timeout)
             except TimeoutError:
                 raise _busy(session_id, self.lock_timeout) from None
+            engine = await self._acquire_waiting(session_id, slot, spec)
+            ok = False
             try:
-                # The database calls block: off the event loop, so other sessions go on meanwhile.
-                engine = await asyncio.to_thread(self._acquire, session_id, slot, spec)
-                ok = False
-                try:
-                    yield engine
-                    ok = True
-                finally:
-                    # Shielded: a client that hangs up cancels its request, and the lock must still go.
-                    await asyncio.shield(asyncio.to_thread(self._release, session_id, slot, ok))
+                yield engine
+                ok = True
             finally:
-                slot.lock.release()
+                await self._give_back(session_id, slot, ok=ok)
         finally:
             slot.users -= 1
             idle = self._evict()
             if idle:
                 await asyncio.to_thread(_close_all, idle)
 
-    def _acquire(self, session_id: str, slot: _Slot, spec: EngineSpec) -> ContextEngine:
-        """Takes the writer lock; returns an engine current with the stored log."""
+    async def _acquire_waiting(self, session_id: str, slot: _Slot, spec: EngineSpec) -> ContextEngine:
+        """Tries the writer lock in a thread (the database calls block: off the event loop, so other
+        sessions go on meanwhile) and, while another worker holds it, waits here, not in a thread:
+        waiting requests must not use up the pool the engines' work runs in."""
+        deadline = time.monotonic() + self.lock_timeout
+        pause = LOCK_POLL_S
+        while True:
+            acquiring = asyncio.ensure_future(asyncio.to_thread(self._acquire, session_id, slot, spec))
+            try:
+                engine = await asyncio.shield(acquiring)
+            except BaseException:
+                # Failed, or cancelled while the thread goes on (it may yet take the writer lock).
+                await self._give_back(session_id, slot, ok=False, acquiring=acquiring)
+                raise
+            if engine is not None:
+                return engine
+            try:
+                if time.monotonic() >= deadline:
+                    raise _busy(session_id, self.lock_timeout)
+                await asyncio.sleep(pause)
+            except BaseException:  # busy too long, or cancelled while waiting: nothing is held but ours
+                slot.lock.release()
+                raise
+            pause = min(pause * 2, LOCK_POLL_MAX_S)
+
+    async def _give_back(self, session_id: str, slot: _Slot, *, ok: bool,
+                         acquiring: asyncio.Future[ContextEngine | None] | None = None) -> None:
+        """Releases the writer lock, then this worker's lock of the session, in a task the caller's
+        cancellation cannot stop: a client that hangs up cancels its request, and the session must
+        still be given back (else no worker could have it again)."""
+        async def give_back() -> None:
+            try:
+                if acquiring is not None:
+                    with contextlib.suppress(BaseException):
+                        await acquiring
+                await asyncio.to_thread(self._release, session_id, slot, ok)
+            finally:
+                slot.lock.release()
+
+        task = asyncio.ensure_future(give_back())
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        await asyncio.shield(task)
+
+    def _acquire(self, session_id: str, slot: _Slot, spec: EngineSpec) -> ContextEngine | None:
+        """Takes the writer lock if it is free and returns an engine current with the stored log;
+        None while another worker holds the session."""
+        import psycopg
+
         if slot.log is not None and slot.engine is not None:
-            if not try_advisory_lock(slot.log.conn, lock_key("writer", session_id), self.lock_timeout):
-                raise _busy(session_id, self.lock_timeout)
-            if stored_tip(slot.log) == known_tip(slot.log):
-                return slot.engine
-            self.reopened += 1  # another worker advanced the session
+            try:
+                if not try_advisory_lock(slot.log.conn, lock_key("writer", session_id), 0):
+                    return None
+                if stored_tip(slot.log) == known_tip(slot.log):
+                    return slot.engine
+                self.reopened += 1  # another worker advanced the session
+            except psycopg.Error:
+                pass  # the cached connection broke (the server restarted): open again below
             _drop(slot)
-        log = PostgresSessionLog(self.dsn, session_id, lock_timeout=self.lock_timeout)  # takes the writer lock
+        try:
+            log = PostgresSessionLog(self.dsn, session_id, lock_timeout=0)  # takes the writer lock
+        except SessionLockedError:
+            return None
         try:
             slot.engine = build_engine(log, spec)
         except BaseException:
@@ -139,16 +196,21 @@ class PostgresSessionStore:
     def _release(self, session_id: str, slot: _Slot, ok: bool) -> None:
         """Lets the other workers have the session; keeps it open here unless the lease failed (the
         next lease then starts again from the log, never from a half-done engine)."""
-        if not ok or slot.log is None:
-            _drop(slot)
-            return
-        slot.used_at = time.monotonic()
-        slot.log.conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key("writer", session_id),))
+        import psycopg
+
+        if ok and slot.log is not None:
+            try:
+                slot.log.conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key("writer", session_id),))
+                slot.used_at = time.monotonic()
+                return
+            except psycopg.Error:
+                pass  # a broken connection holds no lock any more: forget it
+        _drop(slot)
 
     def _evict(self) -> list[PostgresSessionLog]:
         """Forgets slots nobody uses, and takes the least recently used open sessions past
         `max_cached` out of the cache; returns their logs, to be closed off the event loop."""
-        idle = [(name, slot) for name, slot in self._slots.items() if slot.users == 0]
+        idle = [(name, slot) for name, slot in self._slots.items() if slot.users == 0 and not slot.lock.locked()]
         open_idle = sorted((slot.used_at, name) for name, slot in idle if slot.log is not None)
         excess = sum(1 for slot in self._slots.values() if slot.log is not None) - self.max_cached
         closing = []
@@ -175,6 +237,8 @@ class PostgresSessionStore:
             conn.close()
 
     async def aclose(self) -> None:
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
         slots, self._slots = list(self._slots.values()), {}
         await asyncio.to_thread(_close_all, [slot.log for slot in slots if slot.log is not None])
 
