@@ -18,9 +18,13 @@ turn: direct to the upstream, through `bare`, through `proxy`. Added latency of 
 through a forwarder minus its time direct, paired per turn, so both include the same body and reply.
 Phase 3: `SESSIONS` concurrent sessions (each `SESSION_TURNS` turns, histories to about 20k tokens)
 through the proxy at once, bounded by `CONCURRENT_DEADLINE_S`; every answer must be a 200 with a
-message body.
+message body. Phase 4 (`postgres_*`): phases 1 and 2 through `ctxwin proxy --postgres` on a
+throwaway PostgreSQL with fsync on.
 
-    python benchmarks/proxy.py [--quick]
+Alongside each latency, the CPU time each server process spent per timed request (from /proc): on a
+shared machine the latencies carry other jobs' noise, CPU time does not.
+
+    python benchmarks/proxy.py [--quick] [--no-postgres]
 
 Prints one JSON object on its last line.
 """
@@ -46,6 +50,7 @@ import httpx
 import orjson
 
 from ctxwin.proxy.serve import Listen, tune_gc, uvicorn_options
+from ctxwin.store import pgtemp
 from ctxwin.tokens import counter_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -245,7 +250,8 @@ def timed_post(client: httpx.Client, url: str, body: bytes, session: str) -> flo
     return elapsed
 
 
-def sequential(urls: dict[str, str], pids: dict[str, int], turns: int, target: int) -> dict[str, Any]:
+def sequential(urls: dict[str, str], pids: dict[str, int], turns: int, target: int,
+               session: str = "bench-170k") -> dict[str, Any]:
     """Phases 1 and 2 (see the module docstring). Besides wall-clock times, the CPU time each server
     process spent over phase 2, per request: unlike latency, it does not depend on what else the
     machine is running."""
@@ -253,7 +259,6 @@ def sequential(urls: dict[str, str], pids: dict[str, int], turns: int, target: i
     messages = first_messages("Fix the failing tests in src/pkg; run the whole suite before you finish.")
     client = httpx.Client(timeout=REQUEST_TIMEOUT_S)
     proxy = urls["proxy"] + "/v1/messages"
-    session = "bench-170k"
     n = 0
     tokens = history_tokens(messages)
     warmup = 0
@@ -265,10 +270,10 @@ def sequential(urls: dict[str, str], pids: dict[str, int], turns: int, target: i
         n += 1
         warmup += 1
     warmup_s = time.perf_counter() - started
-    times: dict[str, list[float]] = {"direct": [], "bare": [], "proxy": []}
+    order = [name for name in ("direct", "bare", "proxy") if name in urls]
+    times: dict[str, list[float]] = {name: [] for name in order}
     sizes: list[int] = []
     history: list[int] = []
-    order = ["direct", "bare", "proxy"]
     cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     # Lines of output per step, so that phase 2 spans about 2 x MEASURE_SPREAD tokens: a step adds
     # ~60 tokens of call and text, and its output ~17 tokens a line, on three of every four steps.
@@ -279,25 +284,24 @@ def sequential(urls: dict[str, str], pids: dict[str, int], turns: int, target: i
         body = body_of(messages)
         sizes.append(len(body))
         history.append(history_tokens(messages) if turn % 10 == 0 or turn == turns - 1 else history[-1])
-        for name in order[turn % 3:] + order[:turn % 3]:
+        for name in order[turn % len(order):] + order[:turn % len(order)]:
             times[name].append(timed_post(client, urls[name] + "/v1/messages", body, session))
     client.close()
     cpu = {name: (cpu_seconds(pid) - cpu_before[name]) * 1000 / turns for name, pid in pids.items()}
-    bare_added = [b - d for b, d in zip(times["bare"], times["direct"], strict=True)]
-    proxy_added = [p - d for p, d in zip(times["proxy"], times["direct"], strict=True)]
-    return {
-        "p95_added_ms_170k": round(percentile(proxy_added, 0.95), 2),
-        "p50_added_ms_170k": round(percentile(proxy_added, 0.50), 2),
-        "bare_p95_added_ms_170k": round(percentile(bare_added, 0.95), 2),
-        "bare_p50_added_ms_170k": round(percentile(bare_added, 0.50), 2),
-        "p95_above_bare_ms": round(percentile(proxy_added, 0.95) - percentile(bare_added, 0.95), 2),
+    added = {name: [t - d for t, d in zip(times[name], times["direct"], strict=True)] for name in order[1:]}
+    out: dict[str, Any] = {}
+    for name in order[1:]:
+        prefix = "" if name == "proxy" else f"{name}_"
+        out[f"{prefix}p95_added_ms_170k"] = round(percentile(added[name], 0.95), 2)
+        out[f"{prefix}p50_added_ms_170k"] = round(percentile(added[name], 0.50), 2)
+        out[f"{name}_p50_ms"] = round(statistics.median(times[name]), 2)
+        out[f"{name}_cpu_ms_per_request"] = round(cpu[name], 2)
+    if "bare" in added:
+        out["p95_above_bare_ms"] = round(out["p95_added_ms_170k"] - out["bare_p95_added_ms_170k"], 2)
+    return out | {
         "direct_p50_ms": round(statistics.median(times["direct"]), 2),
-        "bare_p50_ms": round(statistics.median(times["bare"]), 2),
-        "proxy_p50_ms": round(statistics.median(times["proxy"]), 2),
-        "proxy_max_added_ms": round(max(proxy_added), 2),
-        "proxy_cpu_ms_per_request": round(cpu["proxy"], 2),
-        "bare_cpu_ms_per_request": round(cpu["bare"], 2),
-        "upstream_cpu_ms_per_request": round(cpu["direct"] / 3, 2),  # it answers all three paths
+        "proxy_max_added_ms": round(max(added["proxy"]), 2),
+        "upstream_cpu_ms_per_request": round(cpu["direct"] / len(order), 2),  # it answers every path
         "timed_turns": turns,
         "warmup_requests": warmup,
         "warmup_s": round(warmup_s, 2),
@@ -341,6 +345,28 @@ async def concurrent(url: str, sessions: int, turns: int) -> dict[str, Any]:
             "concurrent_p95_ms": round(percentile(latencies, 0.95), 2) if latencies else None}
 
 
+def with_postgres(python: str, up: str, upstream_pid: int, turns: int, target: int) -> dict[str, Any]:
+    """Phase 4: phases 1 and 2 again through `ctxwin proxy --postgres` (a throwaway server with
+    fsync on, so every acknowledged entry waits for the disk, as a real deployment's would); keys
+    `postgres_*`. Null with the reason when no server can start here."""
+    reason = pgtemp.unavailable_reason()
+    if reason:
+        return {"postgres": None, "postgres_unavailable": reason}
+    database = pgtemp.start(fsync=True)
+    try:
+        pgtemp.wait_ready(database.dsn)
+        port = free_port()
+        with server([python, "-m", "ctxwin.cli.main", "proxy", "--upstream", up, "--listen", f"127.0.0.1:{port}",
+                     "--postgres", database.dsn], port) as (proxy, pid):
+            measured = sequential({"direct": up, "proxy": proxy}, {"direct": upstream_pid, "proxy": pid}, turns,
+                                  target, session="bench-170k-postgres")
+    finally:
+        database.stop()
+    keep = ("p95_added_ms_170k", "p50_added_ms_170k", "proxy_p50_ms", "proxy_cpu_ms_per_request", "direct_p50_ms",
+            "proxy_max_added_ms", "warmup_s")
+    return {f"postgres_{key}": measured[key] for key in keep} | {"postgres": "fsync on, one worker"}
+
+
 def json_library() -> str:
     """The JSON library the proxy's request path uses (what `ctxwin.proxy.app` imports)."""
     import ctxwin.proxy.app as app
@@ -351,6 +377,7 @@ def json_library() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer turns and sessions (a smoke run)")
+    parser.add_argument("--no-postgres", action="store_true", help="skip phase 4 (the proxy over PostgreSQL)")
     parser.add_argument("--serve", choices=("upstream", "bare"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -372,6 +399,8 @@ def main() -> None:
         urls = {"direct": up, "bare": bare, "proxy": proxy}
         result = sequential(urls, {"direct": upstream_pid, "bare": bare_pid, "proxy": proxy_pid}, turns, target)
         result |= asyncio.run(concurrent(proxy, sessions, SESSION_TURNS))
+        if not args.no_postgres:
+            result |= with_postgres(python, up, upstream_pid, turns, target)
     result |= {"json_library": json_library(), "policy": "ctxwin", "store": "memory", "upstream": "fixed-reply ASGI",
                "cpus": os.cpu_count(), "loadavg_1m_before": round(load_before, 2),
                "loadavg_1m_after": round(os.getloadavg()[0], 2), "quick": args.quick}
