@@ -34,7 +34,15 @@ class Served:
         return self.app.state.proxy
 
     def engines(self) -> dict:
+        self.settle()
         return self.proxy.store.engines()  # type: ignore[attr-defined]
+
+    def settle(self) -> None:
+        """Wait until no request holds a session: a whole answer's entry is written just after the
+        caller has the answer."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while self.proxy.store.busy() and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.005)
 
     def entries(self, kind: str = "proxy_request") -> list[dict]:
         """Every custom entry of that type in every session, in log order per session."""

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxwin.proxy.apis import APIS, Conversion, strip_cache_control
+from ctxwin.proxy.body import Body
 from ctxwin.proxy.sessions import EngineSpec, MemorySessionStore, agent_session, safe_id, session_key
 from ctxwin.testing import FakeProvider
 from proxy_server import proxy_for
@@ -170,8 +171,10 @@ def test_incremental_conversion_equals_converting_everything(api: str, requests:
     for turns, kept in zip(requests, keep, strict=False):
         turns = previous[:kept] + turns  # some of the last request, then something new
         history = _history(api, turns)
-        memo = adapter.canonical(history, memo, lambda m: len(m.text))
-        whole = adapter.canonical(history, Conversion(), lambda m: len(m.text))
+        raw = Body(json.dumps({adapter.history_key: history}).encode()).raw_list(adapter.history_key)
+        assert raw is not None
+        memo = adapter.canonical(raw, memo, lambda m: len(m.text))
+        whole = adapter.canonical(raw, Conversion(), lambda m: len(m.text))
         direct = adapter.convert([strip_cache_control(m) for m in history])  # one converter call, all of it
         assert [m.content_key for m in memo.messages] == [m.content_key for m in whole.messages] \
             == [m.content_key for m in direct]

@@ -19,6 +19,7 @@ first difference on are converted again.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from ctxwin.providers.openai import (
     responses_stream_events,
 )
 
+from .body import Body, RawList, append_to_array, json_array
 from .errors import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
 
 RECALL_TOOL = "ctxwin_recall"
@@ -75,17 +77,20 @@ takes four in all, and the agent's tools and system keep theirs)."""
 class Conversation:
     """What one request body says, split the way the proxy needs it."""
 
-    lead: list[Any]  # leading system/developer messages sent verbatim (Chat, Responses)
-    history: list[Any]  # the raw messages ctxwin manages
+    lead: RawList  # leading system/developer messages sent verbatim (Chat, Responses)
+    history: RawList  # the raw messages ctxwin manages
     system_text: str  # the system prompt as text (session identity)
     overhead: bytes  # what goes upstream untouched and counts against the window: system and tools
     breakpoints: int = 0  # Anthropic cache_control markers the agent put on its messages
+    changes: dict[str, bytes | None] = field(default_factory=dict)
+    """Fields set (None: dropped) in every body forwarded for this request, besides the history."""
+    usage_hidden: bool = False  # Chat stream usage asked for by the proxy, not shown to the caller
 
 
 @dataclass
 class Conversion:
-    """The previous request of a session, converted: raw messages, segment starts (raw index,
-    canonical index, raw tokens before it) and the canonical messages."""
+    """The previous request of a session, converted: raw messages (as bytes spans), segment starts
+    (raw index, canonical index, raw tokens before it) and the canonical messages."""
 
     raw: list[Any] = field(default_factory=list)
     starts: list[tuple[int, int, int]] = field(default_factory=list)
@@ -105,45 +110,49 @@ class Api:
 
     # ---------------------------------------------------------------------------------- requests
 
-    def split(self, body: Mapping[str, Any]) -> Conversation:
+    def split(self, body: Body) -> Conversation:
         """The request's conversation; `ValueError` when the history is not a list of objects."""
-        raw = body.get(self.history_key)
-        if self.name == OPENAI_RESPONSES and isinstance(raw, str):
-            raw = [{"role": "user", "content": raw}]
-        if not isinstance(raw, list):
+        raw = body.raw_list(self.history_key)
+        if raw is None and self.name == OPENAI_RESPONSES and isinstance(body.get("input"), str):
+            raw = RawList.of([{"role": "user", "content": body["input"]}])
+        if raw is None:
             raise ValueError(f"`{self.history_key}` must be a list of messages")
-        tools = body.get("tools")
         if self.name == ANTHROPIC:
             system = body.get("system")
-            lead: list[Any] = []
-            history = raw
-            system_text = text_of(system)
-            overhead = orjson.dumps([system, tools]) if system or tools else b""
-            breakpoints = sum(_marked(m) for m in raw[-4:] if isinstance(m, Mapping))
-            return Conversation(lead, history, system_text, overhead, breakpoints)
+            overhead = body.bytes_of("system") + b"\x00" + body.bytes_of("tools")
+            breakpoints = sum(_marked(raw[i]) for i in range(max(0, len(raw) - 4), len(raw))
+                              if isinstance(raw[i], Mapping))
+            return Conversation(RawList([]), raw, text_of(system), overhead, breakpoints)
         count = 0
         while count < len(raw) and isinstance(raw[count], Mapping) and raw[count].get("role") in LEAD_ROLES:
             count += 1
-        lead, history = raw[:count], raw[count:]
+        lead, history = raw.split(count)
         instructions = body.get("instructions") if self.name == OPENAI_RESPONSES else None
-        system_text = "\n".join(filter(None, [text_of(instructions), *(text_of(m.get("content")) for m in lead)]))
-        overhead = orjson.dumps([instructions, lead, tools]) if instructions or lead or tools else b""
+        system_text = "\n".join(filter(None, [text_of(instructions), *(text_of(lead[i].get("content"))
+                                                                        for i in range(len(lead)))]))
+        overhead = body.bytes_of("instructions") + b"\x00" + b"".join(lead.encoded()) + b"\x00" + \
+            body.bytes_of("tools")
         return Conversation(lead, history, system_text, overhead)
 
     def first_user_text(self, history: Sequence[Any]) -> str:
-        for message in history:
+        for index in range(len(history)):
+            message = history[index]
             if isinstance(message, Mapping) and message.get("role") == "user":
                 return text_of(message.get("content"))
         return ""
 
-    def canonical(self, history: list[Any], memo: Conversion, count: Callable[[Message], int]) -> Conversion:
+    def canonical(self, history: RawList, memo: Conversion, count: Callable[[Message], int]) -> Conversion:
         """The history as canonical messages, converting only what changed since `memo` (the
-        previous request of the session). `ValueError` (from the converters) for a malformed one."""
-        same = 0
-        old = memo.raw
-        limit = min(len(old), len(history))
-        while same < limit and old[same] == history[same]:
-            same += 1
+        previous request of the session), compared byte for byte. `ValueError` (from the
+        converters) for a malformed one."""
+        old, new = memo.raw, history.raws
+        if old and len(new) >= len(old) and old == new[:len(old)]:  # the usual case, in one comparison
+            same = len(old)
+        else:
+            same = 0
+            limit = min(len(old), len(new))
+            while same < limit and old[same] == new[same]:
+                same += 1
         # Segments wholly inside the shared part are kept; the one the difference falls in, and all
         # after it, are converted again. The old last segment is kept only when the new history does
         # not extend it (a new segment starts where the old request ended).
@@ -162,43 +171,52 @@ class Api:
         begin = raw_at
         for end in range(raw_at + 1, len(history) + 1):
             if end == len(history) or self.is_start(history, end):
-                converted = self.convert([strip_cache_control(m) if self.name == ANTHROPIC else m
-                                          for m in history[begin:end]])
+                converted = self.convert([strip_cache_control(history[i]) if self.name == ANTHROPIC else history[i]
+                                          for i in range(begin, end)])
                 starts.append((begin, len(messages), tokens))
                 messages.extend(converted)
                 tokens += sum(count(m) for m in converted)
                 begin = end
-        return Conversion(history, starts, messages, tokens)
+        return Conversion(list(new), starts, messages, tokens)
 
-    def forward_body(self, body: Mapping[str, Any], conversation: Conversation, prepared: Prepared,
-                     recall: bool, rendered: Rendered | None = None) -> tuple[dict[str, Any], Rendered | None]:
-        """The request to send upstream: the caller's body with the managed history in place of its
-        own (and `ctxwin_recall` after the agent's tools when offered), and what to pass as
-        `rendered` next time (the turns written for the previous request of the session)."""
-        out = dict(body)
+    def forward(self, body: Body, conversation: Conversation, prepared: Prepared, recall: bool,
+                rendered: Rendered | None = None) -> tuple[bytes, Rendered | None]:
+        """The request to send upstream, as bytes: the caller's body with the managed history in
+        place of its own (and `ctxwin_recall` after the agent's tools when offered), every other
+        field as the bytes that came; and what to pass as `rendered` next time (the turns written
+        for the previous request of the session)."""
+        changes = dict(conversation.changes)
         written: Rendered | None = None
         if self.name == ANTHROPIC:
             written = anthropic_turns(prepared.messages, rendered if rendered is not None else Rendered())
-            messages = written.turns
+            encoded = list(written.encoded)
             if conversation.breakpoints:
-                messages = with_breakpoints(messages, min(conversation.breakpoints, ANTHROPIC_CACHE_BREAKPOINTS))
-            out["messages"] = messages
+                marked = with_breakpoints(written.turns, min(conversation.breakpoints, ANTHROPIC_CACHE_BREAKPOINTS))
+                for index in range(max(0, len(marked) - ANTHROPIC_CACHE_BREAKPOINTS), len(marked)):
+                    if marked[index] is not written.turns[index]:
+                        encoded[index] = orjson.dumps(marked[index])
+            changes["messages"] = json_array(encoded)
             if prepared.system:  # system messages inside the history, which ctxwin lifted: after the agent's
-                out["system"] = _join_system(body.get("system"), prepared.system)
+                changes["system"] = orjson.dumps(_join_system(body.get("system"), prepared.system))
         elif self.name == OPENAI_CHAT:
             messages = prepared.to_openai_chat()["messages"]
-            out["messages"] = [*conversation.lead, *messages]
+            changes["messages"] = json_array([*conversation.lead.encoded(), *map(orjson.dumps, messages)])
         else:
             payload = prepared.to_openai_responses()
             lifted = [{"role": "system", "content": prepared.system}] if prepared.system else []
-            out["input"] = [*conversation.lead, *lifted, *payload["input"]]
+            changes["input"] = json_array([*conversation.lead.encoded(), *map(orjson.dumps, lifted),
+                                           *map(orjson.dumps, payload["input"])])
         if recall:
-            out["tools"] = [*body.get("tools", ()), self.recall_schema()]
-        return out, written
+            changes["tools"] = append_to_array(body.bytes_of("tools"), self.recall_bytes)
+        return body.encode(changes), written
 
     def recall_schema(self) -> dict[str, Any]:
         return to_format(as_tool_schema({"name": RECALL_TOOL, "description": RECALL_DESCRIPTION,
                                          "input_schema": RECALL_PARAMETERS}), self.schema_format)
+
+    @property
+    def recall_bytes(self) -> bytes:
+        return _recall_bytes(self.schema_format)
 
     # ---------------------------------------------------------------------------------- answers
 
@@ -238,6 +256,7 @@ class Rendered:
     messages: list[Message] = field(default_factory=list)
     turns: list[dict[str, Any]] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
+    encoded: list[bytes] = field(default_factory=list)  # each turn as JSON
 
 
 def anthropic_turns(messages: Sequence[Message], previous: Rendered) -> Rendered:
@@ -258,7 +277,7 @@ def anthropic_turns(messages: Sequence[Message], previous: Rendered) -> Rendered
     kept = 0
     while kept + 1 < len(previous.starts) and previous.starts[kept + 1] < same:
         kept += 1
-    turns, starts = previous.turns[:kept], previous.starts[:kept]
+    turns, starts, encoded = previous.turns[:kept], previous.starts[:kept], previous.encoded[:kept]
     begin = previous.starts[kept] if kept < len(previous.starts) else 0
     roles = ["user" if m.role in ("user", "tool") else m.role for m in messages[begin:]]
     first = begin
@@ -268,11 +287,12 @@ def anthropic_turns(messages: Sequence[Message], previous: Rendered) -> Rendered
         written = to_anthropic(messages[first:end])
         if "system" in written or len(written["messages"]) != 1:  # not a prepared view: the whole list
             whole = to_anthropic(list(messages))["messages"]
-            return Rendered(list(messages), whole, [])
+            return Rendered(list(messages), whole, [], [orjson.dumps(t) for t in whole])
         turns.append(written["messages"][0])
+        encoded.append(orjson.dumps(turns[-1]))
         starts.append(first)
         first = end
-    return Rendered(list(messages), turns, starts)
+    return Rendered(list(messages), turns, starts, encoded)
 
 
 def text_of(value: Any) -> str:
@@ -345,6 +365,12 @@ def _is_recall_block(block: Any) -> bool:
 
 def _is_recall_item(item: Any) -> bool:
     return isinstance(item, Mapping) and item.get("type") == "function_call" and item.get("name") == RECALL_TOOL
+
+
+@functools.cache
+def _recall_bytes(schema_format: str) -> bytes:
+    schema = as_tool_schema({"name": RECALL_TOOL, "description": RECALL_DESCRIPTION, "input_schema": RECALL_PARAMETERS})
+    return orjson.dumps(to_format(schema, schema_format))  # type: ignore[arg-type]
 
 
 def overhead_key(conversation: Conversation) -> str:

@@ -25,7 +25,7 @@ import contextlib
 import hmac
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,7 @@ from ctxwin.store.entries import ProxyRequestEntry
 
 from . import recall as recall_tool
 from .apis import APIS, Api, Conversation, Conversion, Rendered, overhead_key
+from .body import Body
 from .config import ProxyConfig
 from .errors import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, api_of_path, error_response, refusal_response
 from .sessions import MemorySessionStore, SessionKey, SessionStore, engine_spec, session_key
@@ -54,7 +55,8 @@ HOP_BY_HOP = frozenset({
     "accept-encoding",  # httpx negotiates its own and decodes; the caller gets identity bytes
     TOKEN_HEADER, "x-ctxwin-session",
 })
-RESPONSE_DROP = frozenset({*HOP_BY_HOP, "content-encoding", "content-length"})
+RESPONSE_DROP = frozenset({*HOP_BY_HOP, "content-encoding", "content-length", "date", "server"})
+"""Not relayed from the upstream's answer: what the proxy's own server writes (date, server, framing)."""
 MAX_RECOVERIES = 3
 """Overflow recoveries per request before the upstream's error goes to the caller (the engine bounds
 its own attempts too)."""
@@ -107,11 +109,13 @@ class Exchange:
     invalid: bool = False
     streamed: bool = False
     usage: Any = None
+    pending_usage: Any = None  # usage of the final answer, recorded once the caller has it
     status: int = 200
+    ended: float | None = None  # when the answer was ready for the caller (None: now)
 
     def entry(self) -> ProxyRequestEntry:
         usage = self.usage
-        elapsed = time.perf_counter() - self.started
+        elapsed = (self.ended or time.perf_counter()) - self.started
         return ProxyRequestEntry(
             api=self.api.name, model=self.model, status=self.status, tokens_received=self.tokens_received,
             tokens_forwarded=self.tokens_forwarded, cache_prefix_reuse=round(self.reuse, 4),
@@ -211,7 +215,7 @@ class Proxy:
 
     # ------------------------------------------------------------------------------------------ managing
 
-    def manage(self, engine: ContextEngine, api: Api, body: dict[str, Any], conversation: Conversation,
+    def manage(self, engine: ContextEngine, api: Api, body: Body, conversation: Conversation,
                memo: Memo, exchange: Exchange) -> Outgoing:
         """Sync what the agent sent, prepare, and build the body to forward (the hot path)."""
         counter = engine.counter
@@ -237,22 +241,22 @@ class Proxy:
             engine.sync(new)
             held = len(engine.messages)
         memo.synced = (id(engine), held, len(new))
-        recall = self.config.recall_tool and bool(body.get("tools"))
+        recall = self.config.recall_tool and body.present("tools")
         if recall:
             overhead_raw += self.recall_overhead(api, counter)
         engine.overhead_tokens = round(overhead_raw * factor)
         prepared = engine.prepare()
         return self.outgoing(engine, api, body, conversation, prepared, memo, key, recall)
 
-    def outgoing(self, engine: ContextEngine, api: Api, body: dict[str, Any], conversation: Conversation,
+    def outgoing(self, engine: ContextEngine, api: Api, body: Body, conversation: Conversation,
                  prepared: Prepared, memo: Memo, key: str, recall: bool) -> Outgoing:
-        forwarded, memo.rendered = api.forward_body(body, conversation, prepared, recall, memo.rendered)
+        content, memo.rendered = api.forward(body, conversation, prepared, recall, memo.rendered)
         same_overhead = memo.forwarded_overhead == key
         memo.forwarded_overhead = key
         reuse = prepared.stable_prefix_tokens / prepared.raw_tokens if same_overhead and prepared.raw_tokens else 0.0
-        return Outgoing(orjson.dumps(forwarded), prepared, prepared.tokens, reuse)
+        return Outgoing(content, prepared, prepared.tokens, reuse)
 
-    def passthrough(self, body: dict[str, Any], messages: list[Message], overhead_raw: int, key: str, memo: Memo,
+    def passthrough(self, body: Body, messages: list[Message], overhead_raw: int, key: str, memo: Memo,
                     counter: Any, factor: float) -> Outgoing:
         """Untouched, but measured like a managed request (the prefix shared with the previous one)."""
         keys = [m.content_key for m in messages]
@@ -264,7 +268,7 @@ class Proxy:
         memo.forwarded_keys, memo.forwarded_overhead = keys, key
         total = overhead_raw + sum(counter.count_message(m) for m in messages)
         prefix = (overhead_raw + sum(counter.count_message(m) for m in messages[:shared])) if same_overhead else 0
-        return Outgoing(orjson.dumps(body), None, round(total * factor), prefix / total if total else 0.0)
+        return Outgoing(body.raw, None, round(total * factor), prefix / total if total else 0.0)
 
     def recall_overhead(self, api: Api, counter: Any) -> int:
         return int(counter.count_text(orjson.dumps(api.recall_schema()).decode()))
@@ -320,17 +324,6 @@ def response_headers(response: httpx.Response) -> dict[str, str]:
     return {k: v for k, v in response.headers.items() if k not in RESPONSE_DROP}
 
 
-def _json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise ProxyRefusal(400, f"the request body is not valid JSON: {error}", "send a JSON object") from None
-    if not isinstance(body, dict):
-        raise ProxyRefusal(400, f"the request body is JSON {type(body).__name__}, not an object",
-                           "send a JSON object") from None
-    return body
-
-
 # ---------------------------------------------------------------------------------------------- handlers
 
 
@@ -342,7 +335,7 @@ def managed(proxy: Proxy, api: Api) -> Callable[[Request], Any]:
                 raise ProxyRefusal(401, "missing or wrong ctxwin token", f"send it in the {TOKEN_HEADER} header")
             if request.method != "POST":
                 raise ProxyRefusal(405, f"{request.url.path} takes POST, not {request.method}")
-            body = _json_object(await proxy.read_body(request))
+            body = Body(await proxy.read_body(request))
             try:
                 conversation = api.split(body)
             except ValueError as error:
@@ -360,10 +353,17 @@ def managed(proxy: Proxy, api: Api) -> Callable[[Request], Any]:
     return endpoint
 
 
-async def handle(proxy: Proxy, api: Api, request: Request, body: dict[str, Any], conversation: Conversation,
+async def handle(proxy: Proxy, api: Api, request: Request, body: Body, conversation: Conversation,
                  key: SessionKey, started: float) -> Response:
     model = str(body.get("model") or "")
     exchange = Exchange(api, model, started, streamed=body.get("stream") is True)
+    if exchange.streamed and api.name == OPENAI_CHAT and not proxy.config.passthrough:
+        options = body.get("stream_options")
+        if not (isinstance(options, Mapping) and options.get("include_usage")):
+            # Usage is how ctxwin calibrates its counts: asked for upstream, and not shown to the caller.
+            conversation.changes["stream_options"] = orjson.dumps({**(options if isinstance(options, Mapping)
+                                                                      else {}), "include_usage": True})
+            conversation.usage_hidden = True
     lease = contextlib.AsyncExitStack()
     engine = await lease.enter_async_context(proxy.store.lease(key.id, engine_spec(body, proxy.config)))
     handed = False  # a stream that started owns the lease (and writes the entry) until it ends
@@ -383,7 +383,18 @@ async def handle(proxy: Proxy, api: Api, request: Request, body: dict[str, Any],
             response = await relay(proxy, api, request, engine, body, conversation, memo, outgoing, exchange, lease)
             handed = isinstance(response, RelayResponse)
             return response
-        return await complete(proxy, api, request, engine, body, conversation, memo, outgoing, exchange)
+        response = await complete(proxy, api, request, engine, body, conversation, memo, outgoing, exchange)
+        exchange.ended = time.perf_counter()
+
+        async def finish() -> None:
+            # After the caller has its answer: calibration from the usage, the request's entry, the lease.
+            try:
+                await proxy.run(_bookkeeping, engine, exchange)
+            finally:
+                await lease.aclose()
+
+        handed = True
+        return FinishingResponse.wrapping(response, finish)
     except ProxyRefusal as refusal:
         exchange.status = refusal.status
         raise
@@ -395,7 +406,33 @@ async def handle(proxy: Proxy, api: Api, request: Request, body: dict[str, Any],
                 await lease.aclose()
 
 
-async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngine, body: dict[str, Any],
+def _bookkeeping(engine: ContextEngine, exchange: Exchange) -> None:
+    if exchange.pending_usage is not None:
+        engine.record_usage(exchange.pending_usage)
+    engine.note(exchange.entry())
+
+
+class FinishingResponse(Response):
+    """A whole answer whose bookkeeping runs once it is sent (however the sending ends), so the
+    caller does not wait for log writes (an fsync each with a JSONL store) it does not need."""
+
+    _finish: Callable[[], Any]
+
+    @classmethod
+    def wrapping(cls, response: Response, finish: Callable[[], Any]) -> FinishingResponse:
+        out = cls.__new__(cls)
+        out.__dict__.update(response.__dict__)
+        out._finish = finish
+        return out
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._finish()
+
+
+async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngine, body: Body,
                    conversation: Conversation, memo: Memo, outgoing: Outgoing, exchange: Exchange) -> Response:
     """A whole (non-streamed) answer: recover from overflow, answer recall calls, relay the rest."""
     rounds = 0
@@ -415,7 +452,8 @@ async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngi
                 return Response(raw, response.status_code, response_headers(response))
             outgoing = retry
             continue
-        completion = _note_usage(api, raw, exchange, engine)
+        completion = _note_usage(api, raw, exchange, None)
+        exchange.pending_usage = completion.usage if completion is not None else None
         if completion is None:
             return Response(raw, response.status_code, response_headers(response))
         ours, theirs = api.recall_calls(completion)
@@ -428,16 +466,19 @@ async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngi
             return Response(orjson.dumps(data), response.status_code, response_headers(response))
         rounds += 1
         exchange.recall_calls += len(ours)
+        if exchange.pending_usage is not None:  # calibrate on this answer before preparing the next request
+            engine.record_usage(exchange.pending_usage)
+            exchange.pending_usage = None
         outgoing = await proxy.run(_recall_round, proxy, engine, api, body, conversation, memo, completion, ours)
 
 
-def _recall_round(proxy: Proxy, engine: ContextEngine, api: Api, body: dict[str, Any], conversation: Conversation,
+def _recall_round(proxy: Proxy, engine: ContextEngine, api: Api, body: Body, conversation: Conversation,
                   memo: Memo, completion: Any, calls: list[Any]) -> Outgoing:
     engine.append(recall_tool.exchange(engine, completion, calls))
     return proxy.outgoing(engine, api, body, conversation, engine.prepare(), memo, overhead_key(conversation), True)
 
 
-async def recover(proxy: Proxy, api: Api, engine: ContextEngine, body: dict[str, Any], conversation: Conversation,
+async def recover(proxy: Proxy, api: Api, engine: ContextEngine, body: Body, conversation: Conversation,
                   memo: Memo, response: httpx.Response, raw: bytes, exchange: Exchange) -> Outgoing | None:
     """The smaller request to retry with after an overflow error, or None to give the caller the error."""
     error: Any
@@ -456,7 +497,7 @@ async def recover(proxy: Proxy, api: Api, engine: ContextEngine, body: dict[str,
         prepared = await proxy.run(engine.recover, error)
     except (ContextOverflowError, ContextBudgetError):
         return None
-    recall = proxy.config.recall_tool and bool(body.get("tools"))
+    recall = proxy.config.recall_tool and body.present("tools")
     return proxy.outgoing(engine, api, body, conversation, prepared, memo, overhead_key(conversation), recall)
 
 
@@ -488,7 +529,7 @@ def count_tokens(proxy: Proxy) -> Callable[[Request], Any]:
             if not proxy.check_token(request):
                 raise ProxyRefusal(401, "missing or wrong ctxwin token", f"send it in the {TOKEN_HEADER} header")
             raw = await proxy.read_body(request)
-            body = _json_object(raw)
+            body = Body(raw)
             exchange = Exchange(api, str(body.get("model") or ""), started)
             content = raw
             if not proxy.config.passthrough:
@@ -512,7 +553,7 @@ def count_tokens(proxy: Proxy) -> Callable[[Request], Any]:
     return endpoint
 
 
-def _managed_count_body(proxy: Proxy, engine: ContextEngine, api: Api, body: dict[str, Any],
+def _managed_count_body(proxy: Proxy, engine: ContextEngine, api: Api, body: Body,
                         conversation: Conversation, memo: Memo) -> bytes | None:
     conversion = api.canonical(conversation.history, memo.conversion, engine.counter.count_message)
     stored = [m.content_key for m in engine.messages if "ctxwin" not in m.meta]
@@ -521,10 +562,10 @@ def _managed_count_body(proxy: Proxy, engine: ContextEngine, api: Api, body: dic
     memo.conversion = conversion
     engine.sync(conversion.messages)
     prepared = engine.prepare()
-    forwarded, memo.rendered = api.forward_body(body, conversation, prepared,
-                                                proxy.config.recall_tool and bool(body.get("tools")), memo.rendered)
-    forwarded.pop("stream", None)
-    return orjson.dumps(forwarded)
+    conversation.changes["stream"] = None  # count_tokens takes no stream flag
+    content, memo.rendered = api.forward(body, conversation, prepared,
+                                         proxy.config.recall_tool and body.present("tools"), memo.rendered)
+    return content
 
 
 def passthrough_endpoint(proxy: Proxy) -> Callable[[Request], Any]:

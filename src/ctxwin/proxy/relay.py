@@ -47,6 +47,7 @@ from .errors import ANTHROPIC, OPENAI_CHAT
 if TYPE_CHECKING:
     from .apis import Conversation
     from .app import Exchange, Memo, Outgoing, Proxy
+    from .body import Body
 
 
 # ---------------------------------------------------------------------------------------------- SSE
@@ -361,7 +362,7 @@ async def _disconnected(receive: Receive) -> None:
             return
 
 
-async def relay(proxy: Proxy, api: Api, request: Request, engine: ContextEngine, body: dict[str, Any],
+async def relay(proxy: Proxy, api: Api, request: Request, engine: ContextEngine, body: Body,
                 conversation: Conversation, memo: Memo, outgoing: Outgoing, exchange: Exchange,
                 lease: AsyncExitStack) -> Response:
     """The caller's streamed answer. The first upstream answer is opened here, so an error before the
@@ -371,9 +372,7 @@ async def relay(proxy: Proxy, api: Api, request: Request, engine: ContextEngine,
 
     editor = editor_for(api, proxy.config.passthrough)
     if isinstance(editor, ChatEditor):
-        options = body.get("stream_options")
-        if not (isinstance(options, Mapping) and options.get("include_usage")):
-            editor.hide_usage = True  # usage is how ctxwin calibrates: asked for, and not shown
+        editor.hide_usage = conversation.usage_hidden
     opened = await open_stream(proxy, api, request, engine, body, conversation, memo, outgoing, exchange, editor)
     if isinstance(opened, Response):
         return opened
@@ -429,7 +428,7 @@ async def relay(proxy: Proxy, api: Api, request: Request, engine: ContextEngine,
     return RelayResponse(run, response_headers(upstream), release)
 
 
-async def open_stream(proxy: Proxy, api: Api, request: Request, engine: ContextEngine, body: dict[str, Any],
+async def open_stream(proxy: Proxy, api: Api, request: Request, engine: ContextEngine, body: Body,
                       conversation: Conversation, memo: Memo, outgoing: Outgoing, exchange: Exchange,
                       editor: Editor) -> tuple[httpx.Response, Outgoing] | Response:
     """An upstream answer that is streaming (status 200), after overflow recoveries; else the
@@ -439,12 +438,7 @@ async def open_stream(proxy: Proxy, api: Api, request: Request, engine: ContextE
     while True:
         exchange.tokens_forwarded += outgoing.tokens
         exchange.compactions += compactions(outgoing.prepared) if outgoing.prepared is not None else 0
-        content = outgoing.body
-        if isinstance(editor, ChatEditor) and editor.hide_usage:
-            forwarded = orjson.loads(content)
-            forwarded["stream_options"] = {**(forwarded.get("stream_options") or {}), "include_usage": True}
-            content = orjson.dumps(forwarded)
-        response = await proxy.send(request, content, exchange, stream=True, memo=memo)
+        response = await proxy.send(request, outgoing.body, exchange, stream=True, memo=memo)
         exchange.status = response.status_code
         if response.status_code < 400:
             if response.headers.get("content-type", "").startswith("text/event-stream"):

@@ -228,6 +228,10 @@ class MemorySessionStore:
     def session_ids(self) -> list[str]:
         return list(self._known)
 
+    def busy(self) -> bool:
+        """Whether a request holds a session now (its bookkeeping may still be on its way to the log)."""
+        return any(slot.lock.locked() for slot in list(self._slots.values()))
+
     def engines(self) -> dict[str, ContextEngine]:
         """The open engines by session id, now."""
         return {k: s.engine for k, s in self._slots.items() if s.engine is not None}
