@@ -8,7 +8,8 @@ servers) in front of the FakeProvider share sessions.
   per-session advisory lock; without it both would sync the new messages and compact).
 - A worker SIGKILLed while the upstream is slow loses no acknowledged entry (every entry committed
   before a response reached its client is still there, the proxy_request notes included) and the
-  session continues on the other worker, the killed request's messages stored once.
+  session continues on the other worker, the killed request's messages stored once. A worker killed
+  the moment a response reached its client has committed that request's entry.
 - `--workers 2` serves behind one port from two processes.
 - The store itself: a lease waits while another worker holds the session and then sees what that
   worker wrote; a session held too long is refused with a typed error; a cancelled lease (a client
@@ -216,10 +217,19 @@ def test_a_worker_killed_mid_request_loses_nothing_acknowledged(
         assert count(final, MessageEntry) == 1 + 2 * (turns + 2)  # each message once, the killed turn's too
         assert count(final, ProxyRequestEntry) == turns + 3
 
-        # A response that reached its client had its note committed first: kill right after one.
-        assert send(d, "killed", turns + 3).status_code == 200
-        d.kill()
-        assert count(entries(postgres_dsn, "killed"), ProxyRequestEntry) == turns + 4
+
+@pytest.mark.xfail(strict=True, reason=(
+    "proxy-core c60d67f writes a whole answer's entry (and calibration) after the caller has the "
+    "answer, so a worker killed right then loses it; the brief counts an entry acknowledged once its "
+    "response reached the client (REQUESTS.md item 2). Remove this mark when the note is committed first"))
+def test_a_response_that_reached_its_client_has_its_entry_committed(
+        upstream: tuple[FakeProvider, Gate], postgres_dsn: str, tmp_path: Path) -> None:
+    fake = upstream[0]
+    for turn in range(3):
+        with running_proxy(fake.anthropic_base_url, "--postgres", postgres_dsn, tmp=tmp_path) as worker:
+            assert send(worker, "acknowledged", turn).status_code == 200
+            worker.kill()  # at once: nothing the worker does after the answer reaches its client survives
+        assert count(entries(postgres_dsn, "acknowledged"), ProxyRequestEntry) == turn + 1
 
 
 def test_two_workers_behind_one_port(upstream: tuple[FakeProvider, Gate], postgres_dsn: str, tmp_path: Path) -> None:
