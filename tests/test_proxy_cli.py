@@ -109,3 +109,14 @@ def test_the_token_is_checked_on_every_request_over_a_real_socket(tmp_path: Path
             assert forwarded.headers.get("x-api-key") == "provider-key"  # the caller's own key goes through
             assert TOKEN not in json.dumps(forwarded.headers)  # ctxwin's token does not
     assert TOKEN not in proxy.output()
+
+
+def test_an_address_in_use_is_refused_before_serving() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["proxy", "--upstream", "http://127.0.0.1:9", "--listen", f"127.0.0.1:{port}"])
+    assert result.exit_code == 2, result.output
+    assert "cannot listen on 127.0.0.1" in result.output and "--listen" in result.output
+    assert "ctxwin proxy on" not in result.output  # no banner for a proxy that is not serving

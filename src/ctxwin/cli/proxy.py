@@ -11,7 +11,7 @@ from rich.markup import escape
 from ctxwin import policies
 from ctxwin.cli.app import app, err_console, handle_errors
 from ctxwin.proxy.config import DEFAULT_LISTEN, ProxyConfig
-from ctxwin.proxy.serve import TOKEN_ENV, check_serving, parse_listen, serve
+from ctxwin.proxy.serve import TOKEN_ENV, parse_listen, serve
 
 
 @app.command("proxy")
@@ -46,11 +46,13 @@ def proxy(
     config = ProxyConfig(upstream=upstream.rstrip("/"), policy=policy, store_dir=store, postgres=postgres,
                          auth_token=auth_token or None, passthrough=passthrough, recall_tool=recall_tool,
                          window=window)
-    check_serving(config, address, workers)  # refused before the banner, not after it
     store_text = f"PostgreSQL, {workers} worker(s)" if postgres else str(store) if store else "in memory"
-    err_console.print(f"ctxwin proxy on [bold]{escape(address.url)}[/] → {escape(config.upstream)} · policy "
-                      f"{escape(policy)}{' (passthrough)' if passthrough else ''} · sessions {escape(store_text)}",
-                      highlight=False, soft_wrap=True)
-    err_console.print(f"  point the agent at it: ANTHROPIC_BASE_URL={address.url}  OPENAI_BASE_URL={address.url}/v1",
-                      highlight=False, soft_wrap=True)
-    serve(config, address, workers, log_level=log_level)
+
+    def announce() -> None:
+        err_console.print(f"ctxwin proxy on [bold]{escape(address.url)}[/] → {escape(config.upstream)} · policy "
+                          f"{escape(policy)}{' (passthrough)' if passthrough else ''} · sessions {escape(store_text)}",
+                          highlight=False, soft_wrap=True)
+        err_console.print(f"  point the agent at it: ANTHROPIC_BASE_URL={address.url}  "
+                          f"OPENAI_BASE_URL={address.url}/v1", highlight=False, soft_wrap=True)
+
+    serve(config, address, workers, log_level=log_level, announce=announce)

@@ -18,6 +18,8 @@ import gc
 import ipaddress
 import json
 import os
+import socket
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -146,9 +148,18 @@ def build_app(config: ProxyConfig) -> Any:
     return create_app(config, store=PostgresSessionStore.for_config(config) if config.postgres else None)
 
 
-def preflight(config: ProxyConfig) -> None:
-    """What would otherwise fail in every worker at once, and be restarted in a loop: the database
-    (reached, and its schema migrated once here rather than raced by N workers)."""
+def preflight(config: ProxyConfig, listen: Listen) -> None:
+    """What would otherwise fail in every worker at once, and be restarted in a loop, or end in
+    uvicorn's log: the address (free to listen on), the database (reached, and its schema migrated
+    once here rather than raced by N workers)."""
+    family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((listen.host, listen.port))
+        except OSError as error:
+            raise InputError(f"cannot listen on {listen.host}:{listen.port}: {error.strerror or error}",
+                             "stop what listens there, or choose another --listen HOST:PORT") from None
     if config.postgres:
         from ctxwin.store.postgres import connect
 
@@ -162,14 +173,17 @@ def uvicorn_options(listen: Listen, workers: int, *, log_level: str = "warning")
             "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S, "server_header": False, "date_header": False}
 
 
-def serve(config: ProxyConfig, listen: Listen, workers: int = 1, *, log_level: str = "warning") -> None:
+def serve(config: ProxyConfig, listen: Listen, workers: int = 1, *, log_level: str = "warning",
+          announce: Callable[[], None] | None = None) -> None:
     """Runs the proxy until interrupted. Raises InputError before listening when `check_serving`
-    or `preflight` refuses."""
+    or `preflight` refuses; `announce` is called once both passed, just before serving."""
     try:
         import uvicorn
     except ImportError:
         raise InputError("the proxy needs uvicorn and starlette", "pip install 'ctxwin[proxy]'") from None
     check_serving(config, listen, workers)
-    preflight(config)
+    preflight(config, listen)
+    if announce is not None:
+        announce()
     os.environ[CONFIG_ENV] = config_json(config)  # inherited by every worker process uvicorn spawns
     uvicorn.run(FACTORY, **uvicorn_options(listen, workers, log_level=log_level))
