@@ -368,10 +368,14 @@ def with_postgres(python: str, up: str, upstream_pid: int, turns: int, target: i
 
 
 def json_library() -> str:
-    """The JSON library the proxy's request path uses (what `ctxwin.proxy.app` imports)."""
-    import ctxwin.proxy.app as app
+    """The JSON libraries on the proxy's request path: what its modules import (msgspec scans the
+    body into raw fields, orjson parses and writes what changed)."""
+    import ctxwin.proxy.app  # noqa: F401  (loads the request path's modules)
 
-    return str(getattr(app, "JSON_LIBRARY", "orjson" if "orjson" in vars(app) or "orjson" in sys.modules else "json"))
+    used = {name for name in ("msgspec", "orjson", "json")
+            if any(name in vars(module) for key, module in list(sys.modules.items())
+                   if key.startswith("ctxwin.proxy.") and module is not None)}
+    return "+".join(sorted(used - {"json"})) or "json"
 
 
 def main() -> None:
