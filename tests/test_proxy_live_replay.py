@@ -14,6 +14,10 @@ Checked per session:
   which the proxy reads back as fewer, larger messages than the transcript has;
 - the prefix reuse between consecutive forwarded requests (bytes of the messages they begin with in
   common, over bytes sent) is at least 90 %.
+
+Time, on this shared 2-core machine: a Claude Code session 3-6 s, the Pi session (465 calls over histories of up to
+970 messages) 15-25 s, marked slow. Most of it is the FakeProvider reading and counting every
+forwarded request as the API would; the proxy's share is a few milliseconds a call.
 """
 
 from __future__ import annotations
@@ -140,7 +144,7 @@ def send_session(served: Served, name: str) -> Replayed:
     return Replayed(len(calls), fake.requests[before:], replay(transcript, POLICY).cumulative_tokens)
 
 
-@pytest.mark.parametrize("name", list(SESSIONS))
+@pytest.mark.parametrize("name", [*list(SESSIONS)[:-1], pytest.param("pi", marks=pytest.mark.slow)])
 def test_every_forwarded_request_of_a_real_session_is_valid_fits_and_keeps_the_prefix(
         name: str, replayed: Callable[[str], Replayed], served: Served) -> None:
     run = replayed(name)
@@ -163,7 +167,7 @@ GROUPING = pytest.mark.xfail(strict=True, reason=(
     pytest.param("claude-code-4d5611e5", marks=GROUPING),
     pytest.param("claude-code-8463c716", marks=GROUPING),
     "claude-code-258c7280",
-    "pi",
+    pytest.param("pi", marks=pytest.mark.slow),
 ])
 def test_a_real_session_through_the_proxy_forwards_what_the_replay_prepares(
         name: str, replayed: Callable[[str], Replayed]) -> None:
