@@ -19,7 +19,7 @@ through a forwarder minus its time direct, paired per turn, so both include the 
 Phase 3: `SESSIONS` concurrent sessions (each `SESSION_TURNS` turns, histories to about 20k tokens)
 through the proxy at once, bounded by `CONCURRENT_DEADLINE_S`; every answer must be a 200 with a
 message body. Phase 4 (`postgres_*`): phases 1 and 2 through `ctxwin proxy --postgres` on a
-throwaway PostgreSQL with fsync on.
+throwaway PostgreSQL with fsync on, then phase 3 through `--workers 2` on it.
 
 Alongside each latency, the CPU time each server process spent per timed request (from /proc): on a
 shared machine the latencies carry other jobs' noise, CPU time does not.
@@ -345,10 +345,11 @@ async def concurrent(url: str, sessions: int, turns: int) -> dict[str, Any]:
             "concurrent_p95_ms": round(percentile(latencies, 0.95), 2) if latencies else None}
 
 
-def with_postgres(python: str, up: str, upstream_pid: int, turns: int, target: int) -> dict[str, Any]:
+def with_postgres(python: str, up: str, upstream_pid: int, turns: int, target: int, sessions: int) -> dict[str, Any]:
     """Phase 4: phases 1 and 2 again through `ctxwin proxy --postgres` (a throwaway server with
-    fsync on, so every acknowledged entry waits for the disk, as a real deployment's would); keys
-    `postgres_*`. Null with the reason when no server can start here."""
+    fsync on, so every acknowledged entry waits for the disk, as a real deployment's would), then
+    phase 3 through `--workers 2` on the same database; keys `postgres_*`. Null with the reason
+    when no server can start here."""
     reason = pgtemp.unavailable_reason()
     if reason:
         return {"postgres": None, "postgres_unavailable": reason}
@@ -360,11 +361,17 @@ def with_postgres(python: str, up: str, upstream_pid: int, turns: int, target: i
                      "--postgres", database.dsn], port) as (proxy, pid):
             measured = sequential({"direct": up, "proxy": proxy}, {"direct": upstream_pid, "proxy": pid}, turns,
                                   target, session="bench-170k-postgres")
+        port = free_port()
+        with server([python, "-m", "ctxwin.cli.main", "proxy", "--upstream", up, "--listen", f"127.0.0.1:{port}",
+                     "--postgres", database.dsn, "--workers", "2"], port) as (proxy, _):
+            shared = asyncio.run(concurrent(proxy, sessions, SESSION_TURNS))
     finally:
         database.stop()
     keep = ("p95_added_ms_170k", "p50_added_ms_170k", "proxy_p50_ms", "proxy_cpu_ms_per_request", "direct_p50_ms",
             "proxy_max_added_ms", "warmup_s")
-    return {f"postgres_{key}": measured[key] for key in keep} | {"postgres": "fsync on, one worker"}
+    return {f"postgres_{key}": measured[key] for key in keep} | {
+        "postgres": "fsync on; one worker timed, two workers for the concurrent sessions",
+        **{f"postgres_2_workers_{key}": value for key, value in shared.items()}}
 
 
 def json_library() -> str:
@@ -404,7 +411,9 @@ def main() -> None:
         result = sequential(urls, {"direct": upstream_pid, "bare": bare_pid, "proxy": proxy_pid}, turns, target)
         result |= asyncio.run(concurrent(proxy, sessions, SESSION_TURNS))
         if not args.no_postgres:
-            result |= with_postgres(python, up, upstream_pid, turns, target)
+            result |= with_postgres(python, up, upstream_pid, turns, target, sessions)
+    # The timed phases stop the run at the first failed request, so their errors are 0 when it ends.
+    result["errors_total"] = result["errors"] + (result.get("postgres_2_workers_errors") or 0)
     result |= {"json_library": json_library(), "policy": "ctxwin", "store": "memory", "upstream": "fixed-reply ASGI",
                "cpus": os.cpu_count(), "loadavg_1m_before": round(load_before, 2),
                "loadavg_1m_after": round(os.getloadavg()[0], 2), "quick": args.quick}
