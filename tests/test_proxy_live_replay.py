@@ -22,16 +22,12 @@ forwarded request as the API would; the proxy's share is a few milliseconds a ca
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import httpx
 import orjson
 import pytest
-import uvicorn
 
 from conftest import shared_path
 from ctxwin.evaluation.live import live_calls
@@ -43,6 +39,7 @@ from ctxwin.testing import FakeProvider
 from ctxwin.testing.fake_provider import ForcedResponse, RecordedRequest
 from ctxwin.tokens import CachedCounter, counter_for
 from ctxwin.transcripts import load_transcript
+from proxy_server import serve
 
 POLICY = "ctxwin"
 TOLERANCE = 0.01
@@ -64,31 +61,16 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served]:
-    """The FakeProvider, and the proxy in front of it on a real socket (a uvicorn server in a thread,
-    the same app `ctxwin proxy` serves). Memoizing the fake's counter changes no count: it keeps
+    """The FakeProvider, and the proxy in front of it on a real socket (uvicorn in a thread, serving
+    the app `ctxwin proxy` serves). Memoizing the fake's counter changes no count: it keeps
     the fake from re-estimating every message of every request (the test's main cost otherwise);
     so does a fixed answer (the default one reads the whole conversation once more). Prompt-cache
     accounting is off: the reuse is measured here from the bodies themselves."""
     counter = CachedCounter(counter_for("claude-opus-4-5"))
-    with FakeProvider(counter=counter, prompt_cache=False) as fake:
+    with FakeProvider(counter=counter, prompt_cache=False) as fake, \
+         serve(build_app(ProxyConfig(fake.anthropic_base_url, policy=POLICY))) as port:
         fake.force(ForcedResponse(text="Noted.", times=10**9))  # the same short answer, every call
-        listener = socket.socket()
-        listener.bind(("127.0.0.1", 0))
-        port = listener.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(build_app(ProxyConfig(fake.anthropic_base_url, policy=POLICY)),
-                                               log_level="warning", lifespan="on"))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert time.monotonic() < deadline and thread.is_alive(), "the proxy did not start"
-            time.sleep(0.01)
-        try:
-            yield Served(fake, f"http://127.0.0.1:{port}")
-        finally:
-            server.should_exit = True
-            thread.join(timeout=30)
-            listener.close()
+        yield Served(fake, f"http://127.0.0.1:{port}")
 
 
 def prefix_reuse(bodies: list[dict[str, object]]) -> float:
