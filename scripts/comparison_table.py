@@ -1,9 +1,11 @@
 """Rebuild the README's comparison and retention tables from the CLI's own JSON output.
 
-    python scripts/comparison_table.py [../shared/transcripts]
+    python scripts/comparison_table.py [../shared/transcripts] [--policies P1,P2,...]
 
 Runs `ctxwin replay FILE --compare ... --json` on each long shared session and `ctxwin eval retention
 ... --json` on all of them, and prints the Markdown tables (numbers only come from those commands).
+`--policies` rebuilds only those rows of the comparison (raw and recorded are replayed too, for the
+shares; no row is marked cheapest, and the retention table is skipped).
 Retention cells give the recall in the view's text first (the headline), then, where more, the recall
 with what the view's refs return byte for byte.
 """
@@ -16,7 +18,7 @@ import sys
 from pathlib import Path
 
 POLICIES = ("ctxwin,ctxwin:aggressive,ctxwin:conservative,claude-code,pi,pi:aggressive,pi:conservative,openclaw,letta,"
-            "masking,truncate,raw,recorded")
+            "masking,langchain,anthropic-edits,truncate,raw,recorded")
 SESSIONS = {
     "Claude Code 258c7280": "claude-code/258c7280-ae70-4798-800f-63464d01a85d.jsonl",
     "Claude Code 4d5611e5": "claude-code/4d5611e5-241a-462a-8d15-5122611a9569.jsonl",
@@ -33,21 +35,30 @@ def ctxwin(*args: str) -> dict:
 
 
 def main() -> None:
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "shared" / "transcripts")
+    args = sys.argv[1:]
+    only = None
+    if "--policies" in args:
+        at = args.index("--policies")
+        only = args[at + 1].split(",")
+        del args[at: at + 2]
+    root = Path(args[0] if args else Path(__file__).resolve().parents[2] / "shared" / "transcripts")
+    policies = ",".join(dict.fromkeys([*only, "raw", "recorded"])) if only else POLICIES
     print("| session | policy | input tokens, all calls | vs raw | vs recorded | peak | compactions "
           "| prefix kept | cost with caching | without |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for label, name in SESSIONS.items():
-        data = ctxwin("replay", str(root / name), "--compare", POLICIES)["policies"]
+        data = ctxwin("replay", str(root / name), "--compare", policies)["policies"]
         raw, recorded = data["raw"]["cumulative_input_tokens"], data["recorded"]["cumulative_input_tokens"]
-        cheapest = min(data, key=lambda p: data[p]["cost_cached_usd"])
-        for policy in POLICIES.split(","):
+        cheapest = None if only else min(data, key=lambda p: data[p]["cost_cached_usd"])
+        for policy in only or POLICIES.split(","):
             row = data[policy]
             tokens = row["cumulative_input_tokens"]
             cost = f"**${row['cost_cached_usd']:.2f}**" if policy == cheapest else f"${row['cost_cached_usd']:.2f}"
             print(f"| {label} | {policy} | {tokens / 1e6:.2f}M | {tokens / raw:.0%} | {tokens / recorded:.0%} "
                   f"| {row['peak_tokens'] / 1e3:.0f}K | {row['compactions']} | {row['prefix_kept_fraction']:.0%} "
                   f"| {cost} | ${row['cost_uncached_usd']:.2f} |")
+    if only:
+        return
     retention = ctxwin("eval", "retention", *(str(root / n) for n in SESSIONS.values()),
                        "--policy", "ctxwin,ctxwin:aggressive,ctxwin:conservative,claude-code,pi,openclaw,letta,masking,"
                        "recorded")

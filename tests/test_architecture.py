@@ -15,7 +15,9 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
-    ("files",),
+    # `paths` (globs and the deny list) sits beside `files`, below everything else: the tools'
+    # workspace and the memory index both refuse what the one deny list names.
+    ("files", "paths"),
     ("messages",),
     ("tokens",),
     ("policies",),

@@ -142,6 +142,18 @@ def test_passthrough_forwards_untouched_and_still_records(fake: FakeProvider) ->
     assert entries[1]["cache_prefix_reuse"] > 0.5
 
 
+def test_a_responses_request_on_a_stored_response_goes_through_untouched(fake: FakeProvider) -> None:
+    """With `previous_response_id` the history lives at the provider: ctxwin cannot manage a piece."""
+    body = body_for("openai-responses", ["and then?"], previous_response_id="resp_123",
+                    tools=[{"type": "function", "name": "read", "parameters": {"type": "object"}}])
+    fake.reply("ok")
+    with proxy_for(fake) as served:
+        assert post(served, "openai-responses", body).status_code == 200
+        [engine] = served.engines().values()
+        assert engine.messages == [] and len(served.entries()) == 1
+    assert fake.requests[-1].body == body
+
+
 def test_models_passthrough(fake: FakeProvider) -> None:
     listing = {"object": "list", "data": [{"id": OPENAI_MODEL, "object": "model"}]}
     fake.force(ForcedResponse(body=listing, paths=("/v1/models",)))
@@ -381,3 +393,37 @@ def test_the_dashboard_is_mounted_behind_the_token(fake: FakeProvider) -> None:
     assert refused.status_code == 401 and page.status_code == 200
     [row] = rows.json()
     assert row["requests"] == 1 and row["session"].startswith("c-")
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_an_error_in_the_middle_of_a_stream_reaches_the_caller_as_its_apis_error_event(api: str) -> None:
+    from ctxwin.testing import Script, overloaded
+
+    with FakeProvider(model=Script([overloaded(mid_stream=True)])) as fake, proxy_for(fake) as served:
+        with httpx.stream("POST", f"{served.url}{PATHS[api]}", json=body_for(api, ["hello"], stream=True),
+                          headers=headers_for(api), timeout=30) as response:
+            text = "".join(response.iter_text())
+        entries = served.entries()
+    assert response.status_code == 200
+    assert ("event: error" in text) if api != "openai-chat" else ('"error"' in text)
+    assert "overloaded" in text.lower()
+    assert entries[0]["streamed"] and entries[0]["status"] == 200
+
+
+def test_chat_stream_usage_is_read_without_showing_it(fake: FakeProvider) -> None:
+    """ctxwin calibrates from usage: it asks for it in a Chat stream the caller did not ask it for,
+    and leaves it out of what the caller sees; a caller that asked gets it."""
+    with proxy_for(fake) as served:
+        plain_body = body_for("openai-chat", ["hi"], stream=True)
+        with httpx.stream("POST", f"{served.url}/v1/chat/completions", json=plain_body,
+                          headers=headers_for("openai-chat")) as response:
+            plain = "".join(response.iter_text())
+        asked = body_for("openai-chat", ["hi"], stream=True, stream_options={"include_usage": True})
+        with httpx.stream("POST", f"{served.url}/v1/chat/completions", json=asked,
+                          headers=headers_for("openai-chat")) as response:
+            with_usage = "".join(response.iter_text())
+        entries = served.entries()
+    assert fake.requests[0].body["stream_options"] == {"include_usage": True}
+    assert '"usage"' not in plain and plain.rstrip().endswith("data: [DONE]")
+    assert '"prompt_tokens"' in with_usage
+    assert all(e["input_tokens"] for e in entries)

@@ -9,10 +9,13 @@ import json
 from typing import Any
 
 import httpx
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxwin.proxy.apis import APIS, Conversion, strip_cache_control
+from ctxwin.messages.pairing import repair, validate
+from ctxwin.messages.providers import to_anthropic, to_openai_chat, to_openai_responses
+from ctxwin.proxy.apis import APIS, Conversion, Rendered, anthropic_turns, openai_items, strip_cache_control
 from ctxwin.proxy.body import Body
 from ctxwin.proxy.sessions import EngineSpec, MemorySessionStore, agent_session, safe_id, session_key
 from ctxwin.testing import FakeProvider
@@ -179,4 +182,31 @@ def test_incremental_conversion_equals_converting_everything(api: str, requests:
         assert [m.content_key for m in memo.messages] == [m.content_key for m in whole.messages] \
             == [m.content_key for m in direct]
         assert memo.tokens == whole.tokens
+        previous = turns
+
+
+@settings(max_examples=60, deadline=None)
+@given(api=st.sampled_from(list(APIS)), requests=st.lists(turns_strategy, min_size=1, max_size=4),
+       keep=st.lists(st.integers(0, 8), min_size=4, max_size=4))
+def test_incremental_writing_equals_writing_everything(api: str, requests: list[list[tuple[str, int]]],
+                                                       keep: list[int]) -> None:
+    """What goes upstream, written group by group from the previous request's groups, is byte for
+    byte what the provider writer gives for the whole list."""
+    adapter = APIS[api]
+    rendered = Rendered()
+    previous: list[tuple[str, int]] = []
+    for turns, kept in zip(requests, keep, strict=False):
+        turns = previous[:kept] + turns
+        history = _history(api, turns)
+        messages = adapter.convert([strip_cache_control(m) for m in history])
+        if api == "anthropic":
+            rendered = anthropic_turns(messages, rendered)
+            expected = to_anthropic(messages)["messages"]
+        else:
+            fmt = "openai_chat" if api == "openai-chat" else "openai_responses"
+            rendered = openai_items(messages, fmt, rendered)
+            fixed = repair(messages, fmt).messages if validate(messages, fmt) else messages
+            expected = (to_openai_chat if api == "openai-chat" else to_openai_responses)(fixed)
+        got = orjson.loads(b"[" + b",".join(data for data in rendered.encoded if data) + b"]")
+        assert got == json.loads(json.dumps(expected))
         previous = turns

@@ -15,6 +15,7 @@
     │   ├── SubagentError          a sub-agent request that cannot run as asked
     │   ├── MemoryPathError        a memory path outside the memory folder
     │   ├── MemoryEditError        a memory edit that cannot apply (no match, several)
+    │   ├── TelemetryError         telemetry asked for but not available as configured
     │   └── ProxyRefusal           a request the proxy answers itself (bad JSON, too large, bad token)
     ├── ContextBudgetError         no request can be made to fit (the system prompt alone is too large)
     ├── ContextOverflowError       the provider keeps rejecting the request as too long after recovery
@@ -242,7 +243,15 @@ class EmbedderError(CtxwinError):
     """An embedder that cannot load or answer (missing package, endpoint down, wrong dimensions)."""
 
 
-# proxy (the proxy application: requests it answers itself)
+# --- telemetry (ctxwin.telemetry)
+
+
+class TelemetryError(InputError):
+    """Telemetry was asked for (`CTXWIN_OTEL=1`, an exporter named in `OTEL_TRACES_EXPORTER`) but cannot
+    be set up as configured: the extra is not installed, or the exporter or protocol is unknown."""
+
+
+# --- proxy (the proxy application: requests it answers itself)
 
 
 class ProxyRefusal(InputError):

@@ -12,6 +12,7 @@ from ctxwin.cli import demo as _demo  # noqa: F401  (registers `demo`)
 from ctxwin.cli import evaluate as _evaluate  # noqa: F401  (registers `eval retention` and `eval needles`)
 from ctxwin.cli import health as _health  # noqa: F401  (registers `health`)
 from ctxwin.cli import inspect as _inspect  # noqa: F401  (registers `inspect`)
+from ctxwin.cli import mcp as _mcp  # noqa: F401  (registers `mcp`)
 from ctxwin.cli import memory as _memory  # noqa: F401  (registers `memory index|show|search` and `search`)
 from ctxwin.cli import policies as _policies  # noqa: F401
 from ctxwin.cli import proxy as _proxy  # noqa: F401  (registers `proxy`)

@@ -47,7 +47,9 @@ def replay(
                                help=f"The policy shown call by call: a preset ({', '.join(policies.names())}), "
                                     f"`{RECORDED}` (what the harness sent) or a TOML file."),
     compare_with: str | None = typer.Option(None, "--compare", "-c",
-                                            help="More policies to compare side by side, comma-separated.",
+                                            help="More policies to compare side by side, comma-separated: "
+                                                 "presets, TOML files, `recorded`, and the ecosystem's own "
+                                                 "`langchain` and `anthropic-edits`.",
                                             show_default=False),
     model: str | None = typer.Option(None, "--model", "-m", help="Replay for this model (default: the session's).",
                                      show_default=False),

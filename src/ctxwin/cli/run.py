@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from ctxwin import telemetry
 from ctxwin.agent import Agent, AgentConfig, HttpModel, LoopEvent, create_agent
 from ctxwin.agent.subagents import SubAgents
 from ctxwin.cli.app import app, console, handle_errors
@@ -80,6 +81,7 @@ class AgentOptions:
                              extra_tools=[tools.tool()] if tools else [], on_event=on_event)
         if tools is not None:
             tools.attach(agent)
+        telemetry.instrument_agent(agent)  # spans when CTXWIN_OTEL=1 (or the app's provider); else nothing
         return agent
 
 

@@ -46,10 +46,11 @@ from . import restore
 from .budget import UNLIMITED_WINDOW, Budget
 from .cache import ViewCache
 from .inputs import as_messages, check_count, check_limit, short_tokens, tool_schema
+from .observe import Observation, Observer, Operation, failed_observer
 from .policy_file import PolicyFile
 from .prepared import Prepared
 from .recall import page, resolve
-from .recovery import MAX_RECOVERY_ATTEMPTS, plan_recovery
+from .recovery import MAX_RECOVERY_ATTEMPTS, Recovery, plan_recovery
 from .run import Pipeline, tools_json
 from .state import SessionState, apply
 from .sync import common_history
@@ -68,6 +69,9 @@ class ContextEngine:
     tool schemas, as the provider counts them), counted against the budget. `memory_index`: a
     `ctxwin.memory.MemoryIndex` that every appended message is indexed into as it is logged, so that
     what later leaves the window can be searched for (`conversation_search`).
+
+    `observers`: callables told about every `prepare()`, `compact()` and `recover()` (see
+    `engine.observe`); telemetry subscribes here (`ctxwin.telemetry.instrument`).
     """
 
     def __init__(
@@ -109,6 +113,8 @@ class ContextEngine:
         self.memory_index = memory_index
         self._recovery_attempts = 0
         self._last: Prepared | None = None
+        self.observers: list[Observer] = []
+        self._observer_failures: set[str] = set()
         self._policy_file = PolicyFile.watch(policy)
         self._open(self._policy_file.policy if self._policy_file else policies.get(policy))
 
@@ -241,13 +247,20 @@ class ContextEngine:
         """The request to send now. Never raises for size when a fit exists; raises
         `ContextBudgetError` when none does (the system prompt and tools alone are over the budget),
         or when the policy turned the fit stage off and the request is over its budget."""
+        return self._observed("prepare", lambda: (self._prepare(), None))
+
+    def _prepare(self) -> Prepared:
         started = time.perf_counter()
         events, self._pending_events = self._pending_events, []
         events += self._policy_file.follow(self._set_policy) if self._policy_file else []
         now = self.clock()
         system = self.system_prompt  # read once: with bootstrap it reads the workspace files
-        prepared = self._pipeline.prepare(self._context(now, system), system, self._tools_json, self.tools,
-                                          compaction=self._triggered)
+        try:
+            prepared = self._pipeline.prepare(self._context(now, system), system, self._tools_json, self.tools,
+                                              compaction=self._triggered)
+        except BaseException:
+            self._pipeline.runs.clear()  # what the stages of a request that failed did is not the next one's
+            raise
         prepared.events[:0] = events
         self._pipeline.last_call_at = now
         self._last = prepared
@@ -284,12 +297,14 @@ class ContextEngine:
 
     def compact(self, focus: str | None = None) -> Prepared:
         """Compact now (a manual `/compact`), optionally focused, and return the new request."""
-        events: list[Event] = []
-        self._compaction("manual", focus=focus, force=True)(self._pipeline.cache.items(self._state),
-                                                            self._context(self.clock()), events)
-        prepared = self.prepare()
-        prepared.events[:0] = events
-        return prepared
+        def run() -> tuple[Prepared, None]:
+            events: list[Event] = []
+            self._compaction("manual", focus=focus, force=True)(self._pipeline.cache.items(self._state),
+                                                                self._context(self.clock()), events)
+            prepared = self._prepare()
+            prepared.events[:0] = events
+            return prepared, None
+        return self._observed("compact", run)
 
     def _triggered(self, items: list[Any], ctx: StageContext, events: list[Event], trigger: str) -> list[Any]:
         # A compaction that bounds turns is worth it whatever it saves in tokens.
@@ -331,6 +346,9 @@ class ContextEngine:
         """After an overflow error: learn from it (the provider's count, its real window), compact,
         shrink the budget, and return a smaller request to retry with. Bounded: after
         MAX_RECOVERY_ATTEMPTS in a row without a successful call it raises `ContextOverflowError`."""
+        return self._observed("recover", lambda: self._recover(error))
+
+    def _recover(self, error: object) -> tuple[Prepared, Recovery]:
         match = is_overflow_error(error, context_window=self.window)
         attempt = self._recovery_attempts + (match is not None)  # only overflows count as attempts
         recovery = plan_recovery(error, match, self._state.budget, self.policy, attempt)
@@ -344,9 +362,32 @@ class ContextEngine:
         if self.policy.compaction.enabled:
             self._compaction("overflow", force=True)(self._pipeline.cache.items(self._state),
                                                      self._context(self.clock()), events)
-        prepared = self.prepare()
+        prepared = self._prepare()
         prepared.events[:0] = events
+        return prepared, recovery
+
+    def _observed(self, operation: Operation, run: Callable[[], tuple[Prepared, Recovery | None]]) -> Prepared:
+        """Run one engine call and tell the observers about it (nothing is timed without observers)."""
+        if not self.observers:
+            return run()[0]
+        started = time.time_ns()
+        try:
+            prepared, recovery = run()
+        except Exception as error:
+            self._notify(Observation(operation, started, time.time_ns(), error=error))
+            raise
+        self._notify(Observation(operation, started, time.time_ns(), prepared, recovery))
         return prepared
+
+    def _notify(self, observation: Observation) -> None:
+        for observer in list(self.observers):
+            try:
+                observer(observation)
+            except Exception as error:  # an observer's bug must not break the request it watches
+                event = failed_observer(observer, error)
+                if event.reason not in self._observer_failures:  # once, not on every request
+                    self._observer_failures.add(event.reason)
+                    self._pending_events.append(event)
 
     # ------------------------------------------------------------------------------------------
     # Looking back

@@ -11,6 +11,22 @@ from ctxwin.messages.tools import as_tool_schema, to_format
 from ctxwin.pipeline.view import Event, Item
 
 
+@dataclass(frozen=True, slots=True)
+class StageRun:
+    """One stage that acted on a request (emitted events or took decisions), timed: wall-clock
+    nanoseconds since the epoch (what tracing backends take), and the tokens of what it worked on
+    before and after, in counter units (the new messages for the per-message stages: result_budget,
+    spill, dedup; the whole request, system prompt and tools included, for the others). `events` are
+    the events it emitted (also in `Prepared.events`)."""
+
+    stage: str
+    started_ns: int
+    ended_ns: int
+    tokens_before: int
+    tokens_after: int
+    events: tuple[Event, ...] = ()
+
+
 @dataclass
 class Prepared:
     """A provider-ready request. `tokens` is the engine's count of everything sent (system prompt,
@@ -34,6 +50,9 @@ class Prepared:
     prefix_kept: bool = True
     elapsed_ms: float = 0.0
     """How long `prepare()` took."""
+    stages: list[StageRun] = field(default_factory=list)
+    """The stages that acted on this request, in the order they ran (a compaction that `compact()`
+    or `recover()` ran first included)."""
 
     @property
     def messages(self) -> list[Message]:

@@ -3,13 +3,15 @@ compaction when due, fit, then validation and repair.
 
 `Pipeline` keeps what a request needs between calls besides derived state: how many records the
 per-message stages have seen, dedup's memory, the compaction circuit breaker, and the previous
-request's keys (to report prefix stability). Every decision a stage takes is appended to the log as
+request's keys (to report prefix stability), and the timed runs of the stages that acted on the request
+being built (`Prepared.stages`). Every decision a stage takes is appended to the log as
 a `DecisionEntry` and folded into the state through the one reducer, exactly as on reopen.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +30,7 @@ from ctxwin.store.entries import DecisionEntry, LogEntry, MessageEntry
 from ctxwin.tokens import CachedCounter
 
 from .cache import ViewCache
-from .prepared import Prepared
+from .prepared import Prepared, StageRun
 from .state import SessionState, apply
 
 Stage = Callable[[list[Item], StageContext], StageResult]
@@ -51,6 +53,8 @@ class Pipeline:
     compaction_failures: int = 0
     failed_at_tokens: int = 0
     last_failure: str = ""
+    runs: list[StageRun] = field(default_factory=list)
+    """The stages that acted since the last request was built (`finish` hands them to it)."""
 
     def record(self, entry: LogEntry) -> str:
         """Append an entry to the log and fold it into the state: the one way state changes."""
@@ -106,8 +110,10 @@ class Pipeline:
         new = [r.item for r in state.records[self.processed:] if r.item is not None]
         if new:
             for name, run in self.message_stages():
+                started = time.time_ns()
                 result = run(new, ctx)
                 self.commit(name, result, events)
+                self.ran(name, started, result, new, result.items)
                 new = [item for i in result.items if (item := state.records[state.index[i.entry_id]].item)]
         self.processed = len(state.records)
 
@@ -116,27 +122,36 @@ class Pipeline:
         if new:  # only after the agent had a turn
             items = self.request_agent_summary(items, ctx, events)
         if policy.mask.enabled:
-            items = self.view_stage("mask", mask.stage(items, policy.mask, ctx), events)
+            items = self.view_stage("mask", lambda view, c: mask.stage(view, policy.mask, c), items, ctx, events)
         if policy.prune.enabled:
-            items = self.view_stage("prune", prune.stage(items, policy.prune, ctx), events)
-        if policy.compaction.enabled and policy.compaction.max_turns is not None \
-                and policy.compaction.summary_after is None:
-            items = self.view_stage("turns", turns.stage(items, policy.compaction.max_turns, ctx), events)
+            items = self.view_stage("prune", lambda view, c: prune.stage(view, policy.prune, c), items, ctx, events)
+        max_turns = policy.compaction.max_turns
+        if policy.compaction.enabled and max_turns is not None and policy.compaction.summary_after is None:
+            items = self.view_stage("turns", lambda view, c: turns.stage(view, max_turns, c), items, ctx, events)
         trigger = self.compaction_due(items, ctx) if policy.compaction.enabled else None
         if trigger is not None:
             items = compaction(items, ctx, events, trigger)
+
+        def fitted(view: list[Item], context: StageContext) -> StageResult:
+            return fit.stage(view, policy.fit, context)
+
         if policy.fit.enabled:
-            items = self.view_stage("fit", fit.stage(items, policy.fit, ctx), events)
+            items = self.view_stage("fit", fitted, items, ctx, events)
 
         # 3. Validate (incrementally: usually only the new tail); repair what cuts left behind.
         def refit(view: list[Item], tighter: StageContext) -> list[Item]:
-            return self.view_stage("fit", fit.stage(view, policy.fit, tighter), events)
+            return self.view_stage("fit", fitted, view, tighter, events)
 
         def collapse(view: list[Item], context: StageContext) -> list[Item]:
-            return self.view_stage("fit", fit.collapse_unanswered(view, context), events)
+            return self.view_stage("fit", fit.collapse_unanswered, view, context, events)
 
+        started, emitted, unrepaired = time.time_ns(), len(events), items
         items, keys, problems = self.cache.validate_and_repair(items, ctx, events, refit, collapse,
                                                                fit_enabled=policy.fit.enabled)
+        repairs = tuple(e for e in events[emitted:] if e.stage == "repair")
+        if repairs:
+            self.runs.append(StageRun("repair", started, time.time_ns(), ctx.system_tokens + total_tokens(unrepaired),
+                                      ctx.system_tokens + total_tokens(items), repairs))
         tokens = ctx.system_tokens + total_tokens(items)
         if tokens > ctx.budget and not policy.unlimited_window:
             # Without fit the policy promised nothing; with it, repair added more than fit took back.
@@ -169,9 +184,23 @@ class Pipeline:
             self.record(DecisionEntry(stage, {d.entry_id: d.message for d in result.decisions},
                                       [e.to_dict() for e in result.events]))
 
-    def view_stage(self, stage: str, result: StageResult, events: list[Event]) -> list[Item]:
+    def view_stage(self, stage: str, run: Stage, items: list[Item], ctx: StageContext,
+                   events: list[Event]) -> list[Item]:
+        """Run a stage over the whole view, record what it decided, and return the new view."""
+        started = time.time_ns()
+        result = run(items, ctx)
         self.commit(stage, result, events)
-        return self.cache.items(self.state) if result.decisions else result.items
+        after = self.cache.items(self.state) if result.decisions else result.items
+        self.ran(stage, started, result, items, after, ctx.system_tokens)
+        return after
+
+    def ran(self, stage: str, started_ns: int, result: StageResult, before: Sequence[Item], after: Sequence[Item],
+            base: int = 0) -> None:
+        """Keep the run of a stage that acted (events or decisions) for the request being built; counted
+        only then (stages copy the view they are given, so `before` is intact)."""
+        if result.events or result.decisions:
+            self.runs.append(StageRun(stage, started_ns, time.time_ns(), base + total_tokens(before),
+                                      base + total_tokens(after), tuple(result.events)))
 
     def originals(self, items: Sequence[Item]) -> dict[str, Message]:
         records, index = self.state.records, self.state.index
@@ -198,8 +227,9 @@ class Pipeline:
             budget=self.state.budget.tokens, window=self.state.budget.window, events=events, problems=problems,
             tools=tools, system_tokens=ctx.system_tokens, stable_prefix=stable,
             stable_prefix_tokens=raw - total_tokens(items[stable:]) if same_system else 0,
-            prefix_kept=same_system and stable == len(self.last_keys),
+            prefix_kept=same_system and stable == len(self.last_keys), stages=self.runs,
         )
+        self.runs = []
         self.last_keys = keys
         self.last_system_key = system_key
         return prepared
@@ -254,6 +284,7 @@ class Pipeline:
                 focus: str | None, trigger: str, force: bool = False,
                 memory_flush: Callable[[list[Message]], None] | None = None) -> list[Item]:
         state = self.state
+        started, before = time.time_ns(), ctx.system_tokens + total_tokens(items)
         previous = state.compaction.summary if state.compaction else None
         try:
             outcome = compact_view(items, self.policy.compaction, ctx, summarizer=summarizer, previous=previous,
@@ -265,17 +296,21 @@ class Pipeline:
             self.compaction_failures += trigger != "manual"
             self.failed_at_tokens = failure.tokens_before
             if failure.message != self.last_failure:  # reported once, not on every call it repeats
-                events.append(Event("compaction", "failed", (), failure.tokens_before, failure.tokens_before,
-                                    failure.message, details={"consecutive_failures": self.compaction_failures}))
+                failed = Event("compaction", "failed", (), failure.tokens_before, failure.tokens_before,
+                               failure.message, details={"consecutive_failures": self.compaction_failures})
+                events.append(failed)
+                self.runs.append(StageRun("compaction", started, time.time_ns(), before, before, (failed,)))
             self.last_failure = failure.message
             return items
         self.record(outcome.entry())
         self.compaction_failures = 0
         self.last_failure = ""
         new_items = self.cache.items(state)
-        events.append(Event("compaction", outcome.strategy, outcome.summary.covered_ids, outcome.tokens_before,
-                            ctx.system_tokens + total_tokens(new_items), outcome.reason, breaks_prefix=True,
-                            details=outcome.details))
+        after = ctx.system_tokens + total_tokens(new_items)
+        event = Event("compaction", outcome.strategy, outcome.summary.covered_ids, outcome.tokens_before, after,
+                      outcome.reason, breaks_prefix=True, details=outcome.details)
+        events.append(event)
+        self.runs.append(StageRun("compaction", started, time.time_ns(), before, after, (event,)))
         return new_items
 
 

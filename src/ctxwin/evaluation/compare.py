@@ -9,7 +9,9 @@ every policy alike, so `recorded` (what the harness really sent, from its usage 
 same scale as the replays.
 
 Baselines next to the presets: `raw` (nothing managed, unlimited window), `truncate` (drop the oldest
-rounds), `masking` (last-10 observation masking) and `recorded`.
+rounds), `masking` (last-10 observation masking), `recorded`, and the Python ecosystem's own answers
+(`ctxwin.evaluation.baselines`): `langchain` (LangChain's real SummarizationMiddleware and
+ContextEditingMiddleware) and `anthropic-edits` (Anthropic's `clear_tool_uses_20250919`).
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from ctxwin import policies
-from ctxwin.engine import ContextEngine
+from ctxwin.engine import Prepared
 from ctxwin.engine.engine import UNLIMITED_WINDOW
 from ctxwin.errors import InputError
+from ctxwin.evaluation import baselines
 from ctxwin.evaluation.cost import (
     CallCost,
     CallTokens,
@@ -48,7 +51,7 @@ from ctxwin.transcripts.model import Transcript
 
 RECORDED = "recorded"
 """The name of the baseline that is what the real harness sent (from its usage records)."""
-BASELINES = ("raw", "truncate", "masking", RECORDED)
+BASELINES = ("raw", "truncate", "masking", RECORDED, *baselines.NAMES)
 DEFAULT_POLICIES = (*policies.names(), RECORDED)
 PREFIX_KEPT_SHARE = 0.95
 """A recorded call kept the prefix when its cache reads cover this share of the previous call's context."""
@@ -208,17 +211,18 @@ def _compactions(calls: Sequence[CallRecord]) -> int:
 
 def run_policy(transcript: Transcript, name: str, setup: ReplaySetup, pricing: Pricing,
                progress: Progress | None = None, *, per_model: bool = True) -> PolicyRun:
-    """Replay `transcript` under one policy (a preset name or a TOML path) and price every call: each
-    at the model that made it, with a cache per model (`per_model`; off when the whole replay is for
-    one model given by the caller)."""
+    """Replay `transcript` under one policy (a preset name, a TOML path or one of `baselines.NAMES`)
+    and price every call: each at the model that made it, with a cache per model (`per_model`; off
+    when the whole replay is for one model given by the caller)."""
     total = len(model_calls(transcript))
     records: list[CallRecord] = []
-    engine: ContextEngine | None = None
+    last: Prepared | None = None
     caches = PrefixCaches()
+    replayed = baselines.iter_baseline if name in baselines.NAMES else iter_replay
     with blob_store() as blobs:
-        for index, prepared, engine in iter_replay(transcript, name, blobs=blobs, **setup.replay_options()):
+        for index, last, engine in replayed(transcript, name, blobs=blobs, **setup.replay_options()):
             model = call_model(transcript, index) if per_model else setup.model
-            records.append(call_record(index, prepared, engine, model=model, caches=caches))
+            records.append(call_record(index, last, engine, model=model, caches=caches))
             if progress is not None:
                 progress(name, len(records), total)
     calls = [{"call": n, "message_index": c.index, "model": c.model, "tokens": c.tokens,
@@ -231,13 +235,14 @@ def run_policy(transcript: Transcript, name: str, setup: ReplaySetup, pricing: P
     for call in records:
         for event in call.events:
             events[event.stage] = events.get(event.stage, 0) + 1
-    limited = engine is not None and engine.window < UNLIMITED_WINDOW
+    # The budget of the last request: the engine's after any recovery, or a baseline's own.
+    limited = last is not None and last.window < UNLIMITED_WINDOW
     return PolicyRun(
         name=name, calls=calls, costs=costs, pricing=pricing, compactions=_compactions(records), events=events,
         valid=all(c.valid for c in records), over_budget_calls=sum(1 for c in records if c.over_budget),
         prefix_kept_fraction=sum(kept) / len(kept) if kept else 1.0,
-        budget=engine.budget if limited and engine is not None else None,
-        window=engine.window if limited and engine is not None else None,
+        budget=last.budget if limited and last is not None else None,
+        window=last.window if limited and last is not None else None,
         latency_ms=[c.latency_ms for c in records])
 
 
@@ -337,7 +342,7 @@ def compare(
 ) -> Comparison:
     """Replay `transcript` under each policy (preset names, TOML paths, or `recorded`) and price every
     call. Raises `InputError` for an unknown policy or pricing scheme before any work is done."""
-    names = check_policies(policies)
+    names = check_policies(policies, ecosystem=True)
     transcript = as_transcript(transcript)
     try:
         price = pricing_for(model or transcript.model, pricing, cache_ttl)
@@ -355,9 +360,10 @@ def compare(
     return Comparison(transcript.source, transcript.format, setup.model, setup, price, runs)
 
 
-def check_policies(names: Sequence[str], *, recorded: bool = True) -> list[str]:
-    """`names` without repeats, each a preset, a TOML file or (when allowed) `recorded`. Raises
-    `InputError` naming the presets for the first unknown one, before any work is done."""
+def check_policies(names: Sequence[str], *, recorded: bool = True, ecosystem: bool = False) -> list[str]:
+    """`names` without repeats, each a preset, a TOML file or (when allowed) `recorded` or one of the
+    ecosystem baselines (`baselines.NAMES`). Raises `InputError` naming the presets for the first
+    unknown one, before any work is done."""
     out = list(dict.fromkeys(names))
     if not out:
         raise InputError("no policy given", f"name one or more of {', '.join(DEFAULT_POLICIES)}")
@@ -365,7 +371,12 @@ def check_policies(names: Sequence[str], *, recorded: bool = True) -> list[str]:
         if name == RECORDED and not recorded:
             raise InputError(f"`{RECORDED}` cannot be scored here",
                              "the harness's own context is only known at its compactions; leave it out")
-        if name != RECORDED:
+        if name in baselines.NAMES and not ecosystem:
+            raise InputError(f"`{name}` cannot be scored here",
+                             "the ecosystem baselines run in `ctxwin replay --compare`")
+        if name in baselines.NAMES:
+            baselines.require(name)
+        if name != RECORDED and name not in baselines.NAMES:
             policies.get(name)
     return out
 

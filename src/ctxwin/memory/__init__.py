@@ -10,7 +10,7 @@
 The names below load on first use, so the engine, which reads only `files`, does not pay for the
 index and the embedders (nor httpx).
 
-Imports: errors, files, messages, tokens, policy, store, pipeline, compaction, providers; it sits
+Imports: errors, files, paths, messages, tokens, policy, store, pipeline, compaction, providers; it sits
 below the engine and the tools.
 """
 
@@ -26,7 +26,8 @@ _EXPORTS = {
         "embedder_from_spec",
     )},
     **{name: "files" for name in (
-        "bootstrap_files", "daily_note_path", "memory_files", "reinjection", "startup_context",
+        "FileScope", "bootstrap_files", "daily_note_path", "memory_files", "reinjection", "startup_context",
+        "workspace_files",
     )},
     **{name: "flush" for name in ("DailyNotes", "FLUSH_PROMPT", "daily_notes", "flush_due",)},
     **{name: "index" for name in ("IndexReport", "MemoryIndex", "SearchResult", "index_path", "open_workspace_index",)},
@@ -46,7 +47,15 @@ if TYPE_CHECKING:
         default_embedder,
         embedder_from_spec,
     )
-    from ctxwin.memory.files import bootstrap_files, daily_note_path, memory_files, reinjection, startup_context
+    from ctxwin.memory.files import (
+        FileScope,
+        bootstrap_files,
+        daily_note_path,
+        memory_files,
+        reinjection,
+        startup_context,
+        workspace_files,
+    )
     from ctxwin.memory.flush import FLUSH_PROMPT, DailyNotes, daily_notes, flush_due
     from ctxwin.memory.index import IndexReport, MemoryIndex, SearchResult, index_path, open_workspace_index
     from ctxwin.memory.recall import ConversationHit, conversation_search, resolve_ref
@@ -69,6 +78,7 @@ __all__ = [
     "ConversationHit",
     "DailyNotes",
     "Embedder",
+    "FileScope",
     "HashEmbedder",
     "HttpEmbedder",
     "IndexReport",
@@ -96,4 +106,5 @@ __all__ = [
     "resolve_ref",
     "schemas",
     "startup_context",
+    "workspace_files",
 ]

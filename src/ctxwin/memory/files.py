@@ -13,9 +13,13 @@ session must not change the system prompt (and break the provider's cache) on ev
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 
+from ctxwin.paths import DEFAULT_DENY, denied_tail
 from ctxwin.pipeline import bootstrap
 from ctxwin.policies.model import BootstrapPolicy
 
@@ -58,24 +62,51 @@ def memory_files(workspace: str | Path) -> list[str]:
     return found
 
 
-def workspace_files(workspace: str | Path) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class FileScope:
+    """The folder `semantic_search_files` indexes and what of it is refused: `deny` are the workspace's
+    deny patterns (a `Workspace`'s own when it has custom ones), and files with more than one hard link
+    are left out unless `allow_hard_links` (their other names may be secrets: `ln .env notes.txt`), as
+    the workspace tools do."""
+
+    root: Path
+    deny: Sequence[str] = DEFAULT_DENY
+    allow_hard_links: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+        object.__setattr__(self, "deny", tuple(self.deny))  # hashable: the compiled patterns are cached by it
+
+
+def workspace_files(workspace: str | Path | FileScope) -> list[str]:
     """Text files of the workspace for `semantic_search_files`, relative to it: dot-folders, vendored
-    and build folders, large files and the memory folder itself (indexed as `memory`) left out."""
-    root = Path(workspace)
+    and build folders, large files, the memory folder itself (indexed as `memory`) and whatever the
+    deny list names (a denied folder is not entered) left out. Symlinks are never followed (neither
+    to files nor into folders), so nothing outside the folder is listed."""
+    scope = workspace if isinstance(workspace, FileScope) else FileScope(Path(workspace))
+    root = scope.root
     found: list[str] = []
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+    for folder, dirs, names in os.walk(root):  # os.walk does not descend into symlinked folders
+        here = Path(folder).relative_to(root).as_posix()
+        prefix = "" if here == "." else here + "/"
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")
+                         and not denied_tail(prefix + d, scope.deny))
         for name in sorted(names):
-            path = Path(folder) / name
-            rel = path.relative_to(root).as_posix()
+            rel = prefix + name
             if rel == MEMORY_FILE or rel.startswith(MEMORY_DIR + "/") or name.startswith("."):
                 continue
-            if path.suffix.lower() not in TEXT_SUFFIXES and path.suffix:
+            suffix = Path(name).suffix
+            if suffix and suffix.lower() not in TEXT_SUFFIXES:
+                continue
+            if denied_tail(rel, scope.deny):  # the folders above were checked as the walk entered them
                 continue
             try:
-                if path.is_symlink() or path.stat().st_size > FILE_MAX_BYTES:
-                    continue
+                info = os.lstat(os.path.join(folder, name))
             except OSError:
+                continue
+            if stat.S_ISLNK(info.st_mode) or info.st_size > FILE_MAX_BYTES:
+                continue
+            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and not scope.allow_hard_links:
                 continue
             found.append(rel)
     return found

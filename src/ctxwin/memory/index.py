@@ -29,6 +29,8 @@ from ctxwin.files import FileLimits, read_bytes
 from ctxwin.memory.backend import IDENTIFIER, Backend, Filters, SqliteBackend
 from ctxwin.memory.chunks import Chunk, entry_chunks, file_chunks, snippet, text_hash
 from ctxwin.memory.embed import Embedder, default_embedder
+from ctxwin.memory.files import FileScope, memory_files, workspace_files
+from ctxwin.memory.sandbox import Confined
 from ctxwin.memory.scoring import (
     CANDIDATE_MULTIPLIER,
     DEFAULT_FUSION,
@@ -41,6 +43,7 @@ from ctxwin.memory.scoring import (
     mmr,
     normalize_text,
 )
+from ctxwin.paths import deny_match
 from ctxwin.store.base import Entry
 
 FILE_LIMITS = FileLimits(max_bytes=64 * 1024 * 1024)
@@ -167,17 +170,24 @@ class MemoryIndex:
         return len(chunks)
 
     def index_files(self, root: str | Path, files: Iterable[str], source: str, *, force: bool = False,
-                    prune: bool = True) -> IndexReport:
+                    prune: bool = True, deny: Sequence[str] = (), follow_symlinks: bool = True) -> IndexReport:
         """Indexes the given files (paths relative to `root`), and with `prune` forgets the files of
-        `source` no longer among them."""
+        `source` no longer among them. A file a `deny` pattern names is never read, and with `prune`
+        forgotten (an index built before the pattern applied loses what it held of it). Without
+        `follow_symlinks`, each file is opened component by component with O_NOFOLLOW from `root`
+        (`sandbox.Confined`): no symlink, not even one swapped in after the listing, leads out."""
         started = time.perf_counter()
         base = Path(root)
+        confined = None if follow_symlinks else Confined(base, alias=None)
         report = IndexReport(rebuilt=self.rebuilt)
-        wanted = sorted(set(files))
+        wanted = sorted(rel for rel in set(files) if deny_match(rel, deny) is None)
         for rel in wanted:
             report.files_seen += 1
             try:
-                data = read_bytes(base / rel, limits=FILE_LIMITS)  # regular files only, never blocking
+                if confined is not None:
+                    data = confined.read_bytes(rel, FILE_LIMITS.max_bytes)
+                else:
+                    data = read_bytes(base / rel, limits=FILE_LIMITS)  # regular files only, never blocking
             except InputError as error:  # a FIFO, a file over the cap, a folder: reported, skipped
                 report.problems.append(f"{rel}: {error.message}")
                 continue
@@ -201,18 +211,21 @@ class MemoryIndex:
         report.seconds = round(time.perf_counter() - started, 4)
         return report
 
-    def index_workspace(self, workspace: str | Path, *, include_files: bool = False,
-                        force: bool = False) -> IndexReport:
-        """MEMORY.md and memory/**/*.md as source `memory`; with `include_files`, the workspace's other
-        text files as source `files` (for `semantic_search_files`)."""
-        from ctxwin.memory.files import memory_files, workspace_files
-
+    def index_workspace(self, workspace: str | Path, *, include_files: bool = False, force: bool = False,
+                        files: FileScope | None = None) -> IndexReport:
+        """MEMORY.md and memory/**/*.md as source `memory`; with `include_files`, the other text files
+        of `files` (default: the workspace, under the default deny list) as source `files` (for
+        `semantic_search_files`), what the deny list names never read."""
         root = Path(workspace)
         if not root.is_dir():
             raise InputError(f"no workspace folder at {root}", "give the folder that holds MEMORY.md and memory/")
         report = self.index_files(root, memory_files(root), "memory", force=force)
         if include_files:
-            other = self.index_files(root, workspace_files(root), "files", force=force)
+            scope = files if files is not None else FileScope(root)
+            if not scope.root.is_dir():
+                raise InputError(f"no folder at {scope.root} to index files from", "give an existing folder")
+            other = self.index_files(scope.root, workspace_files(scope), "files", force=force, deny=scope.deny,
+                                     follow_symlinks=False)
             for name in ("files_seen", "files_indexed", "files_unchanged", "files_removed", "chunks_added"):
                 setattr(report, name, getattr(report, name) + getattr(other, name))
             report.problems.extend(other.problems)

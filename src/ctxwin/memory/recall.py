@@ -114,14 +114,20 @@ def index_sessions(index: MemoryIndex, root: str | Path) -> dict[str, int]:
     """Indexes every JSONL session under `root` (a sessions folder, as `ctxwin sessions` lists it),
     so `conversation_search` can search across the workspace's sessions; returns chunks added per
     session id. Read without a lock (they may be in use); entries already indexed are skipped."""
-    from ctxwin.store.session import Session, list_sessions
+    from ctxwin.store.session import list_sessions
 
-    added: dict[str, int] = {}
-    for info in list_sessions(root):
-        with Session.open(info.path, readonly=True) as log:
-            key = f"session-entries:{log.session_id}"
-            done = int(index.backend.get_meta(key) or 0)
-            entries = list(log)
-            added[log.session_id] = index.add_entries(entries[done:], log.session_id) if len(entries) > done else 0
-            index.backend.set_meta({key: str(len(entries))})
-    return added
+    return dict(index_stored_session(index, info.path) for info in list_sessions(root))
+
+
+def index_stored_session(index: MemoryIndex, path: str | Path) -> tuple[str, int]:
+    """Indexes what is new in the JSONL session in folder `path` since the last call (read without a
+    lock: it may be in use); returns (its session id, chunks added)."""
+    from ctxwin.store.session import Session
+
+    with Session.open(path, readonly=True) as log:
+        key = f"session-entries:{log.session_id}"
+        done = int(index.backend.get_meta(key) or 0)
+        entries = list(log)
+        added = index.add_entries(entries[done:], log.session_id) if len(entries) > done else 0
+        index.backend.set_meta({key: str(len(entries))})
+        return log.session_id, added

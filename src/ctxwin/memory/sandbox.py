@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxwin.errors import MemoryPathError
+from ctxwin.errors import FileTooLargeError, MemoryPathError
 
 ROOT_ALIAS = "/memories"
 """Anthropic's memory tool stores files under /memories: that prefix names the root."""
@@ -130,6 +131,19 @@ class Confined:
             return None
         with os.fdopen(fd, "rb") as handle:
             return handle.read().decode("utf-8", "replace")
+
+    def read_bytes(self, path: str, max_bytes: int) -> bytes:
+        """The file's bytes, opened as `read` opens it (no symlink followed on the way, so one swapped
+        in after a listing is refused, not followed), but never blocking on a FIFO (the open is
+        non-blocking and the type checked on the descriptor) and refused over `max_bytes`."""
+        fd = self._open_file(parts_of(path, self.alias), os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+            data = handle.read(max_bytes + 1)  # the cap holds for a file that grew since it was listed
+        if len(data) > max_bytes:
+            raise FileTooLargeError(f"{path} is over the size cap of {max_bytes:,} bytes",
+                                    "split the file, or leave it out: it is not read")
+        return data
 
     def write(self, path: str, text: str, *, exclusive: bool = False) -> None:
         """Writes the file whole (through a temporary file and a rename in the same folder, so a

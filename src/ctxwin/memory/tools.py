@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxwin.errors import InputError, MemoryEditError, MemoryPathError
-from ctxwin.memory.files import MEMORY_DIR, MEMORY_FILE
+from ctxwin.memory.files import MEMORY_DIR, MEMORY_FILE, FileScope
 from ctxwin.memory.index import MemoryIndex
 from ctxwin.memory.recall import DEFAULT_LIMIT, ROLES, conversation_search, index_sessions
 from ctxwin.memory.sandbox import ROOT_ALIAS, Confined, parts_of
@@ -203,17 +203,21 @@ class MemoryTools:
     """The memory tools over one workspace. `index` serves the searches (kept up to date with the
     memory files before each search); `session` is the current session's id in the index (its
     entries are added by the engine's sink); `window` sizes the working set; `sessions_root` is the
-    folder of the workspace's other sessions, indexed for `conversation_search(all_sessions=true)`."""
+    folder of the workspace's other sessions, indexed for `conversation_search(all_sessions=true)`;
+    `files` is what `semantic_search_files` indexes and `open_files` opens (default: the workspace,
+    under the default deny list; give a `Workspace`'s root and deny patterns when it has its own)."""
 
     def __init__(self, workspace: str | Path, index: MemoryIndex, *, session: str | None = None,
-                 window: int | None = None, sessions_root: str | Path | None = None) -> None:
+                 window: int | None = None, sessions_root: str | Path | None = None,
+                 files: FileScope | None = None) -> None:
         self.workspace = Path(workspace)
         self.index = index
         self.session = session
         self.sessions_root = Path(sessions_root) if sessions_root is not None else None
         self.folder = Confined(self.workspace / MEMORY_DIR, ROOT_ALIAS)
         self.files = Confined(self.workspace, alias=None)
-        self.working_set = WorkingSet(self.files, window)
+        self.file_scope = files if files is not None else FileScope(self.workspace)
+        self.working_set = WorkingSet(Confined(self.file_scope.root, alias=None), window, deny=self.file_scope.deny)
         self._files_indexed = False
         self._runners: dict[str, Callable[[dict[str, Any]], MemoryToolOutput]] = {
             "memory_search": self.memory_search, "memory_get": self.memory_get, "memory": self.memory,
@@ -290,7 +294,7 @@ class MemoryTools:
         return MemoryToolOutput(text or "No matching messages.", False, {"results": [h.to_dict() for h in hits]})
 
     def semantic_search_files(self, args: dict[str, Any]) -> MemoryToolOutput:
-        self.index.index_workspace(self.workspace, include_files=True)
+        self.index.index_workspace(self.workspace, include_files=True, files=self.file_scope)
         results = self.index.search(args["query"], k=args.get("limit", 5), sources=["files"])
         lines = [f"{r.path}:{r.start_line}-{r.end_line} (score {r.score:.2f})\n{r.snippet}" for r in results]
         return MemoryToolOutput("\n\n".join(lines) or "No matching files.", False,
@@ -305,7 +309,11 @@ class MemoryTools:
             text += f" Closed (least recently used, or close_all_others): {', '.join(result['closed'])}."
         if result["missing"]:
             text += f" Not found: {', '.join(result['missing'])}."
-        return MemoryToolOutput(text, not result["opened"] and bool(result["missing"]), result)
+        if result["denied"]:
+            text += (f" Refused (the workspace deny list names them: secrets and credentials are never opened): "
+                     f"{', '.join(result['denied'])}.")
+        refused = bool(result["missing"] or result["denied"])
+        return MemoryToolOutput(text, not result["opened"] and refused, result)
 
     def close_files(self, args: dict[str, Any]) -> MemoryToolOutput:
         result = self.working_set.close(args["file_names"])

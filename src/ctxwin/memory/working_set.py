@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxwin.errors import InputError
-from ctxwin.memory.sandbox import Confined
+from ctxwin.memory.sandbox import Confined, parts_of
+from ctxwin.paths import DEFAULT_DENY, deny_match
 
 WINDOW_LIMITS: tuple[tuple[int, int, int], ...] = (
     (8_000, 3, 5_000),
@@ -52,10 +53,12 @@ class OpenFile:
 
 
 class WorkingSet:
-    """The open files of one agent, read from `root` (confined: no `..`, absolute paths or symlinks)."""
+    """The open files of one agent, read from `root` (confined: no `..`, absolute paths or symlinks),
+    never one that a `deny` pattern names."""
 
-    def __init__(self, root: Confined, window: int | None = None) -> None:
+    def __init__(self, root: Confined, window: int | None = None, *, deny: Sequence[str] = DEFAULT_DENY) -> None:
         self.root = root
+        self.deny = tuple(deny)
         self.max_files, self.max_chars = limits_for_window(window)
         self._open: OrderedDict[str, OpenFile] = OrderedDict()
 
@@ -77,7 +80,7 @@ class WorkingSet:
         if not isinstance(files, Sequence) or isinstance(files, str) or not files:
             raise InputError("open_files needs a list of {file_name, offset?, length?}",
                              'e.g. [{"file_name": "notes/plan.md"}]')
-        opened, missing, closed = [], [], []
+        opened, missing, closed, denied = [], [], [], []
         loaded = []
         for spec in files:
             if not isinstance(spec, Mapping) or not isinstance(spec.get("file_name"), str):
@@ -86,6 +89,9 @@ class WorkingSet:
             length = spec.get("length")
             if offset < 0 or (length is not None and int(length) < 1):
                 raise InputError(f"{spec['file_name']}: offset must be ≥ 0 and length ≥ 1")
+            if deny_match("/".join(parts_of(spec["file_name"], self.root.alias)), self.deny) is not None:
+                denied.append(spec["file_name"])
+                continue
             try:
                 loaded.append(self._load(spec["file_name"], offset, None if length is None else int(length)))
             except FileNotFoundError:
@@ -102,7 +108,7 @@ class WorkingSet:
             while len(self._open) > self.max_files:
                 old, _ = self._open.popitem(last=False)
                 closed.append(old)
-        return {"opened": opened, "closed": closed, "missing": missing, "open": list(self._open),
+        return {"opened": opened, "closed": closed, "missing": missing, "denied": denied, "open": list(self._open),
                 "limits": {"max_files": self.max_files, "max_chars_per_file": self.max_chars}}
 
     def close(self, names: Sequence[str]) -> dict[str, Any]:

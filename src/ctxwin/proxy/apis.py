@@ -35,6 +35,8 @@ from ctxwin.messages.providers import (
     from_openai_chat,
     from_openai_responses,
     to_anthropic,
+    to_openai_chat,
+    to_openai_responses,
 )
 from ctxwin.messages.tools import SchemaFormat, as_tool_schema, to_format
 from ctxwin.providers.anthropic import anthropic_stream_events, parse_anthropic_message
@@ -51,11 +53,9 @@ from .errors import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
 
 RECALL_TOOL = "ctxwin_recall"
 RECALL_DESCRIPTION = (
-    "Get back, byte for byte, content that was cleared from this conversation to save context. "
-    "Placeholders such as [Old output of read(...) cleared ... Recover it with recall(\"entry:...\")] "
-    "name the ref to pass. Page long content with offset and limit (characters). With `query` instead "
-    "of `ref`, search the conversation's earlier content. Call this tool on its own: in a turn that "
-    "also calls other tools it is not run."
+    "Get back, byte for byte, content cleared from this conversation to save context: pass the ref a "
+    "placeholder names (recall(\"entry:...\") or blob:...), paged by offset/limit in characters; or a "
+    "query to search earlier content. Call it alone: with other tools in the same turn it is not run."
 )
 RECALL_PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -85,6 +85,10 @@ class Conversation:
     changes: dict[str, bytes | None] = field(default_factory=dict)
     """Fields set (None: dropped) in every body forwarded for this request, besides the history."""
     usage_hidden: bool = False  # Chat stream usage asked for by the proxy, not shown to the caller
+    untouched: bool = False
+    """Forward as it came: a Responses request that continues a stored response
+    (`previous_response_id`) sends only what is new, and the rest of its history lives at the
+    provider, out of ctxwin's reach (syncing the piece would make every request a branch)."""
 
 
 @dataclass
@@ -127,12 +131,13 @@ class Api:
         while count < len(raw) and isinstance(raw[count], Mapping) and raw[count].get("role") in LEAD_ROLES:
             count += 1
         lead, history = raw.split(count)
+        untouched = self.name == OPENAI_RESPONSES and body.present("previous_response_id")
         instructions = body.get("instructions") if self.name == OPENAI_RESPONSES else None
         system_text = "\n".join(filter(None, [text_of(instructions), *(text_of(lead[i].get("content"))
                                                                         for i in range(len(lead)))]))
         overhead = body.bytes_of("instructions") + b"\x00" + b"".join(lead.encoded()) + b"\x00" + \
             body.bytes_of("tools")
-        return Conversation(lead, history, system_text, overhead)
+        return Conversation(lead, history, system_text, overhead, untouched=untouched)
 
     def first_user_text(self, history: Sequence[Any]) -> str:
         for index in range(len(history)):
@@ -190,22 +195,21 @@ class Api:
         if self.name == ANTHROPIC:
             written = anthropic_turns(prepared.messages, rendered if rendered is not None else Rendered())
             encoded = list(written.encoded)
-            if conversation.breakpoints:
-                marked = with_breakpoints(written.turns, min(conversation.breakpoints, ANTHROPIC_CACHE_BREAKPOINTS))
+            if conversation.breakpoints and all(len(group) == 1 for group in written.turns):
+                turns = [group[0] for group in written.turns]
+                marked = with_breakpoints(turns, min(conversation.breakpoints, ANTHROPIC_CACHE_BREAKPOINTS))
                 for index in range(max(0, len(marked) - ANTHROPIC_CACHE_BREAKPOINTS), len(marked)):
-                    if marked[index] is not written.turns[index]:
+                    if marked[index] is not turns[index]:
                         encoded[index] = orjson.dumps(marked[index])
             changes["messages"] = json_array(encoded)
             if prepared.system:  # system messages inside the history, which ctxwin lifted: after the agent's
                 changes["system"] = orjson.dumps(_join_system(body.get("system"), prepared.system))
-        elif self.name == OPENAI_CHAT:
-            messages = prepared.to_openai_chat()["messages"]
-            changes["messages"] = json_array([*conversation.lead.encoded(), *map(orjson.dumps, messages)])
         else:
-            payload = prepared.to_openai_responses()
-            lifted = [{"role": "system", "content": prepared.system}] if prepared.system else []
-            changes["input"] = json_array([*conversation.lead.encoded(), *map(orjson.dumps, lifted),
-                                           *map(orjson.dumps, payload["input"])])
+            fmt = "openai_chat" if self.name == OPENAI_CHAT else "openai_responses"
+            written = openai_items(prepared.messages, fmt, rendered if rendered is not None else Rendered())
+            lifted = [orjson.dumps({"role": "system", "content": prepared.system})] if prepared.system else []
+            changes[self.history_key] = json_array([*conversation.lead.encoded(), *lifted,
+                                                    *(data for data in written.encoded if data)])
         if recall:
             changes["tools"] = append_to_array(body.bytes_of("tools"), self.recall_bytes)
         return body.encode(changes), written
@@ -250,49 +254,108 @@ class Api:
 
 @dataclass
 class Rendered:
-    """The turns written for a session's previous forwarded request: its messages, the turns and the
-    index of the first message of each turn."""
+    """What was written for a session's previous forwarded request: its messages, and per group of
+    messages (an Anthropic turn; a Chat message or run of tool messages; a Responses message) the
+    items written, the index of its first message, its JSON and its messages' content keys."""
 
     messages: list[Message] = field(default_factory=list)
-    turns: list[dict[str, Any]] = field(default_factory=list)
+    turns: list[list[dict[str, Any]]] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
-    encoded: list[bytes] = field(default_factory=list)  # each turn as JSON
+    encoded: list[bytes] = field(default_factory=list)  # each group's items as JSON, comma-joined
+    keys: list[tuple[str, ...] | None] = field(default_factory=list)
+    by_content: dict[tuple[str, ...], tuple[list[dict[str, Any]], bytes]] = field(default_factory=dict)
+    """Each group by the content keys of its messages: a group after an edit (a masking batch in
+    the middle) is found here instead of being written again."""
 
 
-def anthropic_turns(messages: Sequence[Message], previous: Rendered) -> Rendered:
-    """`to_anthropic(messages)["messages"]`, written incrementally: the turns of the previous
-    request that lie wholly in the part it shares with this one (the same message objects, or the
-    same content) are taken as they were, and only the rest is written, each run of messages that
-    merge into one turn (a tool message and the user text after it; consecutive assistant messages)
-    by `to_anthropic` on its own, which gives the same turn as writing the whole list. Without this,
-    writing 170K tokens of history back to JSON-ready dicts would cost more than everything else on
-    the request's path."""
+Writer = Callable[[Sequence[Message]], list[dict[str, Any]] | None]
+
+
+def render(messages: Sequence[Message], previous: Rendered, joins: Callable[[Message, Message], bool],
+           write: Writer, write_all: Writer | None = None) -> Rendered:
+    """A provider writer's output for `messages`, written incrementally. The messages split into
+    groups that the writer writes independently of one another (`joins(a, b)`: b belongs to a's
+    group), so writing each group on its own gives what writing the whole list gives; the groups
+    of the previous request that lie wholly in the part it shares with this one (the same message
+    objects, or the same content) are taken as they were, a group found by content further on too
+    (after a masking batch in the middle), and only the rest is written (`write` returns the
+    group's items, or None when it cannot be written on its own: then `write_all` writes the whole
+    list). Without
+    this, writing 170K tokens of history back to JSON on every request would cost more than
+    everything else on the request's path."""
     old = previous.messages
     same = 0
     limit = min(len(old), len(messages))
     while same < limit and (messages[same] is old[same] or (
             messages[same].blocks and messages[same].content_key == old[same].content_key)):
         same += 1
-    # A turn is kept when the message after it is shared too (so it still ends where it ended).
+    # A group is kept when the message after it is shared too (so it still ends where it ended).
     kept = 0
     while kept + 1 < len(previous.starts) and previous.starts[kept + 1] < same:
         kept += 1
-    turns, starts, encoded = previous.turns[:kept], previous.starts[:kept], previous.encoded[:kept]
+    groups, starts, encoded = previous.turns[:kept], previous.starts[:kept], previous.encoded[:kept]
+    keys = previous.keys[:kept]
     begin = previous.starts[kept] if kept < len(previous.starts) else 0
-    roles = ["user" if m.role in ("user", "tool") else m.role for m in messages[begin:]]
+    known = previous.by_content
     first = begin
     for end in range(begin + 1, len(messages) + 1):
-        if end < len(messages) and roles[end - begin] == roles[first - begin] and roles[end - begin] != "system":
+        if end < len(messages) and joins(messages[end - 1], messages[end]):
             continue
-        written = to_anthropic(messages[first:end])
-        if "system" in written or len(written["messages"]) != 1:  # not a prepared view: the whole list
-            whole = to_anthropic(list(messages))["messages"]
-            return Rendered(list(messages), whole, [], [orjson.dumps(t) for t in whole])
-        turns.append(written["messages"][0])
-        encoded.append(orjson.dumps(turns[-1]))
+        group = messages[first:end]
+        key = tuple(m.content_key for m in group) if all(m.blocks for m in group) else None
+        found = known.get(key) if key is not None else None
+        if found is None:
+            items = write(group)
+            if items is None:
+                whole = (write_all or write)(list(messages)) or []
+                return Rendered(list(messages), [whole], [], [b",".join(map(orjson.dumps, whole))])
+            found = (items, b",".join(map(orjson.dumps, items)))
+        groups.append(found[0])
+        encoded.append(found[1])
+        keys.append(key)
         starts.append(first)
         first = end
-    return Rendered(list(messages), turns, starts, encoded)
+    by_content = {key: (group, data) for key, group, data in zip(keys, groups, encoded, strict=True) if key is not None}
+    return Rendered(list(messages), groups, starts, encoded, keys, by_content)
+
+
+def _anthropic_role(message: Message) -> str:
+    return "user" if message.role in ("user", "tool") else message.role
+
+
+def _anthropic_joins(a: Message, b: Message) -> bool:
+    return _anthropic_role(a) == _anthropic_role(b) and b.role != "system"
+
+
+def _anthropic_write(group: Sequence[Message]) -> list[dict[str, Any]] | None:
+    written = to_anthropic(group)
+    return None if "system" in written or len(written["messages"]) != 1 else written["messages"]
+
+
+def anthropic_turns(messages: Sequence[Message], previous: Rendered) -> Rendered:
+    """`to_anthropic(messages)["messages"]`, incrementally: a group is a run of messages that merge
+    into one turn (a tool message and the user text after it; consecutive assistant messages)."""
+    return render(messages, previous, _anthropic_joins, _anthropic_write,
+                  lambda whole: to_anthropic(whole)["messages"])
+
+
+def _chat_joins(a: Message, b: Message) -> bool:
+    return a.role == "tool" and b.role == "tool"  # a run's result images follow the whole run
+
+
+def _never_joins(a: Message, b: Message) -> bool:
+    return False
+
+
+def openai_items(messages: Sequence[Message], fmt: str, previous: Rendered) -> Rendered:
+    """`to_openai_chat` / `to_openai_responses` of the prepared messages, incrementally, after the
+    repair those APIs' own rules may need (as `Prepared.to_openai_chat` does it)."""
+    from ctxwin.messages.pairing import repair, validate
+
+    fixed: Sequence[Message] = repair(messages, fmt).messages if validate(messages, fmt) else messages  # type: ignore[arg-type]
+    if fmt == "openai_chat":
+        return render(fixed, previous, _chat_joins, to_openai_chat)
+    return render(fixed, previous, _never_joins, to_openai_responses)
 
 
 def text_of(value: Any) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hmac
 import time
 from collections import OrderedDict
@@ -60,7 +61,14 @@ RESPONSE_DROP = frozenset({*HOP_BY_HOP, "content-encoding", "content-length", "d
 MAX_RECOVERIES = 3
 """Overflow recoveries per request before the upstream's error goes to the caller (the engine bounds
 its own attempts too)."""
-MAX_MEMOS = 1024  # sessions whose previous request's conversion a process remembers
+MAX_MEMOS = 256
+"""Sessions whose previous request a process remembers (each holds that request's body, ~4 bytes a
+token: the memory bought for converting only what changed)."""
+GC_THRESHOLDS = (100_000, 50, 100)
+"""The cyclic collector's thresholds while the app runs (Python's default is 700, 10, 10). The
+request path makes little cyclic garbage but many short-lived containers; with a 170K-token session
+in memory, the default thresholds ran collections over the whole heap every few requests, about
+4 ms per request. The import-time heap is frozen too (never scanned)."""
 
 
 @dataclass
@@ -133,8 +141,10 @@ class Proxy:
     """The application's state: the config, the session store, the upstream client (one per app,
     opened by the lifespan) and the per-session memos."""
 
-    def __init__(self, config: ProxyConfig, store: SessionStore, transport: httpx.AsyncBaseTransport | None) -> None:
+    def __init__(self, config: ProxyConfig, store: SessionStore, transport: httpx.AsyncBaseTransport | None,
+                 *, tune_gc: bool = True) -> None:
         self.config = config
+        self.tune_gc = tune_gc
         self.store = store
         self.transport = transport
         self.client: httpx.AsyncClient | None = None
@@ -148,14 +158,24 @@ class Proxy:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         timeout = httpx.Timeout(self.config.upstream_timeout, connect=min(10.0, self.config.upstream_timeout))
-        async with httpx.AsyncClient(timeout=timeout, transport=self.transport, follow_redirects=False,
-                                     limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)) as client:
-            self.client = client
-            try:
-                yield
-            finally:
-                self.client = None
-                await self.store.aclose()
+        thresholds = gc.get_threshold()
+        if self.tune_gc:
+            gc.freeze()
+            gc.set_threshold(*GC_THRESHOLDS)
+        try:
+            async with httpx.AsyncClient(timeout=timeout, transport=self.transport, follow_redirects=False,
+                                         limits=httpx.Limits(max_connections=None,
+                                                             max_keepalive_connections=64)) as client:
+                self.client = client
+                try:
+                    yield
+                finally:
+                    self.client = None
+                    await self.store.aclose()
+        finally:
+            if self.tune_gc:
+                gc.set_threshold(*thresholds)
+                gc.unfreeze()
 
     def memo(self, session_id: str) -> Memo:
         memo = self.memos.get(session_id)
@@ -229,7 +249,7 @@ class Proxy:
         overhead_raw = memo.overhead[1]
         factor = engine.calibrator.factor or 1.0
         exchange.tokens_received = round((conversion.tokens + overhead_raw) * factor)
-        if self.config.passthrough:
+        if self.config.passthrough or conversation.untouched:
             return self.passthrough(body, conversion.messages, overhead_raw, key, memo, counter, factor)
         held = len(engine.messages)
         old, new = previous.messages, conversion.messages
@@ -266,12 +286,12 @@ class Proxy:
             shared += 1
         same_overhead = memo.forwarded_overhead == key
         memo.forwarded_keys, memo.forwarded_overhead = keys, key
-        total = overhead_raw + sum(counter.count_message(m) for m in messages)
+        total = overhead_raw + memo.conversion.tokens
         prefix = (overhead_raw + sum(counter.count_message(m) for m in messages[:shared])) if same_overhead else 0
         return Outgoing(body.raw, None, round(total * factor), prefix / total if total else 0.0)
 
     def recall_overhead(self, api: Api, counter: Any) -> int:
-        return int(counter.count_text(orjson.dumps(api.recall_schema()).decode()))
+        return int(counter.count_text(api.recall_bytes.decode()))
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self.offload:
@@ -628,10 +648,13 @@ ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
 def create_app(config: ProxyConfig, *, store: SessionStore | None = None,
-               transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
+               transport: httpx.AsyncBaseTransport | None = None, tune_gc: bool = True) -> Starlette:
     """The proxy for `config`. `store`: where sessions live (default: this process, in memory or
-    under `config.store_dir`); `transport`: the upstream transport (tests, or a custom one)."""
-    proxy = Proxy(config, store if store is not None else MemorySessionStore.for_config(config), transport)
+    under `config.store_dir`); `transport`: the upstream transport (tests, or a custom one);
+    `tune_gc`: set the collector's thresholds for the request path while the app runs
+    (`GC_THRESHOLDS`; restored at shutdown)."""
+    proxy = Proxy(config, store if store is not None else MemorySessionStore.for_config(config), transport,
+                  tune_gc=tune_gc)
     routes: list[BaseRoute] = [
         Route("/v1/messages", managed(proxy, APIS[ANTHROPIC]), methods=ALL_METHODS),
         Route("/v1/messages/count_tokens", count_tokens(proxy), methods=["POST"]),

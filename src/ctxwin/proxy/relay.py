@@ -37,7 +37,6 @@ from starlette.types import Receive, Scope, Send
 
 from ctxwin.engine import ContextEngine
 from ctxwin.errors import ProviderError, ProxyRefusal
-from ctxwin.messages.model import ToolCall
 from ctxwin.providers.base import SSE, Done
 
 from . import recall as recall_tool
@@ -370,7 +369,7 @@ async def relay(proxy: Proxy, api: Api, request: Request, engine: ContextEngine,
     response; from the first event on, the `RelayResponse` holds the lease."""
     from .app import response_headers
 
-    editor = editor_for(api, proxy.config.passthrough)
+    editor = editor_for(api, proxy.config.passthrough or conversation.untouched)
     if isinstance(editor, ChatEditor):
         editor.hide_usage = conversation.usage_hidden
     opened = await open_stream(proxy, api, request, engine, body, conversation, memo, outgoing, exchange, editor)
@@ -464,4 +463,4 @@ def _completion(api: Api, events: list[SSE]) -> Any:
     return None
 
 
-__all__ = ["RelayResponse", "ToolCall", "relay"]
+__all__ = ["RelayResponse", "relay"]

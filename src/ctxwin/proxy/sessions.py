@@ -208,8 +208,9 @@ class MemorySessionStore:
         self._slots.move_to_end(session_id)
         async with slot.lock:
             if slot.engine is None:
-                # Opening replays the log from disk: off the event loop, so other sessions go on.
-                slot.engine = await asyncio.to_thread(build_engine, self._open_log(session_id), spec)
+                # Opening takes the session's lock and replays its log from disk: off the event loop,
+                # so other sessions go on meanwhile.
+                slot.engine = await asyncio.to_thread(lambda: build_engine(self._open_log(session_id), spec))
                 self._known[session_id] = None
             yield slot.engine
         self._evict()

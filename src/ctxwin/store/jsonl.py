@@ -49,7 +49,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -781,7 +781,11 @@ class JsonlSessionLog(TreeReads):
         if not rows:
             return []
         start = rows[0][2]
-        data = os.pread(self._read_fd, rows[-1][2] + rows[-1][3] - start, start)
+        return self._decode(rows, os.pread(self._read_fd, rows[-1][2] + rows[-1][3] - start, start), start)
+
+    def _decode(self, rows: list[tuple[Any, ...]], data: bytes, start: int) -> list[Entry]:
+        """The entries of index `rows` (seq, id, offset, length, parent_id), from `data`, the file's
+        bytes from offset `start` on."""
         out = []
         for seq, entry_id, offset, length, parent_id in rows:
             try:
@@ -814,6 +818,19 @@ class JsonlSessionLog(TreeReads):
                 "SELECT id FROM entries WHERE seq NOT IN (SELECT parent_seq FROM entries) ORDER BY seq"
             ).fetchall()
         return [r[0] for r in rows]
+
+    def entries_of_kinds(self, kinds: Collection[str], start: int = 0) -> Iterator[Entry]:
+        """The entries of `kinds` from position `start` on, in append order, found by the index: the
+        lines of other kinds are never read (a reader of the log's own records skips the messages)."""
+        self._check_open()
+        wanted = tuple(kinds)
+        with self._mutex:
+            self._flush_index()
+            rows = self._index.execute(
+                "SELECT seq, id, offset, length, parent_id FROM entries WHERE seq >= ? "
+                f"AND kind IN ({', '.join('?' * len(wanted))}) ORDER BY seq", (max(0, start), *wanted)).fetchall()
+        for row in rows:  # one read per line: the lines between may be large messages
+            yield from self._decode([row], os.pread(self._read_fd, row[3], row[2]), row[2])
 
     def kind_counts(self) -> dict[str, int]:
         """How many entries of each kind the log holds."""

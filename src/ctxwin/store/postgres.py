@@ -28,7 +28,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -421,6 +421,15 @@ class PostgresSessionLog(TreeReads):
             (self.session_id, self._count, self.session_id, self._count))
         return [r[0] for r in rows]
 
+    def entries_of_kinds(self, kinds: Collection[str], start: int = 0) -> Iterator[Entry]:
+        """The entries of `kinds` from position `start` on, in append order; rows of other kinds are
+        never fetched (a reader of the log's own records skips the messages)."""
+        self._check_open()
+        rows = self._query("SELECT seq, id, parent_id, kind, ts, payload FROM ctxwin_entries WHERE session_id = %s "
+                           "AND seq >= %s AND seq < %s AND kind = ANY(%s) ORDER BY seq",
+                           (self.session_id, max(0, start), self._count, list(kinds)))
+        return iter([self._entry(r) for r in rows])
+
     def kind_counts(self) -> dict[str, int]:
         self._check_open()
         rows = self._query("SELECT kind, count(*) FROM ctxwin_entries WHERE session_id = %s AND seq < %s "
@@ -529,6 +538,20 @@ def list_postgres_sessions(dsn: str) -> list[PostgresSessionRow]:
         conn.close()
     return [PostgresSessionRow(session_id=r[0], created=r[1], entries=int(r[2]), payload_bytes=int(r[3]),
                                last_activity=r[4], blobs=int(r[5]), blob_bytes=int(r[6])) for r in rows]
+
+
+def postgres_session_counts(dsn: str) -> dict[str, int]:
+    """How many entries each session holds: one index probe per session, so a caller polling for
+    what changed does not scan the entries (as `list_postgres_sessions` does for its sizes)."""
+    conn = connect(dsn)
+    try:
+        rows = conn.execute("""
+            SELECT s.session_id, coalesce((SELECT e.seq + 1 FROM ctxwin_entries e WHERE e.session_id = s.session_id
+                                           ORDER BY e.seq DESC LIMIT 1), 0)
+            FROM ctxwin_sessions s ORDER BY s.session_id""").fetchall()
+    finally:
+        conn.close()
+    return {r[0]: int(r[1]) for r in rows}
 
 
 def delete_postgres_session(dsn: str, session_id: str) -> dict[str, Any]:

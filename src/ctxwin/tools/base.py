@@ -12,6 +12,7 @@ from typing import Any, ParamSpec
 
 from ctxwin.errors import InputError, ToolError
 from ctxwin.messages import Image, Text, ToolResult, block_to_dict
+from ctxwin.paths import printable  # named here too: the tools import it from here
 from ctxwin.tools.truncate import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_LINES,
@@ -131,14 +132,6 @@ def refusals_as_output(func: Callable[P, ToolOutput]) -> Callable[P, ToolOutput]
             return ToolOutput.error(ToolError("os_error", f"The file system refused{name}: {error.strerror or error}."))
 
     return wrapper
-
-
-def printable(name: str) -> str:
-    """A file name as text a model (and a terminal) can take: bytes that were not UTF-8 (kept by the
-    OS as surrogate escapes) become U+FFFD."""
-    if name.isascii():
-        return name
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 # A name with one of these (or a leading quote) is shown as a JSON string literal: a newline in a file

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import os
 import stat
 from collections.abc import Iterator, Sequence
@@ -27,26 +26,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+# The deny list is defined in `ctxwin.paths` (the memory index applies it too); `DEFAULT_DENY`,
+# `deny_match` and `denied_tail` are named here as well, where the tools have always found them.
+from ctxwin.paths import DEFAULT_DENY, denied_tail, deny_match, printable
 from ctxwin.store.base import BlobStore
 from ctxwin.tokens import TokenCounter, counter_for
-from ctxwin.tools.base import Limits, ToolError, printable
+from ctxwin.tools.base import Limits, ToolError
 from ctxwin.tools.ignore import CLOEXEC, DIR_FLAGS, FILE_FLAGS, NOFOLLOW, close_all, open_dirs
 from ctxwin.tools.lines import LineIndexCache
-from ctxwin.tools.patterns import PathRegex, compile_glob_alternatives, glob_to_regex
 
 MAX_SYMLINKS = 40  # symlinks followed in one resolution (the kernel's ELOOP limit)
 _O_PATH = getattr(os, "O_PATH", 0)
 # Probing a component: O_PATH opens nothing for real (no FIFO open, no device side effect).
 PROBE_FLAGS = (_O_PATH | NOFOLLOW | CLOEXEC) if _O_PATH else (os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
-
-DEFAULT_DENY: tuple[str, ...] = (
-    ".env*",  # dotenv files (.env, .env.local, .envrc)
-    "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",  # SSH private keys
-    "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore",  # TLS / signing keys and keystores
-    ".netrc", "_netrc", ".npmrc", ".pypirc", ".pgpass", ".git-credentials", ".htpasswd",  # credential files
-    "credentials*", ".aws/credentials", ".docker/config.json", ".kube/config",  # cloud credentials
-    "*.kdbx",  # password databases
-)
 
 _KINDS = {
     stat.S_IFIFO: ("fifo", "a FIFO (named pipe): opening it could block forever"),
@@ -75,64 +67,6 @@ class Resolved:
     @property
     def is_file(self) -> bool:
         return stat.S_ISREG(self.st.st_mode)
-
-
-@dataclass(frozen=True, slots=True)
-class _DenyRegexes:
-    """The deny patterns compiled (RE2) for the fast "any match?" test."""
-
-    single: PathRegex | None  # the patterns that match one segment
-    multi: tuple[tuple[int, PathRegex], ...]  # (segment count, regex) of the patterns with `/`
-    last: PathRegex | None  # a segment that could end a match of any pattern: the one test most names need
-
-
-@functools.lru_cache(maxsize=32)
-def _deny_regexes(patterns: tuple[str, ...]) -> _DenyRegexes:
-    single = [glob_to_regex(p.lower()) for p in patterns if "/" not in p]
-    multi = tuple(
-        (p.count("/") + 1, compile_glob_alternatives([glob_to_regex(p.lower())])) for p in patterns if "/" in p
-    )
-    last = single + [glob_to_regex(p.lower().rsplit("/", 1)[1]) for p in patterns if "/" in p]
-    return _DenyRegexes(
-        compile_glob_alternatives(single) if single else None, multi, compile_glob_alternatives(last) if last else None
-    )
-
-
-def _denied_by(rel: str, patterns: tuple[str, ...]) -> bool:
-    parts = rel.lower().split("/")
-    compiled = _deny_regexes(patterns)
-    single, multi = compiled.single, compiled.multi
-    if single is not None and any(single.fullmatch(part) for part in parts):
-        return True
-    return any(
-        regex.fullmatch("/".join(parts[end - count : end]))
-        for count, regex in multi
-        for end in range(count, len(parts) + 1)
-    )
-
-
-def denied_tail(rel: str, patterns: Sequence[str]) -> bool:
-    """Whether a deny pattern matches `rel` at its last segment (the windows that end there): enough
-    for a walk, which has checked every folder above already; O(1) in the depth, not O(depth)."""
-    compiled = _deny_regexes(tuple(patterns))
-    name = rel.lower().rsplit("/", 1)[-1]
-    if compiled.last is None or not compiled.last.fullmatch(name):
-        return False  # no pattern can end at this name (one test, for almost every entry)
-    if compiled.single is not None and compiled.single.fullmatch(name):
-        return True
-    parts = rel.lower().rsplit("/", max((count for count, _ in compiled.multi), default=1))
-    return any(count <= len(parts) and regex.fullmatch("/".join(parts[-count:])) for count, regex in compiled.multi)
-
-
-def deny_match(rel: str, patterns: Sequence[str]) -> str | None:
-    """The first deny pattern that matches `rel` (a `/`-separated relative path), or None. A pattern
-    without `/` matches any one segment (so a denied folder denies what is inside it); a pattern
-    with `/` matches that many consecutive segments. Case-insensitive."""
-    if rel in ("", "."):
-        return None
-    if not _denied_by(rel, tuple(patterns)):
-        return None
-    return next((p for p in patterns if _denied_by(rel, (p,))), None)  # which one, for the message
 
 
 def _realpath(path: str) -> str:
