@@ -246,6 +246,12 @@ def test_two_workers_behind_one_port(upstream: tuple[FakeProvider, Gate], postgr
                 assert codes == [200] * len(sessions)
         for name in sessions:
             assert count(entries(postgres_dsn, name), ProxyRequestEntry) == 4
+        # The live page reads the shared store: whichever worker answers shows every worker's sessions.
+        for _ in range(4):
+            listing = httpx.get(f"{proxy.url}/ctxwin/sessions.json", timeout=30)
+            assert listing.status_code == 200
+            shown = {row["session"]: row["requests"] for row in listing.json() if row["session"].startswith("port-")}
+            assert sorted(shown.values()) == [4] * len(sessions)
 
 
 def children(pid: int) -> list[int]:
