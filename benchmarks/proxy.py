@@ -19,7 +19,9 @@ through a forwarder minus its time direct, paired per turn, so both include the 
 Phase 3: `SESSIONS` concurrent sessions (each `SESSION_TURNS` turns, histories to about 20k tokens)
 through the proxy at once, bounded by `CONCURRENT_DEADLINE_S`; every answer must be a 200 with a
 message body. Phase 4 (`postgres_*`): phases 1 and 2 through `ctxwin proxy --postgres` on a
-throwaway PostgreSQL with fsync on, then phase 3 through `--workers 2` on it.
+throwaway PostgreSQL with fsync on, then phase 3 through `--workers 2` on it. Phase 5
+(`proxy_self_*`): phases 1 and 2 through the app in this process, timed by the proxy itself (its
+request entries' `added_ms`).
 
 Alongside each latency, the CPU time each server process spent per timed request (from /proc): on a
 shared machine the latencies carry other jobs' noise, CPU time does not.
@@ -374,6 +376,42 @@ def with_postgres(python: str, up: str, upstream_pid: int, turns: int, target: i
         **{f"postgres_2_workers_{key}": value for key, value in shared.items()}}
 
 
+def self_timed(up: str, turns: int, target: int) -> dict[str, Any]:
+    """Phase 5: phases 1 and 2 through the same app served in this process (uvicorn in a thread),
+    whose log can be read afterwards: the proxy's own account of its time per request
+    (`ProxyRequestEntry.added_ms`: from the request's arrival to its answer, the upstream's time
+    taken out), which no other process on the machine inflates."""
+    import threading
+
+    import uvicorn
+
+    from ctxwin.proxy.config import ProxyConfig
+    from ctxwin.proxy.serve import build_app
+    from ctxwin.store.entries import ProxyRequestEntry, parse
+
+    app = build_app(ProxyConfig(up))
+    tune_gc()  # as a served worker does
+    port = free_port()
+    server_ = uvicorn.Server(uvicorn.Config(app, **{**uvicorn_options(Listen("127.0.0.1", port), 1),
+                                                    "factory": False, "workers": None}))
+    thread = threading.Thread(target=server_.run, daemon=True)
+    thread.start()
+    while not server_.started:
+        time.sleep(0.01)
+    try:
+        sequential({"direct": up, "proxy": f"http://127.0.0.1:{port}"}, {"direct": os.getpid(), "proxy": os.getpid()},
+                   turns, target, session="bench-170k-self")
+        time.sleep(0.5)  # the last answer's entry is written once its caller has it
+        engine = next(iter(app.state.proxy.store.engines().values()))
+        notes = [e for e in (parse(s.kind, s.payload) for s in engine.session) if isinstance(e, ProxyRequestEntry)]
+    finally:
+        server_.should_exit = True
+        thread.join(timeout=30)
+    own = [n.added_ms for n in notes[-turns:]]
+    return {"proxy_self_p50_ms": round(percentile(own, 0.5), 2), "proxy_self_p95_ms": round(percentile(own, 0.95), 2),
+            "proxy_self_max_ms": round(max(own), 2)}
+
+
 def json_library() -> str:
     """The JSON libraries on the proxy's request path: what its modules import (msgspec scans the
     body into raw fields, orjson parses and writes what changed)."""
@@ -410,6 +448,7 @@ def main() -> None:
         urls = {"direct": up, "bare": bare, "proxy": proxy}
         result = sequential(urls, {"direct": upstream_pid, "bare": bare_pid, "proxy": proxy_pid}, turns, target)
         result |= asyncio.run(concurrent(proxy, sessions, SESSION_TURNS))
+        result |= self_timed(up, turns, target)
         if not args.no_postgres:
             result |= with_postgres(python, up, upstream_pid, turns, target, sessions)
     # The timed phases stop the run at the first failed request, so their errors are 0 when it ends.
