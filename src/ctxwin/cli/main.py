@@ -15,6 +15,7 @@ from ctxwin.cli import inspect as _inspect  # noqa: F401  (registers `inspect`)
 from ctxwin.cli import mcp as _mcp  # noqa: F401  (registers `mcp`)
 from ctxwin.cli import memory as _memory  # noqa: F401  (registers `memory index|show|search` and `search`)
 from ctxwin.cli import policies as _policies  # noqa: F401
+from ctxwin.cli import proxy as _proxy  # noqa: F401  (registers `proxy`)
 from ctxwin.cli import replay as _replay  # noqa: F401  (registers `replay`)
 from ctxwin.cli import report as _report  # noqa: F401  (registers `report`)
 from ctxwin.cli import run as _run  # noqa: F401  (registers `run`)

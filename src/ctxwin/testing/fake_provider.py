@@ -411,7 +411,7 @@ class FakeProvider:
             return self._serial
 
     def counter(self, model: str | None) -> TokenCounter:
-        return self._counter or counter_for(model)
+        return self._counter if self._counter is not None else counter_for(model)  # a CachedCounter is falsy when empty
 
     # ------------------------------------------------------------------ validation and counting
 

@@ -1,0 +1,265 @@
+"""Sessions in PostgreSQL, for stateless workers: any worker can serve any request of any session.
+
+`PostgresSessionStore` is the `SessionStore` of `proxy.sessions` behind `--postgres`. A request
+leases its session's engine (`lease`) and, for the whole lease, holds the session's writer lock, a
+PostgreSQL advisory lock (`store.postgres.lock_key("writer", session)`). That one lock keeps two
+workers from syncing, compacting or noting into one session at once: everything the engine writes
+happens inside a lease, a compaction (which runs inside `prepare`) included, so the store's separate
+`compaction_lock` would add nothing here. Between requests the lock is released, and the connection,
+the log and the engine stay cached in the worker.
+
+A cached engine is only as fresh as the log was when the lease ended. On the next lease the stored
+tip (the newest entry) is compared with the cached log's: when another worker appended in between,
+the engine is rebuilt from the log (the reducer replays it, as on any open), so what this worker
+sends next is what a worker that never cached would send. That rebuild is the price of a session
+moving between workers: about 60 ms for a 170k-token session here (an engine that could apply just
+the entries another process appended would make it proportional to those).
+
+Durability: every append is its own committed transaction, with `synchronous_commit = on`, before
+`append` returns (`PostgresSessionLog` in `fsync` durability), and a dead worker's connection takes
+its advisory locks with it, so the next lease, on any worker, reads everything committed. An entry
+is acknowledged once the response it belongs to reached the client; for that the app must write it
+before the response completes (`tests/test_proxy_workers.py` kills a worker at both moments). A
+lease that ends in an exception drops the cached engine, so a half-done request is never continued
+from memory, only from the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from ctxwin.engine import ContextEngine
+from ctxwin.errors import SessionLockedError
+from ctxwin.store.postgres import (
+    LOCK_POLL_MAX_S,
+    LOCK_POLL_S,
+    PostgresSessionLog,
+    connect,
+    lock_key,
+    try_advisory_lock,
+)
+
+from .config import ProxyConfig
+from .sessions import EngineSpec, build_engine
+
+LEASE_TIMEOUT_S = 120.0
+"""How long a request waits for its session while another request of it (on any worker) is served:
+longer than a slow model's answer, since one agent's requests of one session come one after another."""
+MAX_CACHED = 32
+"""Sessions a worker keeps open between requests (each holds one PostgreSQL connection); the least
+recently used is closed past this. Two workers at this bound stay well under the server's default of
+100 connections."""
+
+
+@dataclass
+class _Slot:
+    """One session in this worker: the lock serializing this worker's own requests of it (the advisory
+    lock is reentrant per connection, so it cannot), and, between requests, its open log and engine."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0  # requests holding or waiting for `lock`
+    log: PostgresSessionLog | None = None
+    engine: ContextEngine | None = None
+    used_at: float = 0.0
+
+
+def stored_tip(log: PostgresSessionLog) -> tuple[int, str | None]:
+    """(entries, id of the newest entry) as committed in the database now."""
+    row = log.conn.execute("SELECT seq, id FROM ctxwin_entries WHERE session_id = %s ORDER BY seq DESC LIMIT 1",
+                           (log.session_id,)).fetchone()
+    return (0, None) if row is None else (int(row[0]) + 1, row[1])
+
+
+def known_tip(log: PostgresSessionLog) -> tuple[int, str | None]:
+    """(entries, leaf) as this worker's log knows them. The leaf is the newest entry unless the engine
+    moved it back without appending; then the tips differ and the session is reopened like a stale
+    one, which is always correct (reopening derives everything from the log)."""
+    return len(log), log.leaf_id
+
+
+class PostgresSessionStore:
+    """The session store of one worker over PostgreSQL (see the module docstring)."""
+
+    def __init__(self, dsn: str, *, lock_timeout: float = LEASE_TIMEOUT_S, max_cached: int = MAX_CACHED) -> None:
+        self.dsn = dsn
+        self.lock_timeout = lock_timeout
+        self.max_cached = max_cached
+        self._slots: dict[str, _Slot] = {}
+        self._pending: set[asyncio.Future[None]] = set()  # sessions being given back
+        self.reopened = 0
+        """Leases that found another worker had advanced their session, and rebuilt its engine."""
+
+    @classmethod
+    def for_config(cls, config: ProxyConfig) -> PostgresSessionStore:
+        if not config.postgres:
+            raise ValueError("PostgresSessionStore needs config.postgres")
+        return cls(config.postgres)
+
+    @asynccontextmanager
+    async def lease(self, session_id: str, spec: EngineSpec) -> AsyncIterator[ContextEngine]:
+        """The session's engine, exclusively (across workers and within this one) until the block
+        ends, current with the stored log. Raises `SessionLockedError` when the session stays busy
+        for `lock_timeout` seconds."""
+        slot = self._slots.setdefault(session_id, _Slot())
+        slot.users += 1
+        try:
+            try:
+                await asyncio.wait_for(slot.lock.acquire(), self.lock_timeout)
+            except TimeoutError:
+                raise _busy(session_id, self.lock_timeout) from None
+            engine = await self._acquire_waiting(session_id, slot, spec)
+            ok = False
+            try:
+                yield engine
+                ok = True
+            finally:
+                await self._give_back(session_id, slot, ok=ok)
+        finally:
+            slot.users -= 1
+            idle = self._evict()
+            if idle:
+                await asyncio.to_thread(_close_all, idle)
+
+    async def _acquire_waiting(self, session_id: str, slot: _Slot, spec: EngineSpec) -> ContextEngine:
+        """Tries the writer lock in a thread (the database calls block: off the event loop, so other
+        sessions go on meanwhile) and, while another worker holds it, waits here, not in a thread:
+        waiting requests must not use up the pool the engines' work runs in."""
+        deadline = time.monotonic() + self.lock_timeout
+        pause = LOCK_POLL_S
+        while True:
+            acquiring = asyncio.ensure_future(asyncio.to_thread(self._acquire, session_id, slot, spec))
+            try:
+                engine = await asyncio.shield(acquiring)
+            except BaseException:
+                # Failed, or cancelled while the thread goes on (it may yet take the writer lock).
+                await self._give_back(session_id, slot, ok=False, acquiring=acquiring)
+                raise
+            if engine is not None:
+                return engine
+            try:
+                if time.monotonic() >= deadline:
+                    raise _busy(session_id, self.lock_timeout)
+                await asyncio.sleep(pause)
+            except BaseException:  # busy too long, or cancelled while waiting: nothing is held but ours
+                slot.lock.release()
+                raise
+            pause = min(pause * 2, LOCK_POLL_MAX_S)
+
+    async def _give_back(self, session_id: str, slot: _Slot, *, ok: bool,
+                         acquiring: asyncio.Future[ContextEngine | None] | None = None) -> None:
+        """Releases the writer lock, then this worker's lock of the session, in a task the caller's
+        cancellation cannot stop: a client that hangs up cancels its request, and the session must
+        still be given back (else no worker could have it again)."""
+        async def give_back() -> None:
+            try:
+                if acquiring is not None:
+                    with contextlib.suppress(BaseException):
+                        await acquiring
+                await asyncio.to_thread(self._release, session_id, slot, ok)
+            finally:
+                slot.lock.release()
+
+        task = asyncio.ensure_future(give_back())
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        await asyncio.shield(task)
+
+    def _acquire(self, session_id: str, slot: _Slot, spec: EngineSpec) -> ContextEngine | None:
+        """Takes the writer lock if it is free and returns an engine current with the stored log;
+        None while another worker holds the session."""
+        import psycopg
+
+        if slot.log is not None and slot.engine is not None:
+            try:
+                if not try_advisory_lock(slot.log.conn, lock_key("writer", session_id), 0):
+                    return None
+                if stored_tip(slot.log) == known_tip(slot.log):
+                    return slot.engine
+                self.reopened += 1  # another worker advanced the session
+            except psycopg.Error:
+                pass  # the cached connection broke (the server restarted): open again below
+            _drop(slot)
+        try:
+            log = PostgresSessionLog(self.dsn, session_id, lock_timeout=0)  # takes the writer lock
+        except SessionLockedError:
+            return None
+        try:
+            slot.engine = build_engine(log, spec)
+        except BaseException:
+            log.close()
+            raise
+        slot.log = log
+        return slot.engine
+
+    def _release(self, session_id: str, slot: _Slot, ok: bool) -> None:
+        """Lets the other workers have the session; keeps it open here unless the lease failed (the
+        next lease then starts again from the log, never from a half-done engine)."""
+        import psycopg
+
+        if ok and slot.log is not None:
+            try:
+                slot.log.conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key("writer", session_id),))
+                slot.used_at = time.monotonic()
+                return
+            except psycopg.Error:
+                pass  # a broken connection holds no lock any more: forget it
+        _drop(slot)
+
+    def _evict(self) -> list[PostgresSessionLog]:
+        """Forgets slots nobody uses, and takes the least recently used open sessions past
+        `max_cached` out of the cache; returns their logs, to be closed off the event loop."""
+        idle = [(name, slot) for name, slot in self._slots.items() if slot.users == 0 and not slot.lock.locked()]
+        open_idle = sorted((slot.used_at, name) for name, slot in idle if slot.log is not None)
+        excess = sum(1 for slot in self._slots.values() if slot.log is not None) - self.max_cached
+        closing = []
+        for _used, name in open_idle[:max(0, excess)]:
+            log = self._slots.pop(name).log
+            if log is not None:
+                closing.append(log)
+        for name, slot in idle:
+            if slot.log is None:
+                self._slots.pop(name, None)
+        return closing
+
+    @property
+    def cached(self) -> int:
+        """Sessions this worker holds open."""
+        return sum(1 for slot in self._slots.values() if slot.log is not None)
+
+    def session_ids(self) -> list[str]:
+        """Every session in the database, whichever worker served it."""
+        conn = connect(self.dsn)
+        try:
+            return [row[0] for row in conn.execute("SELECT session_id FROM ctxwin_sessions ORDER BY created")]
+        finally:
+            conn.close()
+
+    async def aclose(self) -> None:
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+        slots, self._slots = list(self._slots.values()), {}
+        await asyncio.to_thread(_close_all, [slot.log for slot in slots if slot.log is not None])
+
+
+def _drop(slot: _Slot) -> None:
+    log, slot.log, slot.engine = slot.log, None, None
+    if log is not None:
+        log.conn.close()  # releases every advisory lock the connection holds
+
+
+def _close_all(logs: list[PostgresSessionLog]) -> None:
+    for log in logs:
+        log.conn.close()
+
+
+def _busy(session_id: str, timeout: float) -> SessionLockedError:
+    return SessionLockedError(f"session {session_id} stayed busy for {timeout:g} s while another request of it "
+                              "was served", "retry the request: one session's requests are served one at a time")
+
+
+__all__ = ["LEASE_TIMEOUT_S", "MAX_CACHED", "PostgresSessionStore", "stored_tip"]
