@@ -189,12 +189,16 @@ class Zygote:
         assert self.proc.stdin is not None
         self.proc.stdin.write(f"go {durability} {n} {seed}\n".encode())
         self.proc.stdin.flush()
+        acks = []
         line = self.next_line()
+        while line.startswith("ack "):  # the child may ack before the zygote has said its pid (a busy machine)
+            _, number, entry_id = line.split()
+            acks.append((int(number), entry_id))
+            line = self.next_line()
         assert line.startswith("pid "), line
         pid = int(line.split()[1])
         time.sleep(delay)
         os.kill(pid, signal.SIGKILL)
-        acks = []
         while True:
             line = self.next_line()
             if line == f"dead {pid}":
