@@ -235,6 +235,9 @@ class Api:
         out = dict(data)
         if self.name == ANTHROPIC:
             out["content"] = [b for b in data.get("content") or () if not _is_recall_block(b)]
+            if out.get("stop_reason") == "tool_use" and not any(
+                    isinstance(b, Mapping) and b.get("type") == "tool_use" for b in out["content"]):
+                out["stop_reason"] = "end_turn"  # its only calls were ctxwin's, dropped
         elif self.name == OPENAI_CHAT:
             choices = []
             for choice in data.get("choices") or ():
@@ -245,7 +248,10 @@ class Api:
                     message["tool_calls"] = calls
                 else:
                     message.pop("tool_calls", None)
-                choices.append({**choice, "message": message})
+                choice = {**choice, "message": message}
+                if not calls and choice.get("finish_reason") == "tool_calls":
+                    choice["finish_reason"] = "stop"
+                choices.append(choice)
             out["choices"] = choices
         else:
             out["output"] = [i for i in data.get("output") or () if not _is_recall_item(i)]

@@ -27,7 +27,6 @@ import hmac
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -39,30 +38,28 @@ from starlette.routing import BaseRoute, Route
 
 from ctxwin import telemetry
 from ctxwin.engine import ContextEngine, Prepared
-from ctxwin.errors import ContextBudgetError, ContextOverflowError, CtxwinError, ProviderError, ProxyRefusal
+from ctxwin.errors import ContextBudgetError, CtxwinError, ProviderError, ProxyRefusal
 from ctxwin.messages import Message
-from ctxwin.store.entries import ProxyRequestEntry
-from ctxwin.telemetry.proxy_spans import ProxySpan
 
 from . import recall as recall_tool
-from .apis import APIS, Api, Conversation, Conversion, Rendered, overhead_key
+from .apis import APIS, Api, Conversation, overhead_key
 from .body import Body
 from .config import ProxyConfig
 from .errors import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, api_of_path, error_response, refusal_response
+from .exchange import (
+    HOP_BY_HOP,
+    TOKEN_HEADER,
+    Exchange,
+    Memo,
+    Outgoing,
+    compactions,
+    recall_round,
+    recover,
+    response_headers,
+)
+from .relay import RelayResponse, relay
 from .sessions import MemorySessionStore, SessionKey, SessionStore, engine_spec, session_key
 
-TOKEN_HEADER = "x-ctxwin-token"
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
-    "transfer-encoding", "upgrade", "host", "content-length",
-    "accept-encoding",  # httpx negotiates its own and decodes; the caller gets identity bytes
-    TOKEN_HEADER, "x-ctxwin-session",
-})
-RESPONSE_DROP = frozenset({*HOP_BY_HOP, "content-encoding", "content-length", "date", "server"})
-"""Not relayed from the upstream's answer: what the proxy's own server writes (date, server, framing)."""
-MAX_RECOVERIES = 3
-"""Overflow recoveries per request before the upstream's error goes to the caller (the engine bounds
-its own attempts too)."""
 MAX_MEMOS = 256
 """Sessions whose previous request a process remembers (each holds that request's body, ~4 bytes a
 token: the memory bought for converting only what changed)."""
@@ -71,79 +68,6 @@ GC_THRESHOLDS = (100_000, 50, 100)
 request path makes little cyclic garbage but many short-lived containers; with a 170K-token session
 in memory, the default thresholds ran collections over the whole heap every few requests, about
 4 ms per request. The import-time heap is frozen too (never scanned)."""
-
-
-@dataclass
-class Memo:
-    """What the proxy remembers of a session between its requests (this process only; a worker that
-    has none converts the whole history once)."""
-
-    conversion: Conversion = field(default_factory=Conversion)
-    overhead: tuple[str, int] = ("", 0)  # (key of the system+tools bytes, their raw token count)
-    forwarded_overhead: str | None = None  # the overhead key of the previous forwarded request
-    forwarded_keys: list[str] = field(default_factory=list)  # passthrough: the previous request's keys
-    rendered: Rendered | None = None  # the turns written for the last forwarded request
-    retired: Conversion | None = None
-    """The conversion this request replaced, freed once the answer is on its way: dropping the last
-    reference to a 170K-token history's parsed dicts takes milliseconds the caller need not wait for."""
-    synced: tuple[int, int, int] | None = None
-    """(engine id, messages it held, messages of the conversion) right after the last sync: while the
-    engine is the same object and holds the same messages, a history that only extends the last one
-    is appended without matching it all again."""
-
-
-@dataclass
-class Outgoing:
-    """One request about to go upstream, and what ctxwin knows of it."""
-
-    body: bytes
-    prepared: Prepared | None
-    tokens: int
-    reuse: float
-
-
-@dataclass
-class Exchange:
-    """Facts about one handled request, for its ProxyRequestEntry."""
-
-    api: Api
-    model: str
-    started: float
-    upstream_s: float = 0.0
-    tokens_received: int = 0
-    tokens_forwarded: int = 0
-    reuse: float = 0.0
-    compactions: int = 0
-    recoveries: int = 0
-    recall_calls: int = 0
-    invalid: bool = False
-    streamed: bool = False
-    usage: Any = None
-    pending_usage: Any = None  # usage of the final answer, recorded once the caller has it
-    status: int = 200
-    ended: float | None = None  # when the answer was ready for the caller (None: now)
-    span: ProxySpan = field(default_factory=ProxySpan)  # the request's telemetry span (off: does nothing)
-
-    def note(self, engine: ContextEngine) -> None:
-        """Keep the request's entry in the session log, and put it on the request's span."""
-        entry = self.entry()
-        engine.note(entry)
-        self.span.record(entry)
-
-    def entry(self) -> ProxyRequestEntry:
-        usage = self.usage
-        elapsed = (self.ended or time.perf_counter()) - self.started
-        return ProxyRequestEntry(
-            api=self.api.name, model=self.model, status=self.status, tokens_received=self.tokens_received,
-            tokens_forwarded=self.tokens_forwarded, cache_prefix_reuse=round(self.reuse, 4),
-            compactions=self.compactions, recoveries=self.recoveries, recall_calls=self.recall_calls,
-            invalid_forwarded=self.invalid, streamed=self.streamed,
-            input_tokens=usage.input_tokens if usage is not None else None,
-            output_tokens=usage.output_tokens if usage is not None else None,
-            cache_read_tokens=usage.cache_read_tokens if usage is not None else None,
-            cache_write_tokens=usage.cache_write_tokens if usage is not None else None,
-            added_ms=round(max(0.0, elapsed - self.upstream_s) * 1000, 3),
-            upstream_ms=round(self.upstream_s * 1000, 3))
 
 
 class Proxy:
@@ -334,23 +258,27 @@ class Proxy:
         return response
 
     async def read(self, response: httpx.Response, exchange: Exchange) -> bytes:
+        """The whole answer, refused with 502 past `max_body_bytes` (an upstream cannot make the proxy
+        buffer without bound)."""
         started = time.perf_counter()
+        limit = self.config.max_body_bytes
+        chunks: list[bytes] = []
+        size = 0
         try:
-            return await response.aread()
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > limit:
+                    await response.aclose()
+                    raise ProxyRefusal(502, f"the upstream's answer is over the proxy's limit of {limit:,} bytes",
+                                       "raise --max-body-bytes if the provider really sends answers that large")
+                chunks.append(chunk)
+            return b"".join(chunks)
         except httpx.TimeoutException:
             raise ProxyRefusal(504, "the upstream stopped answering mid-response", "try again") from None
         except httpx.HTTPError as error:
             raise ProxyRefusal(502, f"the upstream broke off its answer: {type(error).__name__}", "try again") from None
         finally:
             exchange.upstream_s += time.perf_counter() - started
-
-
-def compactions(prepared: Prepared) -> int:
-    return sum(e.stage == "compaction" and e.action not in ("checkpoint_request", "failed") for e in prepared.events)
-
-
-def response_headers(response: httpx.Response) -> dict[str, str]:
-    return {k: v for k, v in response.headers.items() if k not in RESPONSE_DROP}
 
 
 # ---------------------------------------------------------------------------------------------- handlers
@@ -414,23 +342,19 @@ async def handle(proxy: Proxy, api: Api, request: Request, body: Body, conversat
             raise ProxyRefusal(400, f"the request cannot be made to fit: {error}") from None
         exchange.reuse = outgoing.reuse
         if exchange.streamed:
-            from .relay import RelayResponse, relay
-
             response = await relay(proxy, api, request, engine, body, conversation, memo, outgoing, exchange, lease)
             handed = isinstance(response, RelayResponse)
             return response
         response = await complete(proxy, api, request, engine, body, conversation, memo, outgoing, exchange)
         exchange.ended = time.perf_counter()
-
-        async def finish() -> None:
-            # After the caller has its answer: calibration from the usage, the request's entry, the lease.
-            try:
-                await proxy.run(_bookkeeping, engine, exchange)
-            finally:
-                await lease.aclose()
-
+        # Before the caller has its answer: an answer that reached its caller has its entry (and the
+        # calibration from its usage) committed, even if the worker dies the moment after.
         handed = True
-        return FinishingResponse.wrapping(response, finish)
+        try:
+            await proxy.run(_bookkeeping, engine, exchange)
+        finally:
+            await lease.aclose()
+        return response
     except ProxyRefusal as refusal:
         exchange.status = refusal.status
         raise
@@ -446,26 +370,6 @@ def _bookkeeping(engine: ContextEngine, exchange: Exchange) -> None:
     if exchange.pending_usage is not None:
         engine.record_usage(exchange.pending_usage)
     exchange.note(engine)
-
-
-class FinishingResponse(Response):
-    """A whole answer whose bookkeeping runs once it is sent (however the sending ends), so the
-    caller does not wait for log writes (an fsync each with a JSONL store) it does not need."""
-
-    _finish: Callable[[], Any]
-
-    @classmethod
-    def wrapping(cls, response: Response, finish: Callable[[], Any]) -> FinishingResponse:
-        out = cls.__new__(cls)
-        out.__dict__.update(response.__dict__)
-        out._finish = finish
-        return out
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._finish()
 
 
 async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngine, body: Body,
@@ -498,6 +402,7 @@ async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngi
         if theirs or rounds >= recall_tool.MAX_ROUNDS:
             # A mixed answer: the agent's own calls win, and the recall calls are dropped unanswered
             # (the tool says so in its description); the model can ask again on its own next turn.
+            # (Past MAX_ROUNDS the tool was not offered: a model calling it anyway is dropped too.)
             data = api.without_recall(orjson.loads(raw))
             return Response(orjson.dumps(data), response.status_code, response_headers(response))
         rounds += 1
@@ -505,36 +410,8 @@ async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngi
         if exchange.pending_usage is not None:  # calibrate on this answer before preparing the next request
             engine.record_usage(exchange.pending_usage)
             exchange.pending_usage = None
-        outgoing = await proxy.run(_recall_round, proxy, engine, api, body, conversation, memo, completion, ours)
-
-
-def _recall_round(proxy: Proxy, engine: ContextEngine, api: Api, body: Body, conversation: Conversation,
-                  memo: Memo, completion: Any, calls: list[Any]) -> Outgoing:
-    engine.append(recall_tool.exchange(engine, completion, calls))
-    return proxy.outgoing(engine, api, body, conversation, engine.prepare(), memo, overhead_key(conversation), True)
-
-
-async def recover(proxy: Proxy, api: Api, engine: ContextEngine, body: Body, conversation: Conversation,
-                  memo: Memo, response: httpx.Response, raw: bytes, exchange: Exchange) -> Outgoing | None:
-    """The smaller request to retry with after an overflow error, or None to give the caller the error."""
-    error: Any
-    try:
-        error = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        error = raw.decode("utf-8", "replace")
-    evidence = {"status": response.status_code, "body": error} if isinstance(error, dict) else error
-    if not engine.is_overflow_error(evidence) and not engine.is_overflow_error(error):
-        exchange.invalid = response.status_code == 400
-        return None
-    if exchange.recoveries >= MAX_RECOVERIES:
-        return None
-    exchange.recoveries += 1
-    try:
-        prepared = await proxy.run(engine.recover, error)
-    except (ContextOverflowError, ContextBudgetError):
-        return None
-    recall = proxy.config.recall_tool and body.present("tools")
-    return proxy.outgoing(engine, api, body, conversation, prepared, memo, overhead_key(conversation), recall)
+        outgoing = await proxy.run(recall_round, proxy, engine, api, body, conversation, memo, completion, ours,
+                                   rounds >= recall_tool.MAX_ROUNDS)
 
 
 def _note_usage(api: Api, raw: bytes, exchange: Exchange, engine: ContextEngine | None) -> Any:
