@@ -42,7 +42,7 @@ from ctxwin.errors import ContextBudgetError, CtxwinError, ProviderError, ProxyR
 from ctxwin.messages import Message
 
 from . import recall as recall_tool
-from .apis import APIS, Api, Conversation, overhead_key
+from .apis import APIS, Api, Conversation, Conversion, overhead_key
 from .body import Body
 from .config import ProxyConfig
 from .errors import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, api_of_path, error_response, refusal_response
@@ -58,7 +58,7 @@ from .exchange import (
     response_headers,
 )
 from .relay import RelayResponse, relay
-from .sessions import MemorySessionStore, SessionKey, SessionStore, engine_spec, session_key
+from .sessions import MemorySessionStore, SessionKey, SessionStore, draft_engine, engine_spec, session_key
 
 MAX_MEMOS = 256
 """Sessions whose previous request a process remembers (each holds that request's body, ~4 bytes a
@@ -68,6 +68,13 @@ GC_THRESHOLDS = (100_000, 50, 100)
 request path makes little cyclic garbage but many short-lived containers; with a 170K-token session
 in memory, the default thresholds ran collections over the whole heap every few requests, about
 4 ms per request. The import-time heap is frozen too (never scanned)."""
+
+
+def overhead_tokens(conversation: Conversation, counter: Any) -> int:
+    """The raw token count of what goes with every request besides the history: the system prompt and
+    the tools, as the agent sent them."""
+    text = conversation.overhead.decode("utf-8", "surrogatepass")
+    return int(counter.count_text(text)) if text else 0
 
 
 class Proxy:
@@ -177,8 +184,7 @@ class Proxy:
         memo.conversion, memo.retired = conversion, previous
         key = overhead_key(conversation)
         if memo.overhead[0] != key:
-            text = conversation.overhead.decode("utf-8", "surrogatepass")
-            memo.overhead = (key, counter.count_text(text) if text else 0)
+            memo.overhead = (key, overhead_tokens(conversation, counter))
         overhead_raw = memo.overhead[1]
         factor = engine.calibrator.factor or 1.0
         exchange.tokens_received = round((conversion.tokens + overhead_raw) * factor)
@@ -284,30 +290,41 @@ class Proxy:
 # ---------------------------------------------------------------------------------------------- handlers
 
 
-def managed(proxy: Proxy, api: Api) -> Callable[[Request], Any]:
-    async def endpoint(request: Request) -> Response:
-        started = time.perf_counter()
+def shaped(api: str, endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    """`endpoint` with what it refuses, and what goes wrong in ctxwin, answered in the API's error
+    shape (an SDK raises its own typed error), never as a plain-text 500."""
+
+    async def guarded(request: Request) -> Response:
         try:
-            if not proxy.check_token(request):
-                raise ProxyRefusal(401, "missing or wrong ctxwin token", f"send it in the {TOKEN_HEADER} header")
-            if request.method != "POST":
-                raise ProxyRefusal(405, f"{request.url.path} takes POST, not {request.method}")
-            body = Body(await proxy.read_body(request))
-            try:
-                conversation = api.split(body)
-            except ValueError as error:
-                raise ProxyRefusal(400, str(error), "send the conversation as the API documents it") from None
-            key = session_key(request.headers, body, conversation.system_text,
-                              api.first_user_text(conversation.history))
-            return await handle(proxy, api, request, body, conversation, key, started)
+            response: Response = await endpoint(request)
+            return response
         except ProxyRefusal as refusal:
-            return refusal_response(api.name, refusal)
+            return refusal_response(api, refusal)
         except ClientDisconnect:
             return Response(status_code=499)
         except CtxwinError as error:  # a session that cannot be opened or managed as configured
-            return error_response(api.name, 500, f"ctxwin proxy: {error}")
+            return error_response(api, 500, f"ctxwin proxy: {error}")
 
-    return endpoint
+    return guarded
+
+
+def managed(proxy: Proxy, api: Api) -> Callable[[Request], Any]:
+    async def endpoint(request: Request) -> Response:
+        started = time.perf_counter()
+        if not proxy.check_token(request):
+            raise ProxyRefusal(401, "missing or wrong ctxwin token", f"send it in the {TOKEN_HEADER} header")
+        if request.method != "POST":
+            raise ProxyRefusal(405, f"{request.url.path} takes POST, not {request.method}")
+        body = Body(await proxy.read_body(request))
+        try:
+            conversation = api.split(body)
+        except ValueError as error:
+            raise ProxyRefusal(400, str(error), "send the conversation as the API documents it") from None
+        key = session_key(request.headers, body, conversation.system_text,
+                          api.first_user_text(conversation.history))
+        return await handle(proxy, api, request, body, conversation, key, started)
+
+    return shaped(api.name, endpoint)
 
 
 async def handle(proxy: Proxy, api: Api, request: Request, body: Body, conversation: Conversation,
@@ -429,55 +446,57 @@ def _note_usage(api: Api, raw: bytes, exchange: Exchange, engine: ContextEngine 
 
 def count_tokens(proxy: Proxy) -> Callable[[Request], Any]:
     """`/v1/messages/count_tokens`, answered with the count of the *managed* request: the body is
-    managed as `/v1/messages` would manage it and forwarded to the upstream's count_tokens, so the
-    harness sees the size it will really send (Claude Code decides when to auto-compact from this
-    count; the raw count would make it compact what ctxwin already keeps small). A history that
-    does not extend the session's (a harness counting a draft or a piece) goes through untouched,
-    so counting never moves the session onto a branch."""
+    managed as `/v1/messages` would manage it (its system and tools counted against the budget) and
+    forwarded to the upstream's count_tokens, so the harness sees the size it will really send
+    (Claude Code decides when to auto-compact from this count; the raw count would make it compact
+    what ctxwin already keeps small). The draft is synced and prepared on a throwaway engine over
+    the session's log (`draft_engine`): counting never writes to the session nor moves it onto a
+    branch."""
     api = APIS[ANTHROPIC]
 
     async def endpoint(request: Request) -> Response:
         started = time.perf_counter()
-        try:
-            if not proxy.check_token(request):
-                raise ProxyRefusal(401, "missing or wrong ctxwin token", f"send it in the {TOKEN_HEADER} header")
-            raw = await proxy.read_body(request)
-            body = Body(raw)
-            exchange = Exchange(api, str(body.get("model") or ""), started)
-            content = raw
-            if not proxy.config.passthrough:
-                try:
-                    conversation = api.split(body)
-                except ValueError as error:
-                    raise ProxyRefusal(400, str(error), "send the conversation as the API documents it") from None
+        if not proxy.check_token(request):
+            raise ProxyRefusal(401, "missing or wrong ctxwin token", f"send it in the {TOKEN_HEADER} header")
+        raw = await proxy.read_body(request)
+        body = Body(raw)
+        exchange = Exchange(api, str(body.get("model") or ""), started)
+        content = raw
+        if not proxy.config.passthrough:
+            try:
+                conversation = api.split(body)
+            except ValueError as error:
+                raise ProxyRefusal(400, str(error), "send the conversation as the API documents it") from None
+            if not conversation.untouched:
                 key = session_key(request.headers, body, conversation.system_text,
                                   api.first_user_text(conversation.history))
                 async with proxy.store.lease(key.id, engine_spec(body, proxy.config)) as engine:
-                    content = await proxy.run(_managed_count_body, proxy, engine, api, body, conversation,
-                                              proxy.memo(key.id)) or raw
-            response = await proxy.send(request, content, exchange)
-            data = await proxy.read(response, exchange)
-            return Response(data, response.status_code, response_headers(response))
-        except ProxyRefusal as refusal:
-            return refusal_response(api.name, refusal)
-        except ClientDisconnect:
-            return Response(status_code=499)
+                    content = await proxy.run(_managed_count_body, proxy, engine, api, body, conversation)
+        response = await proxy.send(request, content, exchange)
+        data = await proxy.read(response, exchange)
+        return Response(data, response.status_code, response_headers(response))
 
-    return endpoint
+    return shaped(api.name, endpoint)
 
 
 def _managed_count_body(proxy: Proxy, engine: ContextEngine, api: Api, body: Body,
-                        conversation: Conversation, memo: Memo) -> bytes | None:
-    conversion = api.canonical(conversation.history, memo.conversion, engine.counter.count_message)
-    stored = [m.content_key for m in engine.messages if "ctxwin" not in m.meta]
-    if [m.content_key for m in conversion.messages[:len(stored)]] != stored:
-        return None
-    memo.conversion = conversion
-    engine.sync(conversion.messages)
-    prepared = engine.prepare()
+                        conversation: Conversation) -> bytes:
+    draft = draft_engine(engine)
+    try:
+        conversion = api.canonical(conversation.history, Conversion(), draft.counter.count_message)
+        draft.sync(conversion.messages)
+        recall = proxy.config.recall_tool and body.present("tools")
+        overhead_raw = overhead_tokens(conversation, draft.counter)
+        if recall:
+            overhead_raw += proxy.recall_overhead(api, draft.counter)
+        draft.overhead_tokens = round(overhead_raw * (engine.calibrator.factor or 1.0))
+        prepared = draft.prepare()
+    except ValueError as error:
+        raise ProxyRefusal(400, f"cannot read the conversation: {error}", "send it as the API documents it") from None
+    except ContextBudgetError as error:
+        raise ProxyRefusal(400, f"the request cannot be made to fit: {error}") from None
     conversation.changes["stream"] = None  # count_tokens takes no stream flag
-    content, memo.rendered = api.forward(body, conversation, prepared,
-                                         proxy.config.recall_tool and body.present("tools"), memo.rendered)
+    content, _ = api.forward(body, conversation, prepared, recall, None)
     return content
 
 

@@ -21,6 +21,7 @@ in-memory log or a JSONL folder per session.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import hashlib
 import re
 import shutil
@@ -34,7 +35,7 @@ from typing import Any, Protocol
 
 from ctxwin import policies, telemetry
 from ctxwin.engine import ContextEngine
-from ctxwin.store.base import SessionLog
+from ctxwin.store.base import Entry, EntryKind, SessionLog, StoreProblem
 from ctxwin.store.blobs import FileBlobStore
 from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.store.session import Session
@@ -147,6 +148,68 @@ def build_engine(log: SessionLog, spec: EngineSpec) -> ContextEngine:
     engine = ContextEngine(log, model=spec.model, policy=policy, window=spec.window, max_output=spec.max_output)
     telemetry.instrument(engine)  # spans for its prepare/compact/recover when telemetry is configured
     return engine
+
+
+class DraftLog:
+    """A session log that reads a real one and keeps its own appends in memory, so an engine over it
+    can sync and prepare a request that is only being looked at (count_tokens counts a draft) while
+    the real log never sees it. Blobs are the real log's (content-addressed: a draft's large result
+    may leave its bytes there, never an entry)."""
+
+    def __init__(self, base: SessionLog) -> None:
+        self.session_id = base.session_id
+        self.blobs = base.blobs
+        self._base = base
+        self._own: dict[str, Entry] = {}
+        self._leaf = base.leaf_id
+
+    @property
+    def leaf_id(self) -> str | None:
+        return self._leaf
+
+    @property
+    def problems(self) -> list[StoreProblem]:
+        return []  # the real log's were reported by its own engine
+
+    def append(self, kind: EntryKind, payload: dict[str, Any], *, parent_id: str | None = None) -> Entry:
+        entry = Entry(f"draft{len(self._own) + 1:06d}", parent_id if parent_id is not None else self._leaf, kind,
+                      datetime.datetime.now(datetime.UTC).isoformat(), payload)
+        self._own[entry.id] = entry
+        self._leaf = entry.id
+        return entry
+
+    def branch(self, entry_id: str | None) -> None:
+        if entry_id is not None:
+            self.get(entry_id)  # KeyError for an unknown entry, as the real logs do
+        self._leaf = entry_id
+
+    def path(self, leaf_id: str | None = None) -> list[Entry]:
+        own: list[Entry] = []
+        current = leaf_id if leaf_id is not None else self._leaf
+        while current is not None and current in self._own:
+            own.append(self._own[current])
+            current = self._own[current].parent_id
+        base = self._base.path(current) if current is not None else []
+        return [*base, *reversed(own)]
+
+    def get(self, entry_id: str) -> Entry:
+        own = self._own.get(entry_id)
+        return own if own is not None else self._base.get(entry_id)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter([*self._base, *self._own.values()])
+
+    def __len__(self) -> int:
+        return len(self._base) + len(self._own)
+
+    def close(self) -> None:
+        pass
+
+
+def draft_engine(engine: ContextEngine) -> ContextEngine:
+    """An engine like `engine`, over a `DraftLog` of its session: what it appends stays in memory."""
+    return ContextEngine(DraftLog(engine.session), model=engine.model, policy=engine.policy, counter=engine.counter,
+                         window=engine.window, max_output=engine.max_output)
 
 
 OUTPUT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
