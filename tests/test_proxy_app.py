@@ -187,8 +187,9 @@ def one_branch(engine: Any) -> bool:
 
 
 def count(served: Served, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(f"{served.url}/v1/messages/count_tokens", json={k: v for k, v in body.items() if k != "max_tokens"},
-                      headers=headers_for("anthropic"), timeout=30)
+    content = {k: v for k, v in body.items() if k != "max_tokens"}
+    return httpx.post(f"{served.url}/v1/messages/count_tokens", json=content, headers=headers_for("anthropic"),
+                      timeout=30)
 
 
 def test_count_tokens_counts_the_managed_request(fake: FakeProvider) -> None:
