@@ -127,6 +127,21 @@ def test_the_agents_cache_markers_do_not_split_the_session(fake: FakeProvider) -
     assert sum("cache_control" in json.dumps(m) for m in forwarded) <= 2
 
 
+def test_the_agents_cache_marker_values_are_kept(fake: FakeProvider) -> None:
+    """A 1-hour cache bought by the agent stays a 1-hour cache through the proxy: the markers ctxwin
+    puts back carry the agent's own values, in the agent's order."""
+    body = body_for("anthropic", ["hello", "yes", "more", "ok", "again"])
+    for index, marker in ((2, {"type": "ephemeral", "ttl": "1h"}), (4, {"type": "ephemeral", "ttl": "5m"})):
+        message = body["messages"][index]
+        message["content"] = [{"type": "text", "text": message["content"], "cache_control": marker}]
+    with proxy_for(fake) as served:
+        assert post(served, "anthropic", body, **{"anthropic-beta": "extended-cache-ttl-2025-04-11"}).status_code == 200
+    forwarded = fake.requests_to("/v1/messages")[-1].body["messages"]
+    markers = [b["cache_control"] for m in forwarded if isinstance(m["content"], list) for b in m["content"]
+               if "cache_control" in b]
+    assert markers == [{"type": "ephemeral", "ttl": "1h"}, {"type": "ephemeral", "ttl": "5m"}]
+
+
 def test_passthrough_forwards_untouched_and_still_records(fake: FakeProvider) -> None:
     body = body_for("anthropic", ["hello", "hi", "again"], tools=[{"name": "read", "input_schema": {"type": "object"}}])
     with proxy_for(fake, passthrough=True) as served:
