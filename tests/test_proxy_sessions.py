@@ -210,3 +210,32 @@ def test_incremental_writing_equals_writing_everything(api: str, requests: list[
         got = orjson.loads(b"[" + b",".join(data for data in rendered.encoded if data) + b"]")
         assert got == json.loads(json.dumps(expected))
         previous = turns
+
+
+def test_the_in_memory_store_keeps_at_most_max_open_engines_and_reopens_an_evicted_session() -> None:
+    """The default store: engines past `max_open` are closed, least recently used first; the log
+    stays, so an evicted session's next request continues it on its one branch."""
+    from ctxwin.proxy.app import create_app
+    from ctxwin.proxy.config import ProxyConfig
+    from proxy_server import serve
+
+    store = MemorySessionStore(max_open=3)
+    with FakeProvider() as fake, serve(create_app(ProxyConfig(upstream=fake.base_url), store=store)) as port:
+        def send(messages: list[dict[str, Any]]) -> dict[str, Any]:
+            response = httpx.post(f"http://127.0.0.1:{port}/v1/messages", json={
+                "model": MODEL, "max_tokens": 100, "messages": messages},
+                headers={"x-api-key": "k", "anthropic-version": "2023-06-01"}, timeout=30)
+            assert response.status_code == 200, response.text
+            return response.json()
+
+        first = [{"role": "user", "content": "conversation 0"}]
+        reply = send(first)["content"]
+        for n in range(1, 9):
+            send([{"role": "user", "content": f"conversation {n}"}])
+            assert len(store.engines()) <= 3
+        assert len(store.session_ids()) == 9
+        send([*first, {"role": "assistant", "content": reply}, {"role": "user", "content": "and then?"}])
+        [engine] = [e for e in store.engines().values() if e.messages[0].text == "conversation 0"]
+        entries = list(engine.session)
+    assert [m.text for m in engine.messages][::2] == ["conversation 0", "and then?"]
+    assert all(e.parent_id == (entries[n - 1].id if n else None) for n, e in enumerate(entries))

@@ -253,6 +253,7 @@ class MemorySessionStore:
         self._slots: OrderedDict[str, _Slot] = OrderedDict()
         self._known: dict[str, None] = {}
         self._scratch: Path | None = None
+        self._logs: dict[str, SessionLog] = {}  # in memory: the logs, which outlive their engines
 
     @classmethod
     def for_config(cls, config: ProxyConfig) -> MemorySessionStore:
@@ -261,9 +262,12 @@ class MemorySessionStore:
     def _open_log(self, session_id: str) -> SessionLog:
         if self.store_dir is not None:
             return Session.open(self.store_dir / session_id, lock_timeout=10)
-        if self._scratch is None:
-            self._scratch = Path(tempfile.mkdtemp(prefix="ctxwin-proxy-blobs-"))
-        return MemorySessionLog(session_id, blobs=FileBlobStore(self._scratch / session_id))
+        log = self._logs.get(session_id)
+        if log is None:
+            if self._scratch is None:
+                self._scratch = Path(tempfile.mkdtemp(prefix="ctxwin-proxy-blobs-"))
+            log = self._logs[session_id] = MemorySessionLog(session_id, blobs=FileBlobStore(self._scratch / session_id))
+        return log
 
     @asynccontextmanager
     async def lease(self, session_id: str, spec: EngineSpec) -> AsyncIterator[ContextEngine]:
@@ -281,14 +285,14 @@ class MemorySessionStore:
         self._evict()
 
     def _evict(self) -> None:
-        if self.store_dir is None:
-            return  # an in-memory log cannot be reopened: its engine is the session
+        """Closes the least recently used engines past `max_open` (their logs stay: in memory, the log
+        object is kept, and the next request of the session opens an engine over it again)."""
         while len(self._slots) > self.max_open:
             session_id, slot = next(iter(self._slots.items()))
             if slot.lock.locked():
                 return  # the oldest is in use: try again after the next lease
             del self._slots[session_id]
-            if slot.engine is not None:
+            if slot.engine is not None and self.store_dir is not None:
                 slot.engine.session.close()
 
     def session_ids(self) -> list[str]:
@@ -312,6 +316,7 @@ class MemorySessionStore:
             if slot.engine is not None:
                 slot.engine.session.close()
         self._slots.clear()
+        self._logs.clear()
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
