@@ -496,3 +496,18 @@ def test_chat_stream_usage_is_read_without_showing_it(fake: FakeProvider) -> Non
     assert '"usage"' not in plain and plain.rstrip().endswith("data: [DONE]")
     assert '"prompt_tokens"' in with_usage
     assert all(e["input_tokens"] for e in entries)
+
+
+def test_apps_leave_the_collector_alone(fake: FakeProvider) -> None:
+    """The collector's tuning is the serving process's (serve.tune_gc): two apps started and stopped
+    out of order in one process change neither its thresholds nor what is frozen."""
+    import gc
+
+    before = (gc.get_threshold(), gc.get_freeze_count())
+    with proxy_for(fake) as one:
+        with proxy_for(fake) as two:
+            assert post(two, "anthropic", body_for("anthropic", ["hi"])).status_code == 200
+            assert (gc.get_threshold(), gc.get_freeze_count()) == before
+        assert post(one, "anthropic", body_for("anthropic", ["hi"])).status_code == 200
+        assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before

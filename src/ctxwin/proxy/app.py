@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import hmac
 import time
 from collections import OrderedDict
@@ -63,11 +62,6 @@ from .sessions import MemorySessionStore, SessionKey, SessionStore, draft_engine
 MAX_MEMOS = 256
 """Sessions whose previous request a process remembers (each holds that request's body, ~4 bytes a
 token: the memory bought for converting only what changed)."""
-GC_THRESHOLDS = (100_000, 50, 100)
-"""The cyclic collector's thresholds while the app runs (Python's default is 700, 10, 10). The
-request path makes little cyclic garbage but many short-lived containers; with a 170K-token session
-in memory, the default thresholds ran collections over the whole heap every few requests, about
-4 ms per request. The import-time heap is frozen too (never scanned)."""
 
 
 def overhead_tokens(conversation: Conversation, counter: Any) -> int:
@@ -81,10 +75,8 @@ class Proxy:
     """The application's state: the config, the session store, the upstream client (one per app,
     opened by the lifespan) and the per-session memos."""
 
-    def __init__(self, config: ProxyConfig, store: SessionStore, transport: httpx.AsyncBaseTransport | None,
-                 *, tune_gc: bool = True) -> None:
+    def __init__(self, config: ProxyConfig, store: SessionStore, transport: httpx.AsyncBaseTransport | None) -> None:
         self.config = config
-        self.tune_gc = tune_gc
         self.store = store
         self.transport = transport
         self.client: httpx.AsyncClient | None = None
@@ -98,24 +90,15 @@ class Proxy:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         timeout = httpx.Timeout(self.config.upstream_timeout, connect=min(10.0, self.config.upstream_timeout))
-        thresholds = gc.get_threshold()
-        if self.tune_gc:
-            gc.freeze()
-            gc.set_threshold(*GC_THRESHOLDS)
-        try:
-            async with httpx.AsyncClient(timeout=timeout, transport=self.transport, follow_redirects=False,
-                                         limits=httpx.Limits(max_connections=None,
-                                                             max_keepalive_connections=64)) as client:
-                self.client = client
-                try:
-                    yield
-                finally:
-                    self.client = None
-                    await self.store.aclose()
-        finally:
-            if self.tune_gc:
-                gc.set_threshold(*thresholds)
-                gc.unfreeze()
+        async with httpx.AsyncClient(timeout=timeout, transport=self.transport, follow_redirects=False,
+                                     limits=httpx.Limits(max_connections=None,
+                                                         max_keepalive_connections=64)) as client:
+            self.client = client
+            try:
+                yield
+            finally:
+                self.client = None
+                await self.store.aclose()
 
     def memo(self, session_id: str) -> Memo:
         memo = self.memos.get(session_id)
@@ -560,13 +543,12 @@ ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
 def create_app(config: ProxyConfig, *, store: SessionStore | None = None,
-               transport: httpx.AsyncBaseTransport | None = None, tune_gc: bool = True) -> Starlette:
+               transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
     """The proxy for `config`. `store`: where sessions live (default: this process, in memory or
-    under `config.store_dir`); `transport`: the upstream transport (tests, or a custom one);
-    `tune_gc`: set the collector's thresholds for the request path while the app runs
-    (`GC_THRESHOLDS`; restored at shutdown)."""
-    proxy = Proxy(config, store if store is not None else MemorySessionStore.for_config(config), transport,
-                  tune_gc=tune_gc)
+    under `config.store_dir`); `transport`: the upstream transport (tests, or a custom one). The
+    collector's tuning is a process setting, made by the process that serves (`serve.tune_gc`), never
+    by an app, so two apps in one process do not fight over it."""
+    proxy = Proxy(config, store if store is not None else MemorySessionStore.for_config(config), transport)
     routes: list[BaseRoute] = [
         Route("/v1/messages", managed(proxy, APIS[ANTHROPIC]), methods=ALL_METHODS),
         Route("/v1/messages/count_tokens", count_tokens(proxy), methods=["POST"]),
