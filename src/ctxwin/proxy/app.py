@@ -180,7 +180,7 @@ class Proxy:
         if extends and memo.synced == (id(engine), held, len(old)):
             held += len(engine.append(new[len(old):]))  # what sync would append, found without matching it all
         else:
-            engine.sync(new)
+            engine.sync(new, other_branches=True)  # conversations sharing a session each keep their branch
             held = len(engine.messages)
         memo.synced = (id(engine), held, len(new))
         recall = self.config.recall_tool and body.present("tools")
