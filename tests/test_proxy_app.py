@@ -476,7 +476,7 @@ def test_an_error_in_the_middle_of_a_stream_reaches_the_caller_as_its_apis_error
     assert response.status_code == 200
     assert ("event: error" in text) if api != "openai-chat" else ('"error"' in text)
     assert "overloaded" in text.lower()
-    assert entries[0]["streamed"] and entries[0]["status"] == 200
+    assert entries[0]["streamed"] and entries[0]["status"] == 502  # not counted as a success
 
 
 def test_chat_stream_usage_is_read_without_showing_it(fake: FakeProvider) -> None:

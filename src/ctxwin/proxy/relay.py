@@ -434,6 +434,8 @@ async def relay(proxy: Proxy, api: Api, request: Request, engine: ContextEngine,
             finally:
                 await upstream.aclose()
             completion = _completion(api, events)
+            if completion is None and any(_is_error(sse) for sse in events):
+                exchange.status = 502  # the caller got the upstream's error event: not a success
             if completion is not None and completion.usage is not None:
                 exchange.usage = completion.usage
                 engine.record_usage(completion.usage)
@@ -493,6 +495,12 @@ async def open_stream(proxy: Proxy, api: Api, request: Request, engine: ContextE
         if retry is None:
             return Response(raw, response.status_code, response_headers(response))
         outgoing = retry
+
+
+def _is_error(sse: SSE) -> bool:
+    """An upstream's error event (Anthropic and Responses `error`, Responses `response.failed`, a Chat
+    chunk that is `{"error": ...}`)."""
+    return sse.event in ("error", "response.failed") or (not sse.event and sse.data.lstrip().startswith('{"error"'))
 
 
 def _completion(api: Api, events: list[SSE]) -> Any:
