@@ -15,8 +15,12 @@ description tells the model to call it alone), and the model can ask again on it
 non-streamed path decides the same way.
 
 Errors before the first byte (an overflow) are recovered and retried as in the non-streamed path.
-An upstream that breaks off mid-stream gets the caller an error event in its API's shape. A caller
-that goes away mid-stream cancels the upstream request; what was synced stays logged.
+An upstream that breaks off mid-stream, sends an event that is not JSON, or a line or event over
+`max_body_bytes`, gets the caller an error event in its API's shape and the entry a 502. The
+request's entry is committed just before the held-back end (or that error event) goes out, so a
+caller that has its whole answer has its entry, even if the worker dies the moment after. A caller
+that goes away mid-stream cancels the upstream request (entry status 499); what was synced stays
+logged.
 """
 
 from __future__ import annotations
