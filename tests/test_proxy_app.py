@@ -511,3 +511,15 @@ def test_apps_leave_the_collector_alone(fake: FakeProvider) -> None:
         assert post(one, "anthropic", body_for("anthropic", ["hi"])).status_code == 200
         assert (gc.get_threshold(), gc.get_freeze_count()) == before
     assert (gc.get_threshold(), gc.get_freeze_count()) == before
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("POST", "/v1/messages/count_tokens"), ("GET", "/v1/models"), ("GET", "/v1/models/gpt-4o"),
+    ("GET", "/ctxwin"), ("GET", "/ctxwin/sessions.json"), ("GET", "/ctxwin/session.json?session=x"),
+    ("GET", "/ctxwin/sessions/x"), ("GET", "/v1/anything")])
+def test_every_route_refuses_a_caller_without_the_token(fake: FakeProvider, method: str, path: str) -> None:
+    with proxy_for(fake, auth_token="ctxwin-token-123") as served:
+        refused = httpx.request(method, f"{served.url}{path}", json={"model": MODEL, "messages": []},
+                                headers=headers_for("anthropic"), timeout=30)
+    assert refused.status_code == 401 and "token" in refused.text
+    assert fake.requests == []  # nothing refused reached the provider
