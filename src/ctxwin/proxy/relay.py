@@ -417,11 +417,18 @@ async def relay(proxy: Proxy, api: Api, request: Request, engine: ContextEngine,
             for chunk in chunks:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
+        limit = proxy.config.max_body_bytes
         while True:
             events: list[SSE] = []
+            kept = 0  # what this answer's events hold (read for its usage and calls once it ends)
             try:
-                async for sse in sse_events(upstream, exchange, proxy.config.max_body_bytes):
+                async for sse in sse_events(upstream, exchange, limit):
                     events.append(sse)
+                    kept += len(sse.data)
+                    if kept > limit:
+                        raise ProxyRefusal(502, f"the upstream's streamed answer is over the proxy's limit of "
+                                                f"{limit:,} bytes",
+                                           "raise --max-body-bytes if the provider really sends answers that large")
                     for chunk in editor.feed(sse):
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except httpx.HTTPError as error:
