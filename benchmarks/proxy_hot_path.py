@@ -25,9 +25,10 @@ from typing import Any
 import orjson
 
 from ctxwin.proxy.apis import APIS
-from ctxwin.proxy.app import GC_THRESHOLDS, Exchange, Memo, Proxy
+from ctxwin.proxy.app import Exchange, Memo, Proxy
 from ctxwin.proxy.body import Body
 from ctxwin.proxy.config import ProxyConfig
+from ctxwin.proxy.serve import GC_THRESHOLDS
 from ctxwin.proxy.sessions import MemorySessionStore, build_engine, engine_spec, session_key
 from ctxwin.store.in_memory import MemorySessionLog
 
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     eventful: list[float] = []  # requests with a deliberate event: a compaction, a masking batch, a fit
     thresholds = gc.get_threshold()
     gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)  # as the app sets it while it runs
+    gc.set_threshold(*GC_THRESHOLDS)  # as a served worker sets it
     try:
         for n in range(args.requests + WARMUP):
             if n:

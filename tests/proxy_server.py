@@ -38,8 +38,8 @@ class Served:
         return self.proxy.store.engines()  # type: ignore[attr-defined]
 
     def settle(self) -> None:
-        """Wait until no request holds a session: a whole answer's entry is written just after the
-        caller has the answer."""
+        """Wait until no request holds a session (its lease is given back a moment after the caller
+        has the answer; the entry itself is written before the answer's last byte)."""
         deadline = time.monotonic() + START_TIMEOUT
         while self.proxy.store.busy() and time.monotonic() < deadline:  # type: ignore[attr-defined]
             time.sleep(0.005)

@@ -121,11 +121,25 @@ def test_the_agents_cache_markers_do_not_split_the_session(fake: FakeProvider) -
         for texts in (["hello"], ["hello", "yes", "more"], ["hello", "yes", "more", "ok", "again"]):
             assert post(served, "anthropic", marked(texts)).status_code == 200
         [engine] = served.engines().values()
-        branched = [e for e in engine.session if e.kind == "rewind"]
-        assert not branched and len(engine.messages) == 5
+        assert one_branch(engine) and len(engine.messages) == 5
     forwarded = fake.requests_to("/v1/messages")[-1].body["messages"]
     assert "cache_control" in json.dumps(forwarded[-1])
     assert sum("cache_control" in json.dumps(m) for m in forwarded) <= 2
+
+
+def test_the_agents_cache_marker_values_are_kept(fake: FakeProvider) -> None:
+    """A 1-hour cache bought by the agent stays a 1-hour cache through the proxy: the markers ctxwin
+    puts back carry the agent's own values, in the agent's order."""
+    body = body_for("anthropic", ["hello", "yes", "more", "ok", "again"])
+    for index, marker in ((2, {"type": "ephemeral", "ttl": "1h"}), (4, {"type": "ephemeral", "ttl": "5m"})):
+        message = body["messages"][index]
+        message["content"] = [{"type": "text", "text": message["content"], "cache_control": marker}]
+    with proxy_for(fake) as served:
+        assert post(served, "anthropic", body, **{"anthropic-beta": "extended-cache-ttl-2025-04-11"}).status_code == 200
+    forwarded = fake.requests_to("/v1/messages")[-1].body["messages"]
+    markers = [b["cache_control"] for m in forwarded if isinstance(m["content"], list) for b in m["content"]
+               if "cache_control" in b]
+    assert markers == [{"type": "ephemeral", "ttl": "1h"}, {"type": "ephemeral", "ttl": "5m"}]
 
 
 def test_passthrough_forwards_untouched_and_still_records(fake: FakeProvider) -> None:
@@ -180,20 +194,75 @@ def test_an_upstream_overflow_is_recovered_and_never_reaches_the_client(api: str
     assert statuses[0] == 400 and statuses[-1] == 200
 
 
+def one_branch(engine: Any) -> bool:
+    """Whether the session's log is a single chain (each entry the child of the one before): a
+    history that forked, or a draft written into the log, breaks it."""
+    entries = list(engine.session)
+    return all(entry.parent_id == (entries[n - 1].id if n else None) for n, entry in enumerate(entries))
+
+
+def count(served: Served, body: dict[str, Any]) -> httpx.Response:
+    content = {k: v for k, v in body.items() if k != "max_tokens"}
+    return httpx.post(f"{served.url}/v1/messages/count_tokens", json=content, headers=headers_for("anthropic"),
+                      timeout=30)
+
+
 def test_count_tokens_counts_the_managed_request(fake: FakeProvider) -> None:
     texts = [f"message {n}: " + "lorem ipsum dolor sit amet " * 150 for n in range(20)] + ["now?"]
     body = body_for("anthropic", texts)
     with FakeProvider(context_window=12_000, max_output=1_000) as small, proxy_for(small, window=12_000) as served:
         assert post(served, "anthropic", body).status_code == 200
-        counted = httpx.post(f"{served.url}/v1/messages/count_tokens", json={k: v for k, v in body.items()
-                                                                             if k != "max_tokens"},
-                             headers=headers_for("anthropic"))
+        counted = count(served, body)
         raw = httpx.post(f"{small.base_url}/v1/messages/count_tokens",
                          json={k: v for k, v in body.items() if k != "max_tokens"}, headers=headers_for("anthropic"))
         [engine] = served.engines().values()
-        assert not [e for e in engine.session if e.kind == "rewind"]
+        assert one_branch(engine)
     assert counted.status_code == 200 and raw.status_code == 200
     assert counted.json()["input_tokens"] < 12_000 < raw.json()["input_tokens"]
+
+
+def test_counting_a_draft_writes_nothing_to_the_session(fake: FakeProvider) -> None:
+    """Claude Code counts drafts and pieces: they never reach the log, and the real request that
+    follows continues the session on its one branch."""
+    with proxy_for(fake) as served:
+        first = post(served, "anthropic", body_for("anthropic", ["hello"]))
+        reply = first.json()["content"][0]["text"]
+        [engine] = served.engines().values()
+        logged = len(engine.session)
+        for draft in (["hello", reply, "DRAFT one"], ["hello", reply, "DRAFT two", "x", "y"], ["another start"]):
+            assert count(served, body_for("anthropic", draft)).status_code == 200
+        served.settle()
+        assert len(engine.session) == logged and len(served.engines()) == 1 + 1  # "another start": its own key
+        real = body_for("anthropic", ["hello", reply, "the real question"])
+        assert post(served, "anthropic", real).status_code == 200
+        served.settle()
+        assert one_branch(engine) and len(engine.messages) == 3
+        assert "DRAFT" not in json.dumps([e.payload for e in engine.session])
+
+
+def test_count_tokens_counts_the_system_prompt_and_tools_against_the_window() -> None:
+    """A fresh session (count_tokens first, as Claude Code does) whose history fits the budget alone
+    but not with its system prompt: the managed count is inside the budget (the history was made to
+    fit with the system). The window of 30K less the 21K reserve leaves a budget of 9K."""
+    texts = [f"message {n}: " + "lorem ipsum dolor sit amet " * 60 for n in range(12)] + ["now?"]
+    system = "You are careful. " + "Rules of the house: be brief and exact. " * 500
+    body = {"model": MODEL, "system": system, "messages": body_for("anthropic", texts)["messages"]}
+    with FakeProvider(context_window=50_000) as fake, proxy_for(fake, window=30_000) as served:
+        counted = count(served, body)
+        raw = httpx.post(f"{fake.base_url}/v1/messages/count_tokens", json=body, headers=headers_for("anthropic"))
+        history = httpx.post(f"{fake.base_url}/v1/messages/count_tokens", json={**body, "system": "x"},
+                             headers=headers_for("anthropic"))
+    assert counted.status_code == 200, counted.text
+    assert history.json()["input_tokens"] < 9_000 < raw.json()["input_tokens"]
+    assert counted.json()["input_tokens"] < 9_000
+
+
+@pytest.mark.parametrize("messages", [[{"role": "wizard", "content": "hi"}],
+                                      [{"role": "user", "content": [{"type": "tool_result"}]}]])
+def test_count_tokens_answers_bad_input_in_the_apis_shape(fake: FakeProvider, messages: list[Any]) -> None:
+    with proxy_for(fake) as served:
+        response = count(served, {"model": MODEL, "messages": messages})
+    assert_error_shape("anthropic", response, 400)
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -356,7 +425,7 @@ def test_sessions_resume_from_the_store(fake: FakeProvider, tmp_path: Path) -> N
         longer = body_for("anthropic", ["hello", "hi", "more", "ok", "last"])
         assert post(served, "anthropic", longer).status_code == 200
         [engine] = served.engines().values()
-        assert len(engine.messages) == 5 and not [e for e in engine.session if e.kind == "rewind"]
+        assert len(engine.messages) == 5 and one_branch(engine)
         assert len(served.entries()) == 2
 
 
@@ -407,7 +476,7 @@ def test_an_error_in_the_middle_of_a_stream_reaches_the_caller_as_its_apis_error
     assert response.status_code == 200
     assert ("event: error" in text) if api != "openai-chat" else ('"error"' in text)
     assert "overloaded" in text.lower()
-    assert entries[0]["streamed"] and entries[0]["status"] == 200
+    assert entries[0]["streamed"] and entries[0]["status"] == 502  # not counted as a success
 
 
 def test_chat_stream_usage_is_read_without_showing_it(fake: FakeProvider) -> None:
@@ -427,3 +496,30 @@ def test_chat_stream_usage_is_read_without_showing_it(fake: FakeProvider) -> Non
     assert '"usage"' not in plain and plain.rstrip().endswith("data: [DONE]")
     assert '"prompt_tokens"' in with_usage
     assert all(e["input_tokens"] for e in entries)
+
+
+def test_apps_leave_the_collector_alone(fake: FakeProvider) -> None:
+    """The collector's tuning is the serving process's (serve.tune_gc): two apps started and stopped
+    out of order in one process change neither its thresholds nor what is frozen."""
+    import gc
+
+    before = (gc.get_threshold(), gc.get_freeze_count())
+    with proxy_for(fake) as one:
+        with proxy_for(fake) as two:
+            assert post(two, "anthropic", body_for("anthropic", ["hi"])).status_code == 200
+            assert (gc.get_threshold(), gc.get_freeze_count()) == before
+        assert post(one, "anthropic", body_for("anthropic", ["hi"])).status_code == 200
+        assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("POST", "/v1/messages/count_tokens"), ("GET", "/v1/models"), ("GET", "/v1/models/gpt-4o"),
+    ("GET", "/ctxwin"), ("GET", "/ctxwin/sessions.json"), ("GET", "/ctxwin/session.json?session=x"),
+    ("GET", "/ctxwin/sessions/x"), ("GET", "/v1/anything")])
+def test_every_route_refuses_a_caller_without_the_token(fake: FakeProvider, method: str, path: str) -> None:
+    with proxy_for(fake, auth_token="ctxwin-token-123") as served:
+        refused = httpx.request(method, f"{served.url}{path}", json={"model": MODEL, "messages": []},
+                                headers=headers_for("anthropic"), timeout=30)
+    assert refused.status_code == 401 and "token" in refused.text
+    assert fake.requests == []  # nothing refused reached the provider

@@ -22,7 +22,7 @@ from ctxwin.proxy.serve import (
     is_loopback,
     parse_listen,
 )
-from ctxwin.testing import FakeProvider
+from ctxwin.testing import FakeProvider, ForcedResponse
 from proxy_procs import free_port, running_proxy
 
 TOKEN = "s3cret-token-for-the-test"
@@ -120,3 +120,16 @@ def test_an_address_in_use_is_refused_before_serving() -> None:
     assert result.exit_code == 2, result.output
     assert "cannot listen on 127.0.0.1" in result.output and "--listen" in result.output
     assert "ctxwin proxy on" not in result.output  # no banner for a proxy that is not serving
+
+
+def test_the_limits_the_error_hints_name_are_flags(tmp_path: Path) -> None:
+    """A 413 says "raise --max-body-bytes", a 504 "raise --upstream-timeout": both are flags of
+    `ctxwin proxy`, and they take effect."""
+    with FakeProvider() as fake, running_proxy(fake.anthropic_base_url, "--max-body-bytes", "2000",
+                                               "--upstream-timeout", "0.5", tmp=tmp_path) as proxy:
+        big = {**HELLO, "messages": [{"role": "user", "content": "x" * 3000}]}
+        refused = httpx.post(f"{proxy.url}/v1/messages", json=big, headers=ANTHROPIC_HEADERS, timeout=30)
+        fake.force(ForcedResponse(delay=2.0))
+        late = httpx.post(f"{proxy.url}/v1/messages", json=HELLO, headers=ANTHROPIC_HEADERS, timeout=30)
+    assert refused.status_code == 413 and "--max-body-bytes" in refused.json()["error"]["message"]
+    assert late.status_code == 504 and "--upstream-timeout" in late.json()["error"]["message"]

@@ -14,6 +14,7 @@ from ctxwin.messages import Message, ToolCall
 from ctxwin.pipeline.mask import reread_call
 from ctxwin.proxy.apis import RECALL_TOOL
 from ctxwin.testing import Call, FakeProvider, Reply
+from ctxwin.testing.scripted import ModelRequest
 from proxy_server import proxy_for
 from test_proxy_sdk import ANTHROPIC_MODEL, READ_TOOL, file_content
 
@@ -96,3 +97,40 @@ def test_reread_hints_are_for_file_reads_only() -> None:
     assert reread_call(ToolCall("c", "Write", {"file_path": "/a/b.py", "content": "x"}), 1) is None
     assert reread_call(ToolCall("c", "Bash", {"command": "cat a"}), 3) is None
     assert reread_call(None, 3) is None
+
+
+def test_a_model_that_keeps_recalling_gets_a_last_request_without_the_tool() -> None:
+    """A model that calls ctxwin_recall whenever it is offered: after MAX_ROUNDS rounds the proxy asks
+    once more without the tool, and the agent gets that answer (text, a plain stop), whole or
+    streamed, through the official SDKs."""
+    import openai
+
+    from ctxwin.proxy.recall import MAX_ROUNDS
+
+    def greedy(request: ModelRequest) -> Reply:
+        if RECALL_TOOL in request.tools:
+            return Reply("", calls=(Call(RECALL_TOOL, {"query": "anything"}),))
+        return Reply("the answer, without recall")
+
+    chat_tool = {"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}}
+    with FakeProvider(model=greedy) as fake, proxy_for(fake) as served:
+        client = anthropic.Anthropic(base_url=served.url, api_key="sk-ant-test", max_retries=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            whole = client.messages.create(model=ANTHROPIC_MODEL, max_tokens=100, tools=[READ_TOOL],
+                                           messages=[{"role": "user", "content": "go"}])
+            with client.messages.stream(model=ANTHROPIC_MODEL, max_tokens=100, tools=[READ_TOOL],
+                                        messages=[{"role": "user", "content": "go again"}]) as events:
+                streamed = events.get_final_message()
+        chat = openai.OpenAI(base_url=f"{served.url}/v1", api_key="sk-test", max_retries=0).chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "go, chat"}], tools=[chat_tool])
+        entries = served.entries()
+    for answer in (whole, streamed):
+        assert answer.stop_reason == "end_turn"
+        assert [b.text for b in answer.content if b.type == "text"] == ["the answer, without recall"]
+    assert chat.choices[0].finish_reason == "stop" and not chat.choices[0].message.tool_calls
+    assert chat.choices[0].message.content == "the answer, without recall"
+    assert len(fake.requests) == 3 * (MAX_ROUNDS + 1)
+    assert [e["recall_calls"] for e in entries] == [MAX_ROUNDS] * 3
+    offered = [RECALL_TOOL in json.dumps(r.body.get("tools")) for r in fake.requests]
+    assert offered == ([True] * MAX_ROUNDS + [False]) * 3

@@ -276,23 +276,28 @@ def run_responses(served: Served, turns: int, *, stream: bool, use_async: bool) 
 RUNNERS = {"anthropic": run_anthropic, "openai-chat": run_chat, "openai-responses": run_responses}
 VARIANTS = [(api, stream, use_async) for api in RUNNERS for stream in (False, True) for use_async in (False, True)]
 TURNS = {"anthropic": 28, "openai-chat": 28, "openai-responses": 19}
-"""Turns per variant: 4 x (28 + 28 + 19) = 300. The Responses variants are shorter because the openai
-SDK's own request building for Responses input is the slowest part of those runs."""
+"""Turns per variant: 4 x (28 + 28 + 19) = 300 (the slow run). The Responses variants are shorter
+because the openai SDK's own request building for Responses input is the slowest part of those runs."""
+SMOKE_TURNS = {"anthropic": 14, "openai-chat": 14, "openai-responses": 14}
+"""The default run's turns per variant: enough for the conversation to outgrow the window, compact
+and recall (each assertion below still holds), in less time."""
 
 
+@pytest.mark.parametrize("turns", [pytest.param(SMOKE_TURNS, id="smoke"),
+                                   pytest.param(TURNS, id="300-turns", marks=pytest.mark.slow)])
 @pytest.mark.parametrize(("api", "stream", "use_async"), VARIANTS,
                          ids=[f"{a}-{'stream' if s else 'whole'}-{'async' if y else 'sync'}" for a, s, y in VARIANTS])
-def test_sdk_clients_through_the_proxy(api: str, stream: bool, use_async: bool) -> None:
+def test_sdk_clients_through_the_proxy(api: str, stream: bool, use_async: bool, turns: dict[str, int]) -> None:
     with FakeProvider(context_window=WINDOW, max_output=MAX_TOKENS * 2, model=scripted_model) as fake, \
             proxy_for(fake, window=WINDOW) as served, warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the SDKs' notices about model names
-        seen = RUNNERS[api](served, TURNS[api], stream=stream, use_async=use_async)
+        seen = RUNNERS[api](served, turns[api], stream=stream, use_async=use_async)
         entries = served.entries()
         forwarded = [r for r in fake.requests if r.path != "/v1/messages/count_tokens"]
 
     # Every call the client made succeeded (an error would have raised in the SDK); the conversation
     # the client holds is far past the window, and what went upstream always fit.
-    assert len(entries) == TURNS[api] and all(e["status"] == 200 for e in entries)
+    assert len(entries) == turns[api] and all(e["status"] == 200 for e in entries)
     assert max(e["tokens_received"] for e in entries) > WINDOW
     assert all(r.status == 200 for r in forwarded), [r.response for r in forwarded if r.status != 200][:1]
     assert max(r.input_tokens for r in forwarded) + MAX_TOKENS <= WINDOW

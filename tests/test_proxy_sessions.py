@@ -103,6 +103,29 @@ def test_a_history_that_stops_extending_the_stored_one_is_a_branch() -> None:
     assert [m["content"] for m in forwarded] == ["plan", "a different step one", "go on"]
 
 
+def test_two_conversations_that_share_a_session_each_go_on_on_their_own_branch() -> None:
+    """The same task run twice without a session header: one session, whose two branches each
+    continue where they were, so no request logs a message twice (before: every alternation branched
+    again and re-logged the diverging tail, the log growing with the square of the turns)."""
+    with FakeProvider() as fake, proxy_for(fake) as served:
+        histories: dict[str, list[str]] = {"a": ["the same task"], "b": ["the same task"]}
+        for turn in range(6):
+            for name, texts in histories.items():
+                response = post(served.url, anthropic_body(texts))
+                assert response.status_code == 200
+                texts += [response.json()["content"][0]["text"], f"{name} turn {turn}"]
+            if turn == 0:
+                histories["b"][-1] = "b goes its own way"
+        [engine] = served.engines().values()
+        messages = [e for e in engine.session if e.kind == "message"]
+        current = [m.text for m in engine.messages]
+    forwarded = [r.body["messages"] for r in fake.requests_to("/v1/messages")]
+    assert [m["content"] for m in forwarded[-1]] == histories["b"][:-2]  # the last request: b's history
+    distinct = {json.dumps(e.payload, sort_keys=True) for e in messages}
+    assert len(messages) == len(distinct)  # each message logged once
+    assert current == histories["b"][:-2]
+
+
 def test_the_lease_is_exclusive_per_session() -> None:
     async def main() -> list[str]:
         store = MemorySessionStore()
@@ -210,3 +233,50 @@ def test_incremental_writing_equals_writing_everything(api: str, requests: list[
         got = orjson.loads(b"[" + b",".join(data for data in rendered.encoded if data) + b"]")
         assert got == json.loads(json.dumps(expected))
         previous = turns
+
+
+def test_the_in_memory_store_keeps_at_most_max_open_engines_and_reopens_an_evicted_session() -> None:
+    """The default store: engines past `max_open` are closed, least recently used first; the log
+    stays, so an evicted session's next request continues it on its one branch."""
+    from ctxwin.proxy.app import create_app
+    from ctxwin.proxy.config import ProxyConfig
+    from proxy_server import serve
+
+    store = MemorySessionStore(max_open=3)
+    with FakeProvider() as fake, serve(create_app(ProxyConfig(upstream=fake.base_url), store=store)) as port:
+        def send(messages: list[dict[str, Any]]) -> dict[str, Any]:
+            response = httpx.post(f"http://127.0.0.1:{port}/v1/messages", json={
+                "model": MODEL, "max_tokens": 100, "messages": messages},
+                headers={"x-api-key": "k", "anthropic-version": "2023-06-01"}, timeout=30)
+            assert response.status_code == 200, response.text
+            return response.json()
+
+        first = [{"role": "user", "content": "conversation 0"}]
+        reply = send(first)["content"]
+        for n in range(1, 9):
+            send([{"role": "user", "content": f"conversation {n}"}])
+            assert len(store.engines()) <= 3
+        assert len(store.session_ids()) == 9
+        send([*first, {"role": "assistant", "content": reply}, {"role": "user", "content": "and then?"}])
+        [engine] = [e for e in store.engines().values() if e.messages[0].text == "conversation 0"]
+        entries = list(engine.session)
+    assert [m.text for m in engine.messages][::2] == ["conversation 0", "and then?"]
+    assert all(e.parent_id == (entries[n - 1].id if n else None) for n, e in enumerate(entries))
+
+
+def test_sync_goes_on_on_another_branch_only_when_asked() -> None:
+    """The engine side of the above: a history that extends another branch's whole history continues
+    there with `other_branches` (nothing re-logged), and branches again without it (the default,
+    for adapters whose own records on a branch change what it holds)."""
+    from ctxwin.engine import ContextEngine
+
+    a = [{"role": "user", "content": "task"}, {"role": "assistant", "content": "a1"}]
+    b = [{"role": "user", "content": "task"}, {"role": "assistant", "content": "b1"}]
+    for asked, logged in ((True, 3), (False, 4)):
+        engine = ContextEngine(model=MODEL)
+        engine.sync(a)
+        engine.sync(b)
+        new = engine.sync([*a, {"role": "user", "content": "a2"}], other_branches=asked)
+        assert [m.text for m in engine.messages] == ["task", "a1", "a2"]
+        assert len(new) == (1 if asked else 2)
+        assert len([e for e in engine.session if e.kind == "message"]) == logged + 1

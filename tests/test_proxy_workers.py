@@ -219,19 +219,7 @@ def test_a_worker_killed_mid_request_loses_nothing_acknowledged(
         assert count(final, ProxyRequestEntry) == turns + 3
 
 
-NOTE_AFTER_ANSWER = (
-    "the proxy writes a request's entry (and calibration) after the caller has the answer (a whole "
-    "answer since proxy-core c60d67f; a stream after its last event), so a worker killed right then "
-    "loses it; the brief counts an entry acknowledged once its response reached the client "
-    "(REQUESTS.md item 2). Remove this mark when the entry is committed first")
-
-
-@pytest.mark.parametrize("stream", [
-    pytest.param(False, id="whole", marks=pytest.mark.xfail(strict=True, reason=NOTE_AFTER_ANSWER)),
-    # Not strict: a stream's entry is written a moment after its last event, so now and then every
-    # kill comes after it and the test passes by luck; strict, that luck would fail the suite.
-    pytest.param(True, id="streamed", marks=pytest.mark.xfail(strict=False, reason=NOTE_AFTER_ANSWER)),
-])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_a_response_that_reached_its_client_has_its_entry_committed(
         upstream: tuple[FakeProvider, Gate], postgres_dsn: str, tmp_path: Path, stream: bool) -> None:
     fake = upstream[0]

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from ctxwin import policies
 from ctxwin.cli.app import app, err_console, handle_errors
-from ctxwin.proxy.config import DEFAULT_LISTEN, ProxyConfig
+from ctxwin.proxy.config import DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, DEFAULT_UPSTREAM_TIMEOUT_S, ProxyConfig
 from ctxwin.proxy.serve import TOKEN_ENV, parse_listen, serve
 
 
@@ -39,13 +39,19 @@ def proxy(
                                      help="Offer ctxwin_recall upstream and answer its calls in the proxy."),
     window: int | None = typer.Option(None, "--window", help="Override the model's context window in tokens.",
                                       show_default=False),
+    max_body_bytes: int = typer.Option(DEFAULT_MAX_BODY_BYTES, "--max-body-bytes", min=1,
+                                       help="The largest request body a caller may send, and the largest answer "
+                                            "(or stream event) taken from the upstream, in bytes."),
+    upstream_timeout: float = typer.Option(DEFAULT_UPSTREAM_TIMEOUT_S, "--upstream-timeout", min=0.001,
+                                           help="Seconds to wait for the upstream's answer (and between its "
+                                                "stream events)."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn's log level.", hidden=True),
 ) -> None:
     """Serve Anthropic- and OpenAI-compatible endpoints that manage the context of the traffic they forward."""
     address = parse_listen(listen)
     config = ProxyConfig(upstream=upstream.rstrip("/"), policy=policy, store_dir=store, postgres=postgres,
                          auth_token=auth_token or None, passthrough=passthrough, recall_tool=recall_tool,
-                         window=window)
+                         window=window, max_body_bytes=max_body_bytes, upstream_timeout=upstream_timeout)
     store_text = f"PostgreSQL, {workers} worker(s)" if postgres else str(store) if store else "in memory"
 
     def announce() -> None:

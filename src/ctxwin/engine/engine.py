@@ -53,7 +53,7 @@ from .recall import page, resolve
 from .recovery import MAX_RECOVERY_ATTEMPTS, Recovery, plan_recovery
 from .run import Pipeline, tools_json
 from .state import SessionState, apply
-from .sync import common_history
+from .sync import common_history, extended_leaf
 
 
 class ContextEngine:
@@ -214,16 +214,25 @@ class ContextEngine:
         Returns the entry ids, each durable when the call returns."""
         return [self._pipeline.record(MessageEntry(m)) for m in as_messages(message)]
 
-    def sync(self, messages: Iterable[Message | Mapping[str, Any]]) -> list[str]:
+    def sync(self, messages: Iterable[Message | Mapping[str, Any]], *, other_branches: bool = False) -> list[str]:
         """For callers that resend their whole history on every call (a proxy, a framework adapter):
         append only what the log does not have yet, matched by content. A history that stops
         extending the stored one (the caller compacted, rewound or edited it) continues on a new
         branch from the last message both share, with what was decided about that shared part; nothing
-        stored is lost. Returns the new entry ids."""
+        stored is lost. With `other_branches`, a history that extends another branch's whole history
+        goes on on that branch instead (a proxy, where two conversations can share a session; not for
+        callers whose own records on a branch change what it holds). Returns the new entry ids."""
         incoming = as_messages(messages)
         history = self._state.history
         stored, shared = common_history(history, incoming)
         if stored < len(history):
+            found = extended_leaf(self.session, incoming, shared) if other_branches else None
+            if found is not None:  # another branch that this history extends: go on there
+                self.session.branch(found[0])
+                self._reopen(Event("session", "switched", (found[0],), 0, 0,
+                                   f"the resent history extends another branch of this session ({found[1]} "
+                                   "message(s) shared): continued there", breaks_prefix=True))
+                return self.append(incoming[found[1]:])
             path = list(self.session.path())
             keep = next(i for i, e in enumerate(path) if e.id == history[stored][0])
             carried = restore.branch_keeping_decisions(self.session, path, keep)

@@ -82,6 +82,9 @@ class Conversation:
     system_text: str  # the system prompt as text (session identity)
     overhead: bytes  # what goes upstream untouched and counts against the window: system and tools
     breakpoints: int = 0  # Anthropic cache_control markers the agent put on its messages
+    markers: list[Any] = field(default_factory=list)
+    """Those markers' values, oldest first, as the agent wrote them (`{"type": "ephemeral", "ttl":
+    "1h"}`): put back as they were on the messages ctxwin marks."""
     changes: dict[str, bytes | None] = field(default_factory=dict)
     """Fields set (None: dropped) in every body forwarded for this request, besides the history."""
     usage_hidden: bool = False  # Chat stream usage asked for by the proxy, not shown to the caller
@@ -124,9 +127,9 @@ class Api:
         if self.name == ANTHROPIC:
             system = body.get("system")
             overhead = body.bytes_of("system") + b"\x00" + body.bytes_of("tools")
-            breakpoints = sum(_marked(raw[i]) for i in range(max(0, len(raw) - 4), len(raw))
-                              if isinstance(raw[i], Mapping))
-            return Conversation(RawList([]), raw, text_of(system), overhead, breakpoints)
+            markers = [m for i in range(max(0, len(raw) - 4), len(raw))
+                       if isinstance(raw[i], Mapping) and (m := _marker(raw[i])) is not None]
+            return Conversation(RawList([]), raw, text_of(system), overhead, len(markers), markers=markers)
         count = 0
         while count < len(raw) and isinstance(raw[count], Mapping) and raw[count].get("role") in LEAD_ROLES:
             count += 1
@@ -197,7 +200,8 @@ class Api:
             encoded = list(written.encoded)
             if conversation.breakpoints and all(len(group) == 1 for group in written.turns):
                 turns = [group[0] for group in written.turns]
-                marked = with_breakpoints(turns, min(conversation.breakpoints, ANTHROPIC_CACHE_BREAKPOINTS))
+                marked = with_breakpoints(turns, min(conversation.breakpoints, ANTHROPIC_CACHE_BREAKPOINTS),
+                                          conversation.markers)
                 for index in range(max(0, len(marked) - ANTHROPIC_CACHE_BREAKPOINTS), len(marked)):
                     if marked[index] is not turns[index]:
                         encoded[index] = orjson.dumps(marked[index])
@@ -235,6 +239,9 @@ class Api:
         out = dict(data)
         if self.name == ANTHROPIC:
             out["content"] = [b for b in data.get("content") or () if not _is_recall_block(b)]
+            if out.get("stop_reason") == "tool_use" and not any(
+                    isinstance(b, Mapping) and b.get("type") == "tool_use" for b in out["content"]):
+                out["stop_reason"] = "end_turn"  # its only calls were ctxwin's, dropped
         elif self.name == OPENAI_CHAT:
             choices = []
             for choice in data.get("choices") or ():
@@ -245,7 +252,10 @@ class Api:
                     message["tool_calls"] = calls
                 else:
                     message.pop("tool_calls", None)
-                choices.append({**choice, "message": message})
+                choice = {**choice, "message": message}
+                if not calls and choice.get("finish_reason") == "tool_calls":
+                    choice["finish_reason"] = "stop"
+                choices.append(choice)
             out["choices"] = choices
         else:
             out["output"] = [i for i in data.get("output") or () if not _is_recall_item(i)]
@@ -391,16 +401,22 @@ def _strip_block(block: Any) -> Any:
     return out
 
 
-def _marked(message: Mapping[str, Any]) -> int:
+def _marker(message: Mapping[str, Any]) -> Any:
+    """The last `cache_control` value on a message's blocks (None: unmarked)."""
     content = message.get("content")
-    return int(isinstance(content, list) and any(isinstance(b, Mapping) and "cache_control" in b for b in content))
+    if not isinstance(content, list):
+        return None
+    found = [b["cache_control"] for b in content if isinstance(b, Mapping) and "cache_control" in b]
+    return found[-1] if found else None
 
 
-def with_breakpoints(messages: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
-    """The messages with an ephemeral `cache_control` on the last block of each of the last `count`
-    messages, where the agent had its own."""
+def with_breakpoints(messages: list[dict[str, Any]], count: int, markers: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    """The messages with a `cache_control` on the last block of each of the last `count` messages,
+    where the agent had its own: the agent's own values in their order (the newest message gets the
+    newest marker), `{"type": "ephemeral"}` where none is known."""
     out = list(messages)
-    for index in range(len(out) - 1, max(len(out) - 1 - count, -1), -1):
+    for placed, index in enumerate(range(len(out) - 1, max(len(out) - 1 - count, -1), -1)):
+        marker = markers[len(markers) - 1 - placed] if placed < len(markers) else {"type": "ephemeral"}
         message = dict(out[index])
         content = message.get("content")
         if isinstance(content, str):
@@ -409,7 +425,7 @@ def with_breakpoints(messages: list[dict[str, Any]], count: int) -> list[dict[st
             continue
         last = content[-1]
         if isinstance(last, Mapping) and last.get("type") not in ("thinking", "redacted_thinking"):
-            message["content"] = [*content[:-1], {**last, "cache_control": {"type": "ephemeral"}}]
+            message["content"] = [*content[:-1], {**last, "cache_control": marker}]
             out[index] = message
     return out
 

@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import hmac
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -39,121 +37,46 @@ from starlette.routing import BaseRoute, Route
 
 from ctxwin import telemetry
 from ctxwin.engine import ContextEngine, Prepared
-from ctxwin.errors import ContextBudgetError, ContextOverflowError, CtxwinError, ProviderError, ProxyRefusal
+from ctxwin.errors import ContextBudgetError, CtxwinError, ProviderError, ProxyRefusal
 from ctxwin.messages import Message
-from ctxwin.store.entries import ProxyRequestEntry
-from ctxwin.telemetry.proxy_spans import ProxySpan
 
 from . import recall as recall_tool
-from .apis import APIS, Api, Conversation, Conversion, Rendered, overhead_key
+from .apis import APIS, Api, Conversation, Conversion, overhead_key
 from .body import Body
 from .config import ProxyConfig
 from .errors import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, api_of_path, error_response, refusal_response
-from .sessions import MemorySessionStore, SessionKey, SessionStore, engine_spec, session_key
+from .exchange import (
+    HOP_BY_HOP,
+    TOKEN_HEADER,
+    Exchange,
+    Memo,
+    Outgoing,
+    compactions,
+    recall_round,
+    recover,
+    response_headers,
+)
+from .relay import RelayResponse, relay
+from .sessions import MemorySessionStore, SessionKey, SessionStore, draft_engine, engine_spec, session_key
 
-TOKEN_HEADER = "x-ctxwin-token"
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
-    "transfer-encoding", "upgrade", "host", "content-length",
-    "accept-encoding",  # httpx negotiates its own and decodes; the caller gets identity bytes
-    TOKEN_HEADER, "x-ctxwin-session",
-})
-RESPONSE_DROP = frozenset({*HOP_BY_HOP, "content-encoding", "content-length", "date", "server"})
-"""Not relayed from the upstream's answer: what the proxy's own server writes (date, server, framing)."""
-MAX_RECOVERIES = 3
-"""Overflow recoveries per request before the upstream's error goes to the caller (the engine bounds
-its own attempts too)."""
 MAX_MEMOS = 256
 """Sessions whose previous request a process remembers (each holds that request's body, ~4 bytes a
 token: the memory bought for converting only what changed)."""
-GC_THRESHOLDS = (100_000, 50, 100)
-"""The cyclic collector's thresholds while the app runs (Python's default is 700, 10, 10). The
-request path makes little cyclic garbage but many short-lived containers; with a 170K-token session
-in memory, the default thresholds ran collections over the whole heap every few requests, about
-4 ms per request. The import-time heap is frozen too (never scanned)."""
 
 
-@dataclass
-class Memo:
-    """What the proxy remembers of a session between its requests (this process only; a worker that
-    has none converts the whole history once)."""
-
-    conversion: Conversion = field(default_factory=Conversion)
-    overhead: tuple[str, int] = ("", 0)  # (key of the system+tools bytes, their raw token count)
-    forwarded_overhead: str | None = None  # the overhead key of the previous forwarded request
-    forwarded_keys: list[str] = field(default_factory=list)  # passthrough: the previous request's keys
-    rendered: Rendered | None = None  # the turns written for the last forwarded request
-    retired: Conversion | None = None
-    """The conversion this request replaced, freed once the answer is on its way: dropping the last
-    reference to a 170K-token history's parsed dicts takes milliseconds the caller need not wait for."""
-    synced: tuple[int, int, int] | None = None
-    """(engine id, messages it held, messages of the conversion) right after the last sync: while the
-    engine is the same object and holds the same messages, a history that only extends the last one
-    is appended without matching it all again."""
-
-
-@dataclass
-class Outgoing:
-    """One request about to go upstream, and what ctxwin knows of it."""
-
-    body: bytes
-    prepared: Prepared | None
-    tokens: int
-    reuse: float
-
-
-@dataclass
-class Exchange:
-    """Facts about one handled request, for its ProxyRequestEntry."""
-
-    api: Api
-    model: str
-    started: float
-    upstream_s: float = 0.0
-    tokens_received: int = 0
-    tokens_forwarded: int = 0
-    reuse: float = 0.0
-    compactions: int = 0
-    recoveries: int = 0
-    recall_calls: int = 0
-    invalid: bool = False
-    streamed: bool = False
-    usage: Any = None
-    pending_usage: Any = None  # usage of the final answer, recorded once the caller has it
-    status: int = 200
-    ended: float | None = None  # when the answer was ready for the caller (None: now)
-    span: ProxySpan = field(default_factory=ProxySpan)  # the request's telemetry span (off: does nothing)
-
-    def note(self, engine: ContextEngine) -> None:
-        """Keep the request's entry in the session log, and put it on the request's span."""
-        entry = self.entry()
-        engine.note(entry)
-        self.span.record(entry)
-
-    def entry(self) -> ProxyRequestEntry:
-        usage = self.usage
-        elapsed = (self.ended or time.perf_counter()) - self.started
-        return ProxyRequestEntry(
-            api=self.api.name, model=self.model, status=self.status, tokens_received=self.tokens_received,
-            tokens_forwarded=self.tokens_forwarded, cache_prefix_reuse=round(self.reuse, 4),
-            compactions=self.compactions, recoveries=self.recoveries, recall_calls=self.recall_calls,
-            invalid_forwarded=self.invalid, streamed=self.streamed,
-            input_tokens=usage.input_tokens if usage is not None else None,
-            output_tokens=usage.output_tokens if usage is not None else None,
-            cache_read_tokens=usage.cache_read_tokens if usage is not None else None,
-            cache_write_tokens=usage.cache_write_tokens if usage is not None else None,
-            added_ms=round(max(0.0, elapsed - self.upstream_s) * 1000, 3),
-            upstream_ms=round(self.upstream_s * 1000, 3))
+def overhead_tokens(conversation: Conversation, counter: Any) -> int:
+    """The raw token count of what goes with every request besides the history: the system prompt and
+    the tools, as the agent sent them."""
+    text = conversation.overhead.decode("utf-8", "surrogatepass")
+    return int(counter.count_text(text)) if text else 0
 
 
 class Proxy:
     """The application's state: the config, the session store, the upstream client (one per app,
     opened by the lifespan) and the per-session memos."""
 
-    def __init__(self, config: ProxyConfig, store: SessionStore, transport: httpx.AsyncBaseTransport | None,
-                 *, tune_gc: bool = True) -> None:
+    def __init__(self, config: ProxyConfig, store: SessionStore, transport: httpx.AsyncBaseTransport | None) -> None:
         self.config = config
-        self.tune_gc = tune_gc
         self.store = store
         self.transport = transport
         self.client: httpx.AsyncClient | None = None
@@ -167,24 +90,15 @@ class Proxy:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         timeout = httpx.Timeout(self.config.upstream_timeout, connect=min(10.0, self.config.upstream_timeout))
-        thresholds = gc.get_threshold()
-        if self.tune_gc:
-            gc.freeze()
-            gc.set_threshold(*GC_THRESHOLDS)
-        try:
-            async with httpx.AsyncClient(timeout=timeout, transport=self.transport, follow_redirects=False,
-                                         limits=httpx.Limits(max_connections=None,
-                                                             max_keepalive_connections=64)) as client:
-                self.client = client
-                try:
-                    yield
-                finally:
-                    self.client = None
-                    await self.store.aclose()
-        finally:
-            if self.tune_gc:
-                gc.set_threshold(*thresholds)
-                gc.unfreeze()
+        async with httpx.AsyncClient(timeout=timeout, transport=self.transport, follow_redirects=False,
+                                     limits=httpx.Limits(max_connections=None,
+                                                         max_keepalive_connections=64)) as client:
+            self.client = client
+            try:
+                yield
+            finally:
+                self.client = None
+                await self.store.aclose()
 
     def memo(self, session_id: str) -> Memo:
         memo = self.memos.get(session_id)
@@ -253,8 +167,7 @@ class Proxy:
         memo.conversion, memo.retired = conversion, previous
         key = overhead_key(conversation)
         if memo.overhead[0] != key:
-            text = conversation.overhead.decode("utf-8", "surrogatepass")
-            memo.overhead = (key, counter.count_text(text) if text else 0)
+            memo.overhead = (key, overhead_tokens(conversation, counter))
         overhead_raw = memo.overhead[1]
         factor = engine.calibrator.factor or 1.0
         exchange.tokens_received = round((conversion.tokens + overhead_raw) * factor)
@@ -267,7 +180,7 @@ class Proxy:
         if extends and memo.synced == (id(engine), held, len(old)):
             held += len(engine.append(new[len(old):]))  # what sync would append, found without matching it all
         else:
-            engine.sync(new)
+            engine.sync(new, other_branches=True)  # conversations sharing a session each keep their branch
             held = len(engine.messages)
         memo.synced = (id(engine), held, len(new))
         recall = self.config.recall_tool and body.present("tools")
@@ -334,9 +247,21 @@ class Proxy:
         return response
 
     async def read(self, response: httpx.Response, exchange: Exchange) -> bytes:
+        """The whole answer, refused with 502 past `max_body_bytes` (an upstream cannot make the proxy
+        buffer without bound)."""
         started = time.perf_counter()
+        limit = self.config.max_body_bytes
+        chunks: list[bytes] = []
+        size = 0
         try:
-            return await response.aread()
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > limit:
+                    await response.aclose()
+                    raise ProxyRefusal(502, f"the upstream's answer is over the proxy's limit of {limit:,} bytes",
+                                       "raise --max-body-bytes if the provider really sends answers that large")
+                chunks.append(chunk)
+            return b"".join(chunks)
         except httpx.TimeoutException:
             raise ProxyRefusal(504, "the upstream stopped answering mid-response", "try again") from None
         except httpx.HTTPError as error:
@@ -345,41 +270,44 @@ class Proxy:
             exchange.upstream_s += time.perf_counter() - started
 
 
-def compactions(prepared: Prepared) -> int:
-    return sum(e.stage == "compaction" and e.action not in ("checkpoint_request", "failed") for e in prepared.events)
-
-
-def response_headers(response: httpx.Response) -> dict[str, str]:
-    return {k: v for k, v in response.headers.items() if k not in RESPONSE_DROP}
-
-
 # ---------------------------------------------------------------------------------------------- handlers
+
+
+def shaped(api: str, endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    """`endpoint` with what it refuses, and what goes wrong in ctxwin, answered in the API's error
+    shape (an SDK raises its own typed error), never as a plain-text 500."""
+
+    async def guarded(request: Request) -> Response:
+        try:
+            response: Response = await endpoint(request)
+            return response
+        except ProxyRefusal as refusal:
+            return refusal_response(api, refusal)
+        except ClientDisconnect:
+            return Response(status_code=499)
+        except CtxwinError as error:  # a session that cannot be opened or managed as configured
+            return error_response(api, 500, f"ctxwin proxy: {error}")
+
+    return guarded
 
 
 def managed(proxy: Proxy, api: Api) -> Callable[[Request], Any]:
     async def endpoint(request: Request) -> Response:
         started = time.perf_counter()
+        if not proxy.check_token(request):
+            raise ProxyRefusal(401, "missing or wrong ctxwin token", f"send it in the {TOKEN_HEADER} header")
+        if request.method != "POST":
+            raise ProxyRefusal(405, f"{request.url.path} takes POST, not {request.method}")
+        body = Body(await proxy.read_body(request))
         try:
-            if not proxy.check_token(request):
-                raise ProxyRefusal(401, "missing or wrong ctxwin token", f"send it in the {TOKEN_HEADER} header")
-            if request.method != "POST":
-                raise ProxyRefusal(405, f"{request.url.path} takes POST, not {request.method}")
-            body = Body(await proxy.read_body(request))
-            try:
-                conversation = api.split(body)
-            except ValueError as error:
-                raise ProxyRefusal(400, str(error), "send the conversation as the API documents it") from None
-            key = session_key(request.headers, body, conversation.system_text,
-                              api.first_user_text(conversation.history))
-            return await handle(proxy, api, request, body, conversation, key, started)
-        except ProxyRefusal as refusal:
-            return refusal_response(api.name, refusal)
-        except ClientDisconnect:
-            return Response(status_code=499)
-        except CtxwinError as error:  # a session that cannot be opened or managed as configured
-            return error_response(api.name, 500, f"ctxwin proxy: {error}")
+            conversation = api.split(body)
+        except ValueError as error:
+            raise ProxyRefusal(400, str(error), "send the conversation as the API documents it") from None
+        key = session_key(request.headers, body, conversation.system_text,
+                          api.first_user_text(conversation.history))
+        return await handle(proxy, api, request, body, conversation, key, started)
 
-    return endpoint
+    return shaped(api.name, endpoint)
 
 
 async def handle(proxy: Proxy, api: Api, request: Request, body: Body, conversation: Conversation,
@@ -414,23 +342,19 @@ async def handle(proxy: Proxy, api: Api, request: Request, body: Body, conversat
             raise ProxyRefusal(400, f"the request cannot be made to fit: {error}") from None
         exchange.reuse = outgoing.reuse
         if exchange.streamed:
-            from .relay import RelayResponse, relay
-
             response = await relay(proxy, api, request, engine, body, conversation, memo, outgoing, exchange, lease)
             handed = isinstance(response, RelayResponse)
             return response
         response = await complete(proxy, api, request, engine, body, conversation, memo, outgoing, exchange)
         exchange.ended = time.perf_counter()
-
-        async def finish() -> None:
-            # After the caller has its answer: calibration from the usage, the request's entry, the lease.
-            try:
-                await proxy.run(_bookkeeping, engine, exchange)
-            finally:
-                await lease.aclose()
-
+        # Before the caller has its answer: an answer that reached its caller has its entry (and the
+        # calibration from its usage) committed, even if the worker dies the moment after.
         handed = True
-        return FinishingResponse.wrapping(response, finish)
+        try:
+            await proxy.run(_bookkeeping, engine, exchange)
+        finally:
+            await lease.aclose()
+        return response
     except ProxyRefusal as refusal:
         exchange.status = refusal.status
         raise
@@ -446,26 +370,6 @@ def _bookkeeping(engine: ContextEngine, exchange: Exchange) -> None:
     if exchange.pending_usage is not None:
         engine.record_usage(exchange.pending_usage)
     exchange.note(engine)
-
-
-class FinishingResponse(Response):
-    """A whole answer whose bookkeeping runs once it is sent (however the sending ends), so the
-    caller does not wait for log writes (an fsync each with a JSONL store) it does not need."""
-
-    _finish: Callable[[], Any]
-
-    @classmethod
-    def wrapping(cls, response: Response, finish: Callable[[], Any]) -> FinishingResponse:
-        out = cls.__new__(cls)
-        out.__dict__.update(response.__dict__)
-        out._finish = finish
-        return out
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._finish()
 
 
 async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngine, body: Body,
@@ -498,6 +402,7 @@ async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngi
         if theirs or rounds >= recall_tool.MAX_ROUNDS:
             # A mixed answer: the agent's own calls win, and the recall calls are dropped unanswered
             # (the tool says so in its description); the model can ask again on its own next turn.
+            # (Past MAX_ROUNDS the tool was not offered: a model calling it anyway is dropped too.)
             data = api.without_recall(orjson.loads(raw))
             return Response(orjson.dumps(data), response.status_code, response_headers(response))
         rounds += 1
@@ -505,36 +410,8 @@ async def complete(proxy: Proxy, api: Api, request: Request, engine: ContextEngi
         if exchange.pending_usage is not None:  # calibrate on this answer before preparing the next request
             engine.record_usage(exchange.pending_usage)
             exchange.pending_usage = None
-        outgoing = await proxy.run(_recall_round, proxy, engine, api, body, conversation, memo, completion, ours)
-
-
-def _recall_round(proxy: Proxy, engine: ContextEngine, api: Api, body: Body, conversation: Conversation,
-                  memo: Memo, completion: Any, calls: list[Any]) -> Outgoing:
-    engine.append(recall_tool.exchange(engine, completion, calls))
-    return proxy.outgoing(engine, api, body, conversation, engine.prepare(), memo, overhead_key(conversation), True)
-
-
-async def recover(proxy: Proxy, api: Api, engine: ContextEngine, body: Body, conversation: Conversation,
-                  memo: Memo, response: httpx.Response, raw: bytes, exchange: Exchange) -> Outgoing | None:
-    """The smaller request to retry with after an overflow error, or None to give the caller the error."""
-    error: Any
-    try:
-        error = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        error = raw.decode("utf-8", "replace")
-    evidence = {"status": response.status_code, "body": error} if isinstance(error, dict) else error
-    if not engine.is_overflow_error(evidence) and not engine.is_overflow_error(error):
-        exchange.invalid = response.status_code == 400
-        return None
-    if exchange.recoveries >= MAX_RECOVERIES:
-        return None
-    exchange.recoveries += 1
-    try:
-        prepared = await proxy.run(engine.recover, error)
-    except (ContextOverflowError, ContextBudgetError):
-        return None
-    recall = proxy.config.recall_tool and body.present("tools")
-    return proxy.outgoing(engine, api, body, conversation, prepared, memo, overhead_key(conversation), recall)
+        outgoing = await proxy.run(recall_round, proxy, engine, api, body, conversation, memo, completion, ours,
+                                   rounds >= recall_tool.MAX_ROUNDS)
 
 
 def _note_usage(api: Api, raw: bytes, exchange: Exchange, engine: ContextEngine | None) -> Any:
@@ -552,55 +429,57 @@ def _note_usage(api: Api, raw: bytes, exchange: Exchange, engine: ContextEngine 
 
 def count_tokens(proxy: Proxy) -> Callable[[Request], Any]:
     """`/v1/messages/count_tokens`, answered with the count of the *managed* request: the body is
-    managed as `/v1/messages` would manage it and forwarded to the upstream's count_tokens, so the
-    harness sees the size it will really send (Claude Code decides when to auto-compact from this
-    count; the raw count would make it compact what ctxwin already keeps small). A history that
-    does not extend the session's (a harness counting a draft or a piece) goes through untouched,
-    so counting never moves the session onto a branch."""
+    managed as `/v1/messages` would manage it (its system and tools counted against the budget) and
+    forwarded to the upstream's count_tokens, so the harness sees the size it will really send
+    (Claude Code decides when to auto-compact from this count; the raw count would make it compact
+    what ctxwin already keeps small). The draft is synced and prepared on a throwaway engine over
+    the session's log (`draft_engine`): counting never writes to the session nor moves it onto a
+    branch."""
     api = APIS[ANTHROPIC]
 
     async def endpoint(request: Request) -> Response:
         started = time.perf_counter()
-        try:
-            if not proxy.check_token(request):
-                raise ProxyRefusal(401, "missing or wrong ctxwin token", f"send it in the {TOKEN_HEADER} header")
-            raw = await proxy.read_body(request)
-            body = Body(raw)
-            exchange = Exchange(api, str(body.get("model") or ""), started)
-            content = raw
-            if not proxy.config.passthrough:
-                try:
-                    conversation = api.split(body)
-                except ValueError as error:
-                    raise ProxyRefusal(400, str(error), "send the conversation as the API documents it") from None
+        if not proxy.check_token(request):
+            raise ProxyRefusal(401, "missing or wrong ctxwin token", f"send it in the {TOKEN_HEADER} header")
+        raw = await proxy.read_body(request)
+        body = Body(raw)
+        exchange = Exchange(api, str(body.get("model") or ""), started)
+        content = raw
+        if not proxy.config.passthrough:
+            try:
+                conversation = api.split(body)
+            except ValueError as error:
+                raise ProxyRefusal(400, str(error), "send the conversation as the API documents it") from None
+            if not conversation.untouched:
                 key = session_key(request.headers, body, conversation.system_text,
                                   api.first_user_text(conversation.history))
                 async with proxy.store.lease(key.id, engine_spec(body, proxy.config)) as engine:
-                    content = await proxy.run(_managed_count_body, proxy, engine, api, body, conversation,
-                                              proxy.memo(key.id)) or raw
-            response = await proxy.send(request, content, exchange)
-            data = await proxy.read(response, exchange)
-            return Response(data, response.status_code, response_headers(response))
-        except ProxyRefusal as refusal:
-            return refusal_response(api.name, refusal)
-        except ClientDisconnect:
-            return Response(status_code=499)
+                    content = await proxy.run(_managed_count_body, proxy, engine, api, body, conversation)
+        response = await proxy.send(request, content, exchange)
+        data = await proxy.read(response, exchange)
+        return Response(data, response.status_code, response_headers(response))
 
-    return endpoint
+    return shaped(api.name, endpoint)
 
 
 def _managed_count_body(proxy: Proxy, engine: ContextEngine, api: Api, body: Body,
-                        conversation: Conversation, memo: Memo) -> bytes | None:
-    conversion = api.canonical(conversation.history, memo.conversion, engine.counter.count_message)
-    stored = [m.content_key for m in engine.messages if "ctxwin" not in m.meta]
-    if [m.content_key for m in conversion.messages[:len(stored)]] != stored:
-        return None
-    memo.conversion = conversion
-    engine.sync(conversion.messages)
-    prepared = engine.prepare()
+                        conversation: Conversation) -> bytes:
+    draft = draft_engine(engine)
+    try:
+        conversion = api.canonical(conversation.history, Conversion(), draft.counter.count_message)
+        draft.sync(conversion.messages)
+        recall = proxy.config.recall_tool and body.present("tools")
+        overhead_raw = overhead_tokens(conversation, draft.counter)
+        if recall:
+            overhead_raw += proxy.recall_overhead(api, draft.counter)
+        draft.overhead_tokens = round(overhead_raw * (engine.calibrator.factor or 1.0))
+        prepared = draft.prepare()
+    except ValueError as error:
+        raise ProxyRefusal(400, f"cannot read the conversation: {error}", "send it as the API documents it") from None
+    except ContextBudgetError as error:
+        raise ProxyRefusal(400, f"the request cannot be made to fit: {error}") from None
     conversation.changes["stream"] = None  # count_tokens takes no stream flag
-    content, memo.rendered = api.forward(body, conversation, prepared,
-                                         proxy.config.recall_tool and body.present("tools"), memo.rendered)
+    content, _ = api.forward(body, conversation, prepared, recall, None)
     return content
 
 
@@ -664,13 +543,12 @@ ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
 def create_app(config: ProxyConfig, *, store: SessionStore | None = None,
-               transport: httpx.AsyncBaseTransport | None = None, tune_gc: bool = True) -> Starlette:
+               transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
     """The proxy for `config`. `store`: where sessions live (default: this process, in memory or
-    under `config.store_dir`); `transport`: the upstream transport (tests, or a custom one);
-    `tune_gc`: set the collector's thresholds for the request path while the app runs
-    (`GC_THRESHOLDS`; restored at shutdown)."""
-    proxy = Proxy(config, store if store is not None else MemorySessionStore.for_config(config), transport,
-                  tune_gc=tune_gc)
+    under `config.store_dir`); `transport`: the upstream transport (tests, or a custom one). The
+    collector's tuning is a process setting, made by the process that serves (`serve.tune_gc`), never
+    by an app, so two apps in one process do not fight over it."""
+    proxy = Proxy(config, store if store is not None else MemorySessionStore.for_config(config), transport)
     routes: list[BaseRoute] = [
         Route("/v1/messages", managed(proxy, APIS[ANTHROPIC]), methods=ALL_METHODS),
         Route("/v1/messages/count_tokens", count_tokens(proxy), methods=["POST"]),

@@ -13,6 +13,7 @@ DEFAULT_LISTEN = "127.0.0.1:8765"
 DEFAULT_MAX_BODY_BYTES = 64 * 2**20
 """Far above any real request (a 1M-token history is ~4 MB of JSON), low enough that a runaway client
 cannot make a worker buffer gigabytes."""
+DEFAULT_UPSTREAM_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,6 @@ class ProxyConfig:
     recall_tool: bool = True
     """Offer `ctxwin_recall` upstream and answer its calls in the proxy."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    upstream_timeout: float = 600.0
+    upstream_timeout: float = DEFAULT_UPSTREAM_TIMEOUT_S
     window: int | None = None
     """Override the model's context window (tests and small local models)."""

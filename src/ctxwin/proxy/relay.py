@@ -15,8 +15,12 @@ description tells the model to call it alone), and the model can ask again on it
 non-streamed path decides the same way.
 
 Errors before the first byte (an overflow) are recovered and retried as in the non-streamed path.
-An upstream that breaks off mid-stream gets the caller an error event in its API's shape. A caller
-that goes away mid-stream cancels the upstream request; what was synced stays logged.
+An upstream that breaks off mid-stream, sends an event that is not JSON, or a line or event over
+`max_body_bytes`, gets the caller an error event in its API's shape and the entry a 502. The
+request's entry is committed just before the held-back end (or that error event) goes out, so a
+caller that has its whole answer has its entry, even if the worker dies the moment after. A caller
+that goes away mid-stream cancels the upstream request (entry status 499); what was synced stays
+logged.
 """
 
 from __future__ import annotations
@@ -42,10 +46,11 @@ from ctxwin.providers.base import SSE, Done
 from . import recall as recall_tool
 from .apis import RECALL_TOOL, Api
 from .errors import ANTHROPIC, OPENAI_CHAT
+from .exchange import Exchange, Memo, Outgoing, compactions, recall_round, recover, response_headers
 
 if TYPE_CHECKING:
     from .apis import Conversation
-    from .app import Exchange, Memo, Outgoing, Proxy
+    from .app import Proxy
     from .body import Body
 
 
@@ -57,29 +62,50 @@ def encode(event: str, data: str) -> bytes:
     return (f"event: {event}\n{lines}\n" if event else f"{lines}\n").encode()
 
 
-async def sse_events(response: httpx.Response, timing: Exchange) -> AsyncIterator[SSE]:
+async def sse_events(response: httpx.Response, timing: Exchange, limit: int) -> AsyncIterator[SSE]:
     """The server-sent events of an upstream answer as they arrive (`event` "" when the server named
-    none, which Chat's chunks never do); the time spent waiting for them counts as upstream time."""
-    lines = response.aiter_lines()
-    event, data = "", []
+    none, which Chat's chunks never do); the time spent waiting for them counts as upstream time.
+    A line or an event over `limit` bytes is a 502 `ProxyRefusal`: an upstream cannot make the
+    proxy buffer without bound."""
+    chunks = response.aiter_bytes()
+    pending = b""
+    event, data, size = "", [], 0
     while True:
         started = time.perf_counter()
         try:
-            line = await lines.__anext__()
+            chunk = await chunks.__anext__()
         except StopAsyncIteration:
             break
         finally:
             timing.upstream_s += time.perf_counter() - started
-        if not line:
-            if data:
-                yield SSE(event, "\n".join(data))
-            event, data = "", []
-        elif line.startswith("data:"):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        if len(pending) > limit:
+            raise _too_large(limit)
+        for raw in lines:
+            line = raw.removesuffix(b"\r").decode("utf-8", "replace")
+            if not line:
+                if data:
+                    yield SSE(event, "\n".join(data))
+                event, data, size = "", [], 0
+            elif line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+                size += len(raw)
+                if size > limit:
+                    raise _too_large(limit)
+            elif line.startswith("event:"):
+                event = line[6:].strip()
+    if pending.strip():
+        line = pending.removesuffix(b"\r").decode("utf-8", "replace")
+        if line.startswith("data:"):
             data.append(line[5:].removeprefix(" "))
-        elif line.startswith("event:"):
-            event = line[6:].strip()
     if data:
         yield SSE(event, "\n".join(data))
+
+
+def _too_large(limit: int) -> ProxyRefusal:
+    return ProxyRefusal(502, f"the upstream sent a stream event over the proxy's limit of {limit:,} bytes",
+                        "raise --max-body-bytes if the provider really sends events that large")
 
 
 # ---------------------------------------------------------------------------------------------- editors
@@ -367,8 +393,6 @@ async def relay(proxy: Proxy, api: Api, request: Request, engine: ContextEngine,
     """The caller's streamed answer. The first upstream answer is opened here, so an error before the
     stream (an overflow, recovered and retried; any other status, relayed as it came) is an ordinary
     response; from the first event on, the `RelayResponse` holds the lease."""
-    from .app import response_headers
-
     editor = editor_for(api, proxy.config.passthrough or conversation.untouched)
     if isinstance(editor, ChatEditor):
         editor.hide_usage = conversation.usage_hidden
@@ -377,50 +401,85 @@ async def relay(proxy: Proxy, api: Api, request: Request, engine: ContextEngine,
         return opened
     upstream, outgoing = opened
 
+    noted = False
+
     async def run(send: Send) -> None:
-        nonlocal upstream, outgoing
+        nonlocal upstream, outgoing, noted
+
+        async def end(chunks: list[bytes], status: int | None = None) -> None:
+            # The request's entry is committed before the caller's last events go out: a caller that
+            # has its answer (message_stop, [DONE], response.completed, or the error) has its entry.
+            nonlocal noted
+            if status is not None:
+                exchange.status = status
+            noted = True
+            await proxy.run(exchange.note, engine)
+            for chunk in chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+        limit = proxy.config.max_body_bytes
         while True:
             events: list[SSE] = []
+            kept = 0  # what this answer's events hold (read for its usage and calls once it ends)
             try:
-                async for sse in sse_events(upstream, exchange):
+                async for sse in sse_events(upstream, exchange, limit):
                     events.append(sse)
+                    kept += len(sse.data)
+                    if kept > limit:
+                        raise ProxyRefusal(502, f"the upstream's streamed answer is over the proxy's limit of "
+                                                f"{limit:,} bytes",
+                                           "raise --max-body-bytes if the provider really sends answers that large")
                     for chunk in editor.feed(sse):
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except httpx.HTTPError as error:
-                await send({"type": "http.response.body", "body": error_event(
-                    api, f"the upstream broke off its answer: {type(error).__name__}", editor), "more_body": True})
+                await end([error_event(api, f"the upstream broke off its answer: {type(error).__name__}", editor)],
+                          502)
+                return
+            except ProxyRefusal as refusal:
+                await end([error_event(api, refusal.message, editor)], refusal.status)
+                return
+            except (ValueError, KeyError, TypeError, AttributeError):  # orjson.JSONDecodeError is a ValueError
+                await end([error_event(api, "the upstream sent a stream event that is not the API's JSON",
+                                       editor)], 502)
                 return
             finally:
                 await upstream.aclose()
             completion = _completion(api, events)
+            if completion is None and any(_is_error(sse) for sse in events):
+                exchange.status = 502  # the caller got the upstream's error event: not a success
             if completion is not None and completion.usage is not None:
                 exchange.usage = completion.usage
                 engine.record_usage(completion.usage)
             calls = [c for c in (completion.tool_calls if completion is not None else ()) if c.name == RECALL_TOOL]
             if completion is None or not calls or editor.own or editor.round >= recall_tool.MAX_ROUNDS:
                 dropped_only = bool(editor.recall) and not editor.own
-                for chunk in editor.finish(dropped_only=dropped_only):
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                try:
+                    chunks = editor.finish(dropped_only=dropped_only)
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    await end([error_event(api, "the upstream sent a stream event that is not the API's JSON",
+                                           editor)], 502)
+                    return
+                await end(chunks)
                 return
             exchange.recall_calls += len(calls)
-            from .app import _recall_round
-
-            outgoing = await proxy.run(_recall_round, proxy, engine, api, body, conversation, memo, completion, calls)
+            last = editor.round >= recall_tool.MAX_ROUNDS - 1
+            outgoing = await proxy.run(recall_round, proxy, engine, api, body, conversation, memo, completion, calls,
+                                       last)
             editor.next_round()
             opened = await open_stream(proxy, api, request, engine, body, conversation, memo, outgoing, exchange,
                                        editor)
             if isinstance(opened, Response):
-                await send({"type": "http.response.body", "body": error_event(
-                    api, f"the upstream refused the request after a recall (HTTP {opened.status_code})", editor),
-                    "more_body": True})
+                await end([error_event(
+                    api, f"the upstream refused the request after a recall (HTTP {opened.status_code})", editor)])
                 return
             upstream, outgoing = opened
 
     async def release(finished: bool) -> None:
         try:
-            if not finished:
-                exchange.status = 499  # the caller went away mid-stream
-            await proxy.run(exchange.note, engine)
+            if not noted:
+                if not finished:
+                    exchange.status = 499  # the caller went away mid-stream
+                await proxy.run(exchange.note, engine)
         finally:
             await lease.aclose()
 
@@ -432,8 +491,6 @@ async def open_stream(proxy: Proxy, api: Api, request: Request, engine: ContextE
                       editor: Editor) -> tuple[httpx.Response, Outgoing] | Response:
     """An upstream answer that is streaming (status 200), after overflow recoveries; else the
     error response to give the caller."""
-    from .app import compactions, recover, response_headers
-
     while True:
         exchange.tokens_forwarded += outgoing.tokens
         exchange.compactions += compactions(outgoing.prepared) if outgoing.prepared is not None else 0
@@ -449,6 +506,12 @@ async def open_stream(proxy: Proxy, api: Api, request: Request, engine: ContextE
         if retry is None:
             return Response(raw, response.status_code, response_headers(response))
         outgoing = retry
+
+
+def _is_error(sse: SSE) -> bool:
+    """An upstream's error event (Anthropic and Responses `error`, Responses `response.failed`, a Chat
+    chunk that is `{"error": ...}`)."""
+    return sse.event in ("error", "response.failed") or (not sse.event and sse.data.lstrip().startswith('{"error"'))
 
 
 def _completion(api: Api, events: list[SSE]) -> Any:

@@ -37,12 +37,12 @@ LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost
 MAX_WORKERS = 64  # far above what a machine's cores can use; a typo of 1000 is refused, not forked
 TIMEOUT_KEEP_ALIVE_S = 75  # agents reuse one connection per turn loop; above typical client idle pools
 GRACEFUL_SHUTDOWN_S = 30  # on SIGTERM, requests in flight (a streamed answer) get this long to finish
-GC_THRESHOLDS = (50_000, 50, 100)
-"""The cyclic collector's thresholds in a worker. A 170k-token request parses into tens of thousands
-of short-lived containers: at Python's default (700, 10, 10) that is dozens of collections per
-request, and the previous body, which lives until the next request replaces it, is promoted and makes
-full collections of the whole heap frequent (measured: 28 ms pauses at p99 of the request path).
-Collections still run, a hundred times less often."""
+GC_THRESHOLDS = (100_000, 50, 100)
+"""The cyclic collector's thresholds in a worker, set here only (a process setting, not an app's).
+A 170k-token request parses into tens of thousands of short-lived containers: at Python's default
+(700, 10, 10) that is dozens of collections per request, and the previous body, which lives until
+the next request replaces it, is promoted and makes full collections of the whole heap frequent
+(measured: 28 ms pauses at p99 of the request path). Collections still run, far less often."""
 
 
 @dataclass(frozen=True, slots=True)

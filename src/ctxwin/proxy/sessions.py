@@ -21,6 +21,7 @@ in-memory log or a JSONL folder per session.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import hashlib
 import re
 import shutil
@@ -34,7 +35,7 @@ from typing import Any, Protocol
 
 from ctxwin import policies, telemetry
 from ctxwin.engine import ContextEngine
-from ctxwin.store.base import SessionLog
+from ctxwin.store.base import Entry, EntryKind, SessionLog, StoreProblem
 from ctxwin.store.blobs import FileBlobStore
 from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.store.session import Session
@@ -149,6 +150,68 @@ def build_engine(log: SessionLog, spec: EngineSpec) -> ContextEngine:
     return engine
 
 
+class DraftLog:
+    """A session log that reads a real one and keeps its own appends in memory, so an engine over it
+    can sync and prepare a request that is only being looked at (count_tokens counts a draft) while
+    the real log never sees it. Blobs are the real log's (content-addressed: a draft's large result
+    may leave its bytes there, never an entry)."""
+
+    def __init__(self, base: SessionLog) -> None:
+        self.session_id = base.session_id
+        self.blobs = base.blobs
+        self._base = base
+        self._own: dict[str, Entry] = {}
+        self._leaf = base.leaf_id
+
+    @property
+    def leaf_id(self) -> str | None:
+        return self._leaf
+
+    @property
+    def problems(self) -> list[StoreProblem]:
+        return []  # the real log's were reported by its own engine
+
+    def append(self, kind: EntryKind, payload: dict[str, Any], *, parent_id: str | None = None) -> Entry:
+        entry = Entry(f"draft{len(self._own) + 1:06d}", parent_id if parent_id is not None else self._leaf, kind,
+                      datetime.datetime.now(datetime.UTC).isoformat(), payload)
+        self._own[entry.id] = entry
+        self._leaf = entry.id
+        return entry
+
+    def branch(self, entry_id: str | None) -> None:
+        if entry_id is not None:
+            self.get(entry_id)  # KeyError for an unknown entry, as the real logs do
+        self._leaf = entry_id
+
+    def path(self, leaf_id: str | None = None) -> list[Entry]:
+        own: list[Entry] = []
+        current = leaf_id if leaf_id is not None else self._leaf
+        while current is not None and current in self._own:
+            own.append(self._own[current])
+            current = self._own[current].parent_id
+        base = self._base.path(current) if current is not None else []
+        return [*base, *reversed(own)]
+
+    def get(self, entry_id: str) -> Entry:
+        own = self._own.get(entry_id)
+        return own if own is not None else self._base.get(entry_id)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter([*self._base, *self._own.values()])
+
+    def __len__(self) -> int:
+        return len(self._base) + len(self._own)
+
+    def close(self) -> None:
+        pass
+
+
+def draft_engine(engine: ContextEngine) -> ContextEngine:
+    """An engine like `engine`, over a `DraftLog` of its session: what it appends stays in memory."""
+    return ContextEngine(DraftLog(engine.session), model=engine.model, policy=engine.policy, counter=engine.counter,
+                         window=engine.window, max_output=engine.max_output)
+
+
 OUTPUT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
@@ -190,6 +253,7 @@ class MemorySessionStore:
         self._slots: OrderedDict[str, _Slot] = OrderedDict()
         self._known: dict[str, None] = {}
         self._scratch: Path | None = None
+        self._logs: dict[str, SessionLog] = {}  # in memory: the logs, which outlive their engines
 
     @classmethod
     def for_config(cls, config: ProxyConfig) -> MemorySessionStore:
@@ -198,9 +262,12 @@ class MemorySessionStore:
     def _open_log(self, session_id: str) -> SessionLog:
         if self.store_dir is not None:
             return Session.open(self.store_dir / session_id, lock_timeout=10)
-        if self._scratch is None:
-            self._scratch = Path(tempfile.mkdtemp(prefix="ctxwin-proxy-blobs-"))
-        return MemorySessionLog(session_id, blobs=FileBlobStore(self._scratch / session_id))
+        log = self._logs.get(session_id)
+        if log is None:
+            if self._scratch is None:
+                self._scratch = Path(tempfile.mkdtemp(prefix="ctxwin-proxy-blobs-"))
+            log = self._logs[session_id] = MemorySessionLog(session_id, blobs=FileBlobStore(self._scratch / session_id))
+        return log
 
     @asynccontextmanager
     async def lease(self, session_id: str, spec: EngineSpec) -> AsyncIterator[ContextEngine]:
@@ -218,14 +285,14 @@ class MemorySessionStore:
         self._evict()
 
     def _evict(self) -> None:
-        if self.store_dir is None:
-            return  # an in-memory log cannot be reopened: its engine is the session
+        """Closes the least recently used engines past `max_open` (their logs stay: in memory, the log
+        object is kept, and the next request of the session opens an engine over it again)."""
         while len(self._slots) > self.max_open:
             session_id, slot = next(iter(self._slots.items()))
             if slot.lock.locked():
                 return  # the oldest is in use: try again after the next lease
             del self._slots[session_id]
-            if slot.engine is not None:
+            if slot.engine is not None and self.store_dir is not None:
                 slot.engine.session.close()
 
     def session_ids(self) -> list[str]:
@@ -249,6 +316,7 @@ class MemorySessionStore:
             if slot.engine is not None:
                 slot.engine.session.close()
         self._slots.clear()
+        self._logs.clear()
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None

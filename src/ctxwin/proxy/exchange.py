@@ -1,0 +1,149 @@
+"""What one request to a managed endpoint carries from the handler to the upstream and back, shared
+by the whole-answer path (`app`) and the streamed one (`relay`): the facts for its entry
+(`Exchange`), the request about to go upstream (`Outgoing`), what the process remembers of the
+session (`Memo`), and the steps both paths take (an overflow recovery, a recall round)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import orjson
+
+from ctxwin.engine import ContextEngine, Prepared
+from ctxwin.errors import ContextBudgetError, ContextOverflowError
+from ctxwin.store.entries import ProxyRequestEntry
+from ctxwin.telemetry.proxy_spans import ProxySpan
+
+from . import recall as recall_tool
+from .apis import Api, Conversation, Conversion, Rendered, overhead_key
+from .body import Body
+
+if TYPE_CHECKING:
+    from .app import Proxy
+
+TOKEN_HEADER = "x-ctxwin-token"
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
+    "transfer-encoding", "upgrade", "host", "content-length",
+    "accept-encoding",  # httpx negotiates its own and decodes; the caller gets identity bytes
+    TOKEN_HEADER, "x-ctxwin-session",
+})
+RESPONSE_DROP = frozenset({*HOP_BY_HOP, "content-encoding", "content-length", "date", "server"})
+"""Not relayed from the upstream's answer: what the proxy's own server writes (date, server, framing)."""
+MAX_RECOVERIES = 3
+"""Overflow recoveries per request before the upstream's error goes to the caller (the engine bounds
+its own attempts too)."""
+@dataclass
+class Memo:
+    """What the proxy remembers of a session between its requests (this process only; a worker that
+    has none converts the whole history once)."""
+
+    conversion: Conversion = field(default_factory=Conversion)
+    overhead: tuple[str, int] = ("", 0)  # (key of the system+tools bytes, their raw token count)
+    forwarded_overhead: str | None = None  # the overhead key of the previous forwarded request
+    forwarded_keys: list[str] = field(default_factory=list)  # passthrough: the previous request's keys
+    rendered: Rendered | None = None  # the turns written for the last forwarded request
+    retired: Conversion | None = None
+    """The conversion this request replaced, freed once the answer is on its way: dropping the last
+    reference to a 170K-token history's parsed dicts takes milliseconds the caller need not wait for."""
+    synced: tuple[int, int, int] | None = None
+    """(engine id, messages it held, messages of the conversion) right after the last sync: while the
+    engine is the same object and holds the same messages, a history that only extends the last one
+    is appended without matching it all again."""
+
+
+@dataclass
+class Outgoing:
+    """One request about to go upstream, and what ctxwin knows of it."""
+
+    body: bytes
+    prepared: Prepared | None
+    tokens: int
+    reuse: float
+
+
+@dataclass
+class Exchange:
+    """Facts about one handled request, for its ProxyRequestEntry."""
+
+    api: Api
+    model: str
+    started: float
+    upstream_s: float = 0.0
+    tokens_received: int = 0
+    tokens_forwarded: int = 0
+    reuse: float = 0.0
+    compactions: int = 0
+    recoveries: int = 0
+    recall_calls: int = 0
+    invalid: bool = False
+    streamed: bool = False
+    usage: Any = None
+    pending_usage: Any = None  # usage of the final answer, recorded with the entry before the caller has it
+    status: int = 200
+    ended: float | None = None  # when the answer was ready for the caller (None: now)
+    span: ProxySpan = field(default_factory=ProxySpan)  # the request's telemetry span (off: does nothing)
+
+    def note(self, engine: ContextEngine) -> None:
+        """Keep the request's entry in the session log, and put it on the request's span."""
+        entry = self.entry()
+        engine.note(entry)
+        self.span.record(entry)
+
+    def entry(self) -> ProxyRequestEntry:
+        usage = self.usage
+        elapsed = (self.ended or time.perf_counter()) - self.started
+        return ProxyRequestEntry(
+            api=self.api.name, model=self.model, status=self.status, tokens_received=self.tokens_received,
+            tokens_forwarded=self.tokens_forwarded, cache_prefix_reuse=round(self.reuse, 4),
+            compactions=self.compactions, recoveries=self.recoveries, recall_calls=self.recall_calls,
+            invalid_forwarded=self.invalid, streamed=self.streamed,
+            input_tokens=usage.input_tokens if usage is not None else None,
+            output_tokens=usage.output_tokens if usage is not None else None,
+            cache_read_tokens=usage.cache_read_tokens if usage is not None else None,
+            cache_write_tokens=usage.cache_write_tokens if usage is not None else None,
+            added_ms=round(max(0.0, elapsed - self.upstream_s) * 1000, 3),
+            upstream_ms=round(self.upstream_s * 1000, 3))
+
+
+def compactions(prepared: Prepared) -> int:
+    return sum(e.stage == "compaction" and e.action not in ("checkpoint_request", "failed") for e in prepared.events)
+
+
+def response_headers(response: httpx.Response) -> dict[str, str]:
+    return {k: v for k, v in response.headers.items() if k not in RESPONSE_DROP}
+
+
+async def recover(proxy: Proxy, api: Api, engine: ContextEngine, body: Body, conversation: Conversation,
+                  memo: Memo, response: httpx.Response, raw: bytes, exchange: Exchange) -> Outgoing | None:
+    """The smaller request to retry with after an overflow error, or None to give the caller the error."""
+    error: Any
+    try:
+        error = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        error = raw.decode("utf-8", "replace")
+    evidence = {"status": response.status_code, "body": error} if isinstance(error, dict) else error
+    if not engine.is_overflow_error(evidence) and not engine.is_overflow_error(error):
+        exchange.invalid = response.status_code == 400
+        return None
+    if exchange.recoveries >= MAX_RECOVERIES:
+        return None
+    exchange.recoveries += 1
+    try:
+        prepared = await proxy.run(engine.recover, error)
+    except (ContextOverflowError, ContextBudgetError):
+        return None
+    recall = proxy.config.recall_tool and body.present("tools")
+    return proxy.outgoing(engine, api, body, conversation, prepared, memo, overhead_key(conversation), recall)
+
+
+def recall_round(proxy: Proxy, engine: ContextEngine, api: Api, body: Body, conversation: Conversation,
+                 memo: Memo, completion: Any, calls: list[Any], last: bool) -> Outgoing:
+    """The next request after answering the model's recall calls; the `last` round's goes without the
+    recall tool, so a model that keeps asking answers with what it has (`recall.MAX_ROUNDS`)."""
+    engine.append(recall_tool.exchange(engine, completion, calls))
+    return proxy.outgoing(engine, api, body, conversation, engine.prepare(), memo, overhead_key(conversation),
+                          not last)
