@@ -14,7 +14,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors",),
+    ("errors", "lazy"),
     # `paths` (globs and the deny list) sits beside `files`, below everything else: the tools'
     # workspace and the memory index both refuse what the one deny list names.
     ("files", "paths"),

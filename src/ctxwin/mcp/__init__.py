@@ -19,8 +19,9 @@ Imports: everything up to the agent (tools, memory, store); never the proxy or t
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ctxwin.lazy import lazy_exports
 
 _EXPORTS = {
     **{name: "address" for name in ("TOKEN_ENV", "check_exposure", "is_loopback", "parse_address")},
@@ -45,13 +46,7 @@ if TYPE_CHECKING:
     from ctxwin.mcp.tools import McpConfig, ServedTool, Toolset
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ctxwin.mcp' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"ctxwin.mcp.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -16,8 +16,9 @@ below the engine and the tools.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ctxwin.lazy import lazy_exports
 
 _EXPORTS = {
     **{name: "chunks" for name in ("Chunk", "entry_chunks", "file_chunks",)},
@@ -63,13 +64,7 @@ if TYPE_CHECKING:
     from ctxwin.memory.working_set import WorkingSet, limits_for_window
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ctxwin.memory' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"ctxwin.memory.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [

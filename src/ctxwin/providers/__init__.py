@@ -10,8 +10,9 @@ Imports: errors, files, messages, tokens; it sits below the engine, which reads 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ctxwin.lazy import lazy_exports
 
 _EXPORTS = {
     "AnthropicClient": "anthropic",
@@ -50,13 +51,7 @@ if TYPE_CHECKING:
     from ctxwin.providers.openai import OpenAIChatClient, OpenAIResponsesClient
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ctxwin.providers' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"ctxwin.providers.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = ["APIS", "NO_RETRY", "AnthropicClient", "Completion", "Done", "ModelClient", "OpenAIChatClient",
