@@ -22,7 +22,7 @@ from ctxwin.compaction.base import Summarizer, Summary
 from ctxwin.compaction.checkpoint import CheckpointStrategy
 from ctxwin.compaction.claude_code import ClaudeCodeStrategy
 from ctxwin.compaction.ctxwin import CtxwinStrategy
-from ctxwin.compaction.cuts import CutPlan, plan_at
+from ctxwin.compaction.cuts import CutPlan
 from ctxwin.compaction.extractive import ExtractiveSummarizer
 from ctxwin.compaction.identifiers import call_arguments, guard
 from ctxwin.compaction.letta import LettaStrategy
@@ -159,74 +159,58 @@ def compact_view(
     plan = strategy.plan(items, policy, ctx, pins, factor, agent_summary)
     if not plan.summarized:
         raise CompactionFailed("nothing to compact: the recent history alone is within the kept budget", before)
-    summarizer = summarizer or ExtractiveSummarizer()
-
-    def outcome_of(plan: CutPlan) -> Outcome:
-        budget = summary_budget(policy, ctx.window, factor)
-        summarizer_budget = max(int(budget * (1 - GUARD_SHARE - INDEX_SHARE)), 1)
-        # The summarizer reads the messages as logged, not their masked or spilled renderings in the view.
-        logged = originals or {}
-        span_messages = [logged.get(i.entry_id, i.message) for i in plan.span]
-        prefix_messages = [logged.get(i.entry_id, i.message) for i in plan.prefix]
-        try:
-            if agent_summary is not None and plan.first_kept_id != agent_summary.entry_id \
-                    and any(i.entry_id == agent_summary.entry_id for i in plan.span):
-                # The agent's own summary stands for the span (Alyx); the guard and the index still apply.
-                summary = Summary(text=agent_summary.text, summarizer="agent checkpoint",
-                                  tokens=ctx.counter.count_text(agent_summary.text))
-                if summary.tokens > summarizer_budget:
-                    summary = summarizer.summarize([Message("assistant", (Text(agent_summary.text),))], previous=None,
-                                                   focus=focus, budget_tokens=summarizer_budget, counter=ctx.counter)
-            elif plan.prefix:
-                history_budget = int(summarizer_budget * (1 - SPLIT_PREFIX_SHARE))
-                history = summarizer.summarize(span_messages, previous=previous, focus=focus,
-                                               budget_tokens=history_budget, counter=ctx.counter) \
-                    if span_messages else previous
-                turn = summarizer.summarize(prefix_messages, previous=None, focus=focus,
-                                            budget_tokens=summarizer_budget - history_budget, counter=ctx.counter)
-                summary = join_split_turn(history, turn, ctx)
-            else:
-                summary = summarizer.summarize(span_messages, previous=previous, focus=focus,
-                                               budget_tokens=summarizer_budget, counter=ctx.counter)
-        except Exception as error:  # a failed summary never deletes history
-            raise CompactionFailed(f"summarizer {getattr(summarizer, 'name', '?')} failed: {error}", before) from error
-        if policy.identifier_policy == "strict":
-            summary = guard(summary, span_messages + prefix_messages, ctx.counter, int(budget * (1 - INDEX_SHARE)))
-        summary = with_recall_index(summary, plan.summarized, ctx, budget, originals)
-        covered = tuple(dict.fromkeys([*(previous.covered_ids if previous else ()),
-                                       *(i.entry_id for i in plan.summarized)]))
-        summary = replace(summary, covered_ids=covered)
-        attachments = strategy.attachments(plan, policy, ctx)
-
-        summary_tokens = ctx.count(summary_message(summary.text))
-        attachment_tokens = sum(ctx.counter.count_text(a["text"]) for a in attachments)
-        after = (ctx.system_tokens + summary_tokens + attachment_tokens + total_tokens(plan.pinned)
-                 + total_tokens(plan.kept))
-        reason = f"{trigger}: view at {before:,} tokens" + (f", focus: {focus}" if focus else "")
-        details = {"trigger": trigger, "span_messages": len(plan.span), "prefix_messages": len(plan.prefix),
-                   "kept_messages": len(plan.kept), "summary_tokens": summary.tokens,
-                   "identifier_guard": summary.details.get("identifier_guard", {})}
-        return Outcome(policy.strategy, summary, plan, before, after, reason, attachments, details)
-
-    outcome = outcome_of(plan)
-    limit = strategy.threshold(ctx.window, policy) / factor
-    kept_over = ctx.system_tokens + summary_budget(policy, ctx.window, factor) + total_tokens(plan.kept) > limit
-    if kept_over and not force and (outcome.tokens_after > limit
-                                    or outcome.tokens_after > before * (1 - policy.min_gain_ratio)):
-        # The newest round stayed although it fits under the trigger only beside a summary smaller than
-        # its budget (`cuts.shrinking_cut`: the results the model just asked for are worth keeping), and
-        # the summary as written is not that small: the view is still past the trigger, or barely
-        # smaller, and the next call would compact again at once. Summarize the round too.
-        wider = plan_at(items, len(items), pins, split_turns=strategy.split_turns)
-        if len(wider.summarized) > len(plan.summarized):
-            plan, outcome = wider, outcome_of(wider)
-    if not force and outcome.tokens_after > before * (1 - policy.min_gain_ratio):
-        raise CompactionFailed(
-            f"compaction would only go from {before:,} to {outcome.tokens_after:,} tokens (less than "
-            f"{policy.min_gain_ratio:.0%} saved)", before)
     if memory_flush is not None and trigger != "manual":
         memory_flush([i.message for i in plan.summarized])
-    return outcome
+    summarizer = summarizer or ExtractiveSummarizer()
+    budget = summary_budget(policy, ctx.window, factor)
+    summarizer_budget = max(int(budget * (1 - GUARD_SHARE - INDEX_SHARE)), 1)
+    # The summarizer reads the messages as logged, not their masked or spilled renderings in the view.
+    logged = originals or {}
+    span_messages = [logged.get(i.entry_id, i.message) for i in plan.span]
+    prefix_messages = [logged.get(i.entry_id, i.message) for i in plan.prefix]
+    try:
+        if agent_summary is not None and plan.first_kept_id != agent_summary.entry_id \
+                and any(i.entry_id == agent_summary.entry_id for i in plan.span):
+            # The agent's own summary stands for the span (Alyx); the guard and the index still apply.
+            summary = Summary(text=agent_summary.text, summarizer="agent checkpoint",
+                              tokens=ctx.counter.count_text(agent_summary.text))
+            if summary.tokens > summarizer_budget:
+                summary = summarizer.summarize([Message("assistant", (Text(agent_summary.text),))], previous=None,
+                                               focus=focus, budget_tokens=summarizer_budget, counter=ctx.counter)
+        elif plan.prefix:
+            history_budget = int(summarizer_budget * (1 - SPLIT_PREFIX_SHARE))
+            history = summarizer.summarize(span_messages, previous=previous, focus=focus,
+                                           budget_tokens=history_budget, counter=ctx.counter) \
+                if span_messages else previous
+            turn = summarizer.summarize(prefix_messages, previous=None, focus=focus,
+                                        budget_tokens=summarizer_budget - history_budget, counter=ctx.counter)
+            summary = join_split_turn(history, turn, ctx)
+        else:
+            summary = summarizer.summarize(span_messages, previous=previous, focus=focus,
+                                           budget_tokens=summarizer_budget, counter=ctx.counter)
+    except Exception as error:  # a failed summary never deletes history
+        raise CompactionFailed(f"summarizer {getattr(summarizer, 'name', '?')} failed: {error}", before) from error
+    if policy.identifier_policy == "strict":
+        summary = guard(summary, span_messages + prefix_messages, ctx.counter, int(budget * (1 - INDEX_SHARE)))
+    summary = with_recall_index(summary, plan.summarized, ctx, budget, originals)
+    covered = tuple(dict.fromkeys([*(previous.covered_ids if previous else ()),
+                                   *(i.entry_id for i in plan.summarized)]))
+    summary = replace(summary, covered_ids=covered)
+    attachments = strategy.attachments(plan, policy, ctx)
+
+    summary_tokens = ctx.count(summary_message(summary.text))
+    attachment_tokens = sum(ctx.counter.count_text(a["text"]) for a in attachments)
+    after = (ctx.system_tokens + summary_tokens + attachment_tokens + total_tokens(plan.pinned)
+             + total_tokens(plan.kept))
+    if not force and after > before * (1 - policy.min_gain_ratio):
+        raise CompactionFailed(
+            f"compaction would only go from {before:,} to {after:,} tokens (less than "
+            f"{policy.min_gain_ratio:.0%} saved)", before)
+    reason = f"{trigger}: view at {before:,} tokens" + (f", focus: {focus}" if focus else "")
+    details = {"trigger": trigger, "span_messages": len(plan.span), "prefix_messages": len(plan.prefix),
+               "kept_messages": len(plan.kept), "summary_tokens": summary.tokens,
+               "identifier_guard": summary.details.get("identifier_guard", {})}
+    return Outcome(policy.strategy, summary, plan, before, after, reason, attachments, details)
 
 
 def recall_index(items: Sequence[Item], ctx: StageContext, budget_tokens: int,

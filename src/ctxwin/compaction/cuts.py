@@ -74,11 +74,8 @@ def shrinking_cut(items: Sequence[Item], start: int, keep: int, fixed_tokens: in
     while fixed_tokens + total_tokens(items[cut:]) > limit and keep > 0:
         keep //= 2
         cut = find_cut(items, start, keep)
-    if total_tokens(items[cut:]) > limit:
+    if fixed_tokens + total_tokens(items[cut:]) > limit:
         return len(items)  # the newest round alone is past the trigger: it cannot stay verbatim
-    # The newest round fits under the trigger, only not with a summary of its full budget beside it:
-    # it stays. Summarizing the results the model just asked for would make it ask again, and the
-    # real summary is mostly far smaller than its budget (a small window's case: 16K, 2K results).
     return cut
 
 
