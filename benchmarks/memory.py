@@ -43,10 +43,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import longconv  # noqa: E402
-
-from ctxwin.memory import MemoryIndex, resolve_ref  # noqa: E402
-from ctxwin.memory.chunks import Chunk, chunk_id, entry_chunks, file_chunks, text_hash  # noqa: E402
+import longconv
+from ctxwin.memory import MemoryIndex, resolve_ref
+from ctxwin.memory.chunks import Chunk, chunk_id, entry_chunks, file_chunks, text_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CTXWIN_SHARED_DIR", ROOT.parent / "shared")) / "transcripts"

@@ -26,6 +26,7 @@ import re2
 
 from ctxwin.errors import MemoryIndexError
 from ctxwin.memory.chunks import _SEPARATORS, IDENTIFIER, Chunk
+from ctxwin.memory.snippets import STOPWORDS
 from ctxwin.memory.vectors import VectorScan
 from ctxwin.paths import re2_options
 
@@ -407,7 +408,11 @@ class SqliteBackend:
         rows they would rank stay within `POSTINGS_BUDGET` (and at most `MAX_QUERY_TERMS` of them),
         plus each identifier as a phrase when its words fit the budget too."""
         # Longer words first: they are the rarer ones, and each costs a look-up.
-        terms = sorted(dict.fromkeys([*whole_identifiers(query), *query_terms(query)]),
+        asked = query_terms(query)
+        content = [t for t in asked if t not in STOPWORDS]
+        # Question words ("what", "did") rank a chunk for sharing them only where they are rare, as
+        # in a small index: they are asked for only when the query has nothing else.
+        terms = sorted(dict.fromkeys([*whole_identifiers(query), *(content or asked)]),
                        key=lambda t: (-len(t), t))[:2 * MAX_QUERY_TERMS]
         phrases = identifiers(query)
         words = {w for p in phrases for w in p.split()}

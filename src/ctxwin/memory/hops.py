@@ -1,7 +1,7 @@
 """The search agent for chained questions ("the owner of the pet named Dawn lives in which state?"),
 deterministic: each hop reads the best results of the one before, takes what links them onward (ids,
 the values of the fields the question names, file names, dates, names), asks again with those, and
-the hops' results are merged. Pure functions; `MemoryIndex.search(hops=N)` runs them. A caller with an
+the hops' results are merged, in turns. Pure functions; `MemoryIndex.search(hops=N)` runs them. A caller with an
 LLM may rewrite the follow-up query instead (`MemoryIndex.search(rewrite=...)`).
 
 What a hop reads, in the order it is asked for:
@@ -75,24 +75,23 @@ def link_terms(question: str, texts: Sequence[str], asked: Iterable[str], limit:
 
 
 def merge(hops: Sequence[Sequence[tuple[int, float]]], weight: float = HOP_WEIGHT) -> list[tuple[int, float, int]]:
-    """The hops' ranked (key, score) lists as one: a hop's scores are scaled by `weight` per hop
-    after the first, a key found by several hops keeps its best score plus a tenth of the others,
-    and the first hop's best result stays first. Returns (key, score, first hop that found it)."""
-    best: dict[int, float] = {}
-    extra: dict[int, float] = {}
-    found_at: dict[int, int] = {}
-    for number, hop in enumerate(hops):
-        scale = weight ** number
-        for key, score in hop:
-            value = score * scale
-            if key in best:
-                extra[key] = extra.get(key, 0.0) + 0.1 * min(value, best[key])
-                best[key] = max(best[key], value)
-            else:
-                best[key] = value
-                found_at[key] = number + 1
-    ranked = sorted(best, key=lambda k: (-(best[k] + extra.get(k, 0.0)), found_at[k], k))
-    return [(k, best[k] + extra.get(k, 0.0), found_at[k]) for k in ranked]
+    """The hops' ranked (key, score) lists as one, taken in turns: the first hop's best, the second
+    hop's best not yet taken, ..., then each hop's second, and so on, so every link of the chain is
+    near the top (a score-sorted merge buries the later hops under the first hop's weak matches).
+    Scores are scaled by `weight` per hop after the first. Returns (key, score, hop that found it)."""
+    out: list[tuple[int, float, int]] = []
+    taken: set[int] = set()
+    cursors = [0] * len(hops)
+    while any(cursors[n] < len(hop) for n, hop in enumerate(hops)):
+        for number, hop in enumerate(hops):
+            while cursors[number] < len(hop) and hop[cursors[number]][0] in taken:
+                cursors[number] += 1
+            if cursors[number] < len(hop):
+                key, score = hop[cursors[number]]
+                cursors[number] += 1
+                taken.add(key)
+                out.append((key, score * weight ** number, number + 1))
+    return out
 
 
 def hop_query(terms: Sequence[str]) -> str:

@@ -1,8 +1,9 @@
 """What a result shows, within the caller's budget of characters: pure functions.
 
 A result is its matching unit (a turn, a section, a paragraph) whole when it fits; when it does not,
-its lines that hold the query's words come first and the rest only if room is left, shown in file
-order with `…` where lines were skipped; a line longer than the room is cut around its first match.
+only its lines that hold the query's words, the ones holding most of them first (its first lines
+when none does: a hit by meaning alone), shown in file order with `…` where lines were skipped; a
+line longer than the room is cut around its first match.
 Then, if room is left, the lines of the unit before and after it that hold at least two of the
 query's words (or the only one), as context. Nothing is shown that neither is the unit nor matches.
 
@@ -88,7 +89,8 @@ def unit_text(text: str, stems: frozenset[str], room: int) -> tuple[str, tuple[i
         return text, tuple(range(1, len(lines) + 1))
     scores = [line_score(line, stems) for line in lines]
     order = sorted((i for i in range(len(lines)) if scores[i] > 0), key=lambda i: (-scores[i], i))
-    order += [i for i in range(len(lines)) if scores[i] == 0]
+    if not order:  # found by meaning alone: its first lines
+        order = list(range(len(lines)))
     picked: dict[int, str] = {}
     used = 0
     for i in order:

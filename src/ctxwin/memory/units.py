@@ -173,6 +173,8 @@ def text_units(text: str) -> list[Unit]:
     for level, heading, blocks in _blocks(text):
         lines = [line for block in blocks for line in block.lines]
         size = sum(len(t) + 1 for _, t in lines)
+        if len(lines) == 1 and _HEADING.match(lines[0][1]):
+            continue  # a heading with nothing under it (before its subsections)
         dialogue = sum(1 for _, t in lines if speaker_of(t) is not None) >= 2
         if level and size <= SECTION_MAX_CHARS and len(blocks) <= 4 and not dialogue:
             body = "\n".join(t for _, t in lines)
