@@ -112,7 +112,7 @@ def test_memory_index_reports_the_chunks_it_holds(tmp_path: Path) -> None:
     assert result.exit_code == 0 and "1 chunk(s) added" in result.output and "1 chunks" in result.output
 
 
-@pytest.mark.parametrize("ref", ["memory/2026-01-01.md#L2-3", "memory/2026-01-01.md#L2"])
+@pytest.mark.parametrize("ref", ["memory/2026-01-01.md:2-3", "memory/2026-01-01.md:2"])
 def test_memory_get_reads_a_hits_ref(tmp_path: Path, ref: str) -> None:
     root = _workspace(tmp_path)
     (root / "memory" / "2026-01-01.md").write_text("one\ntwo\nthree\nfour\n")

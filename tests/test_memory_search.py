@@ -165,7 +165,7 @@ def test_cli_queries_print_a_json_line_each_with_refs_memory_get_reads(tmp_path:
     assert [line["query"] for line in lines] == ["support group", "pottery class"]
     hit = lines[0]["results"][0]
     assert {"text", "path", "start_line", "end_line", "date", "ref"} <= set(hit)
-    assert hit["date"] == "2023-05-08" and hit["ref"] == f"{hit['path']}#L{hit['start_line']}"
+    assert hit["date"] == "2023-05-08" and hit["ref"] == f"{hit['path']}:{hit['start_line']}"
     with MemoryIndex.open(tmp_path / "i.sqlite", HashEmbedder()) as index:
         got = MemoryTools(root, index).run("memory_get", {"path": hit["ref"]})
     assert "support group" in got.text and got.text in hit["text"]

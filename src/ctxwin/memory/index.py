@@ -67,7 +67,7 @@ Rewrite = Callable[[str, list[str]], str]
 class SearchResult:
     """One hit: where it is (`path`, 1-based inclusive lines), how it scored, and `text`, what of it
     fits the search's budget (`snippets.py`; `snippet` is the same text). `ref` gives the original:
-    `entry:<id>[#<call>]` for session chunks (recall returns it byte-identical), `<path>#L<a>-<b>` for
+    `entry:<id>[#<call>]` for session chunks (recall returns it byte-identical), `<path>:<a>-<b>` for
     files (memory_get reads it). `speaker`, `timestamp` (the message's time, or a note's day) and
     `dates` (the relative dates of the text resolved against that day) say who and when; `hop` is the
     search hop that found it."""
@@ -107,8 +107,9 @@ class SearchResult:
 
 
 def file_ref(path: str, start: int, end: int) -> str:
-    """The ref of lines of a memory or workspace file: `memory/2023-05-08.md#L12-14`."""
-    return f"{path}#L{start}-{end}" if end != start else f"{path}#L{start}"
+    """The ref of lines of a memory or workspace file: `memory/2023-05-08.md:12-14` (the form the
+    memory tools print, and consolidation's sources)."""
+    return f"{path}:{start}-{end}" if end != start else f"{path}:{start}"
 
 
 @dataclass

@@ -5,7 +5,7 @@ outputs that say what to do.
 - `memory_search {query, max_results, min_score, hops, max_chars}`: hybrid search of MEMORY.md and
   memory/*.md; each hit's matching text within `max_chars` for all hits, with path, line range, date and
   a ref (OpenClaw's, plus Letta's search agent for chained questions: `hops`).
-- `memory_get {path, from, lines}`: read lines of a memory file (a hit's ref, `memory/x.md#L3-5`, is a
+- `memory_get {path, from, lines}`: read lines of a memory file (a hit's ref, `memory/x.md:3-5`, is a
   path too); a missing file is empty text.
 - `memory {command, ...}`: Anthropic's `memory_20250818` commands (view, create, str_replace, insert,
   delete, rename) inside the memory folder (`/memories/...` names it), confined like every tool.
@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import re2
+
 from ctxwin.errors import InputError, MemoryEditError, MemoryPathError
 from ctxwin.memory.files import MEMORY_DIR, MEMORY_FILE, FileScope
 from ctxwin.memory.hops import MAX_HOPS
@@ -31,6 +33,7 @@ from ctxwin.memory.sandbox import ROOT_ALIAS, Confined, parts_of
 from ctxwin.memory.snippets import CHARS_PER_RESULT, MIN_RESULT_CHARS
 from ctxwin.memory.working_set import WorkingSet
 from ctxwin.messages.tools import SchemaFormat, to_format
+from ctxwin.paths import re2_options
 
 MAX_RESULTS = 6
 """memory_search's default number of results (OpenClaw's)."""
@@ -107,7 +110,7 @@ SPECS: dict[str, MemoryToolSpec] = {s.name: s for s in (
         "Read lines of a memory file (MEMORY.md or memory/...), after memory_search found it. A missing file "
         "returns empty text."), _object({
             "path": _str("MEMORY.md or memory/YYYY-MM-DD.md (as memory_search names it), or a hit's ref "
-                         "(memory/2026-01-02.md#L4-9: those lines)."),
+                         "(memory/2026-01-02.md:4-9: those lines)."),
             "from": _int("First line, 1-based.", 1, 1),
             "lines": _int(f"Number of lines (default {GET_MAX_LINES}).", 1),
         }, ["path"])),
@@ -186,16 +189,17 @@ def hit_text(result: SearchResult) -> str:
     return f"{' · '.join(head)}{dates} [score {result.score:.2f}]\n{result.text}"
 
 
+_FILE_REF = re2.compile(r"^(.+):([0-9]{1,9})(?:-([0-9]{1,9}))?$", re2_options())
+
+
 def parse_file_ref(path: str) -> tuple[str, int, int | None]:
-    """(path, first line, line count or None) of `memory/x.md`, `memory/x.md#L4` or `memory/x.md#L4-9`."""
-    name, mark, lines = path.partition("#L")
-    if not mark:
+    """(path, first line, line count or None) of `memory/x.md`, `memory/x.md:4` or `memory/x.md:4-9`."""
+    match = _FILE_REF.match(path)
+    if match is None:
         return path, 1, None
-    first, _, last = lines.partition("-")
-    if not first.isdigit() or (last and not last.isdigit()):
-        raise InputError(f"{path!r} is not a memory file or ref", "refs look like memory/2026-01-02.md#L4-9")
-    start = max(int(first), 1)
-    return name, start, (max(int(last) - start + 1, 1) if last else 1)
+    start = max(int(match.group(2)), 1)
+    last = match.group(3)
+    return match.group(1), start, (max(int(last) - start + 1, 1) if last else 1)
 
 
 def numbered(lines: Sequence[str], first: int) -> str:
