@@ -9,6 +9,7 @@ linear in it, whatever it holds.
 from __future__ import annotations
 
 import calendar
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
@@ -71,21 +72,25 @@ def _safe(year: int, month: int, day: int) -> date | None:
         return None
 
 
+def _full_dates(text: str, every: bool) -> Iterator[tuple[int, int, date]]:
+    """(start, end, day) of the full dates written in `text`, each pattern's first only unless `every`."""
+    for pattern, order in ((_ISO, "ymd"), (_DAY_MONTH_YEAR, "dmy"), (_MONTH_DAY_YEAR, "mdy")):
+        for match in pattern.finditer(text):
+            if order == "ymd":
+                day = _safe(int(match.group(1)), int(match.group(2)), int(match.group(3)))
+            elif order == "dmy":
+                day = _safe(int(match.group(3)), MONTHS[match.group(2).lower()], int(match.group(1)))
+            else:
+                day = _safe(int(match.group(3)), MONTHS[match.group(1).lower()], int(match.group(2)))
+            if day is not None:
+                yield match.start(), match.end(), day
+                if not every:
+                    break
+
+
 def first_date(text: str) -> date | None:
     """The first full date written in `text` (`2023-05-08`, `8 May, 2023`, `May 8th 2023`), or None."""
-    found: list[tuple[int, date]] = []
-    for pattern, order in ((_ISO, "ymd"), (_DAY_MONTH_YEAR, "dmy"), (_MONTH_DAY_YEAR, "mdy")):
-        match = pattern.search(text)
-        if match is None:
-            continue
-        if order == "ymd":
-            day = _safe(int(match.group(1)), int(match.group(2)), int(match.group(3)))
-        elif order == "dmy":
-            day = _safe(int(match.group(3)), MONTHS[match.group(2).lower()], int(match.group(1)))
-        else:
-            day = _safe(int(match.group(3)), MONTHS[match.group(1).lower()], int(match.group(2)))
-        if day is not None:
-            found.append((match.start(), day))
+    found = [(start, day) for start, _end, day in _full_dates(text, every=False)]
     return min(found)[1] if found else None
 
 
@@ -204,17 +209,9 @@ def query_spans(query: str) -> list[tuple[date, date]]:
     spans; a month named without a day is the whole month."""
     spans: list[tuple[date, date]] = []
     taken: list[tuple[int, int]] = []
-    for pattern, order in ((_ISO, "ymd"), (_DAY_MONTH_YEAR, "dmy"), (_MONTH_DAY_YEAR, "mdy")):
-        for match in pattern.finditer(query):
-            if order == "ymd":
-                day = _safe(int(match.group(1)), int(match.group(2)), int(match.group(3)))
-            elif order == "dmy":
-                day = _safe(int(match.group(3)), MONTHS[match.group(2).lower()], int(match.group(1)))
-            else:
-                day = _safe(int(match.group(3)), MONTHS[match.group(1).lower()], int(match.group(2)))
-            if day is not None:
-                spans.append((day, day))
-                taken.append((match.start(), match.end()))
+    for start, end, day in _full_dates(query, every=True):
+        spans.append((day, day))
+        taken.append((start, end))
     for match in _MONTH_YEAR.finditer(query):
         if any(start <= match.start() < end for start, end in taken):
             continue
