@@ -26,6 +26,7 @@ from ctxwin.errors import ContextOverflowError, InputError
 from ctxwin.memory.files import bootstrap_files
 from ctxwin.messages import Message
 from ctxwin.pipeline import bootstrap
+from ctxwin.pipeline.events import Branched, BranchSwitched, Rewound, StoreDamaged
 from ctxwin.pipeline.view import Event, StageContext
 from ctxwin.policies.model import Policy
 from ctxwin.providers.overflow import is_overflow_error, reported_context_tokens
@@ -231,17 +232,16 @@ class ContextEngine:
             found = extended_leaf(self.session, incoming, shared) if other_branches else None
             if found is not None:  # another branch that this history extends: go on there
                 self.session.branch(found[0])
-                self._reopen(Event("session", "switched", (found[0],), 0, 0,
-                                   f"the resent history extends another branch of this session ({found[1]} "
-                                   "message(s) shared): continued there", breaks_prefix=True))
+                self._reopen(BranchSwitched((found[0],), 0, 0,
+                                            f"the resent history extends another branch of this session ({found[1]} "
+                                            "message(s) shared): continued there"))
                 return self.append(incoming[found[1]:])
             path = list(self.session.path())
             keep = next(i for i, e in enumerate(path) if e.id == history[stored][0])
             carried = restore.branch_keeping_decisions(self.session, path, keep)
-            self._reopen(Event("session", "branched", (history[stored][0],), 0, 0,
-                               f"the resent history no longer extends the stored one after {stored} message(s); "
-                               f"continued on a new branch ({carried} decision(s) carried over)",
-                               breaks_prefix=True))
+            self._reopen(Branched((history[stored][0],), 0, 0,
+                                  f"the resent history no longer extends the stored one after {stored} message(s); "
+                                  f"continued on a new branch ({carried} decision(s) carried over)"))
         return self.append(incoming[shared:])
 
     def pin(self, entry_id: str) -> None:
@@ -309,8 +309,7 @@ class ContextEngine:
         """Go back to restore point `name`: the session continues on a new branch from there, and what
         came after stays on its own. Returns the request to send from there."""
         carried = restore.rewind(self.session, name)
-        self._reopen(Event("session", "rewound", (), 0, 0,
-                           f"back to restore point {name!r} ({carried} decision(s) carried over)", breaks_prefix=True))
+        self._reopen(Rewound((), 0, 0, f"back to restore point {name!r} ({carried} decision(s) carried over)"))
         return self.prepare()
 
     def _reopen(self, event: Event) -> None:
@@ -450,7 +449,7 @@ class ContextEngine:
                 event = failed_observer(observer, error)
                 # Once per observer and kind of error, not per message (one that names the request
                 # would be reported on every request): the set stays as small as the observers.
-                key = (event.details["observer"], event.details["error"])
+                key = (event.observer, event.error)
                 failures = self._rt.observer_failures
                 if key not in failures and len(failures) < MAX_OBSERVER_FAILURES:
                     failures.add(key)
@@ -492,10 +491,10 @@ class ContextEngine:
 
 def damaged_event(problems: list[StoreProblem]) -> Event:
     """The event that reports what the store found damaged (and re-attached) when the log was opened."""
-    return Event("store", "damaged", tuple(p.entry_id for p in problems if p.entry_id), 0, 0,
-                 "; ".join(p.message for p in problems[:5])
-                 + (f"; and {len(problems) - 5} more" if len(problems) > 5 else ""),
-                 details={"problems": [p.to_dict() for p in problems]})
+    return StoreDamaged(tuple(p.entry_id for p in problems if p.entry_id), 0, 0,
+                        "; ".join(p.message for p in problems[:5])
+                        + (f"; and {len(problems) - 5} more" if len(problems) > 5 else ""),
+                        problems=tuple(p.to_dict() for p in problems))
 
 
 __all__ = ["MAX_RECOVERY_ATTEMPTS", "UNLIMITED_WINDOW", "ContextEngine", "ContextOverflowError", "epoch"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from ctxwin.errors import ContextBudgetError
 from ctxwin.messages.pairing import Problem, Provider, repair
+from ctxwin.pipeline.events import Repaired
 from ctxwin.pipeline.validate import IncrementalValidator
 from ctxwin.pipeline.view import Event, Item, MessagesView, StageContext, keys_of, shapes_of, total_tokens
 from ctxwin.tokens.base import TokenCounter
@@ -122,7 +123,7 @@ def _repair(cache: RepairCache, items: list[Item], counter: TokenCounter) -> tup
                      Item(message.id or "repair", message, counter.count_message(message), synthetic=True))
     if repeated:
         return fixed, []
-    event = Event("repair", "repair", tuple(sorted({c.call_id or "" for c in result.changes})), before,
-                  total_tokens(fixed), "; ".join(sorted({c.kind for c in result.changes})),
-                  details={"changes": [c.__dict__ for c in result.changes]})
+    event = Repaired(tuple(sorted({c.call_id or "" for c in result.changes})), before,
+                     total_tokens(fixed), "; ".join(sorted({c.kind for c in result.changes})),
+                     changes=tuple(c.__dict__ for c in result.changes))
     return fixed, [event]
