@@ -29,13 +29,13 @@ def engine_on(log: MemorySessionLog, policy: str, window: int) -> ContextEngine:
 
 
 def copy_of(log: MemorySessionLog) -> MemorySessionLog:
-    """The same entries and leaf in another log (same blob store), so a fresh engine can prepare on it
-    without writing its own decisions into the log under test."""
+    """The same entries (same ids: an in-memory log numbers them in append order) and leaf in another
+    log with the same blob store, so a fresh engine can prepare on it without writing its own decisions
+    into the log under test."""
     clone = MemorySessionLog(log.session_id, log.blobs, clock=clock)
-    clone._entries = list(log._entries)
-    clone._by_id = dict(log._by_id)
-    clone._leaf = log.leaf_id
-    clone._ids = itertools.count(len(log) + 1)
+    for entry in log:
+        assert clone.append(entry.kind, entry.payload, parent_id=entry.parent_id).id == entry.id
+    clone.branch(log.leaf_id)
     return clone
 
 
