@@ -25,6 +25,7 @@ every round). The same measuring code (this file) runs for both trees.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -40,6 +41,7 @@ from typing import Any
 from ctxwin.evaluation.replay import iter_replay
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.tokens import counter_for
+from ctxwin.tokens.base import TokenCounter
 from ctxwin.transcripts import load_transcript
 from ctxwin.transcripts.model import Transcript
 
@@ -82,9 +84,30 @@ def synthetic(messages: int = SYNTHETIC_MESSAGES) -> Transcript:
 def measure(transcript: Transcript, policy: str, window: int | None, naive: bool) -> dict[str, list[float]]:
     """Every call's `prepare()` time (the engine times its own: new messages through the per-message
     stages, then the view-wide stages, repair and validation, as a harness would call it before each
-    model call) and tokens; with `naive`, the naive recounts of the same calls."""
+    model call) and tokens; with `naive`, the naive recounts of the same calls; and every full (gen-2)
+    garbage collection of the run, wherever it fell (a pause of the whole process: inside a `prepare()`
+    it is part of that call's time)."""
     counter = counter_for(transcript.model)
-    out: dict[str, list[float]] = {"latencies": [], "tokens": [], "naive": [], "naive_view": []}
+    out: dict[str, list[float]] = {"latencies": [], "tokens": [], "naive": [], "naive_view": [], "gc_full": []}
+    started_at: list[float] = []
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] == 2:
+            if phase == "start":
+                started_at[:] = [time.perf_counter()]
+            elif started_at:
+                out["gc_full"].append((time.perf_counter() - started_at[0]) * 1000)
+
+    gc.callbacks.append(on_gc)
+    try:
+        run_calls(transcript, policy, window, naive, counter, out)
+    finally:
+        gc.callbacks.remove(on_gc)
+    return out
+
+
+def run_calls(transcript: Transcript, policy: str, window: int | None, naive: bool, counter: TokenCounter,
+              out: dict[str, list[float]]) -> None:
     for _, prepared, engine in iter_replay(transcript, policy, window=window):
         out["latencies"].append(prepared.elapsed_ms)
         out["tokens"].append(prepared.tokens)
@@ -95,7 +118,6 @@ def measure(transcript: Transcript, policy: str, window: int | None, naive: bool
             started = time.perf_counter()
             sum(counter.count_message(m) for m in prepared.messages)  # the request sent, recounted
             out["naive_view"].append((time.perf_counter() - started) * 1000)
-    return out
 
 
 def summarize(raw: dict[str, list[float]]) -> dict[str, Any]:
@@ -106,6 +128,8 @@ def summarize(raw: dict[str, list[float]]) -> dict[str, Any]:
         "p95_ms": round(percentile(latencies, 0.95), 3),
         "max_ms": round(max(latencies), 3),
         "peak_tokens": int(max(raw["tokens"])),
+        "gc_full": len(raw.get("gc_full", ())),
+        "gc_full_max_ms": round(max(raw.get("gc_full", ()), default=0.0), 3),
     }
     if raw["naive"]:
         result["naive_p95_ms"] = round(percentile(raw["naive"], 0.95), 3)
@@ -158,6 +182,7 @@ def overall(per_session: dict[str, dict[str, Any]], synth: dict[str, Any], quick
         "raw_speedup_p95": round(max(float(r["raw_naive_p95_ms"]) for r in per_session.values()) / raw_p95, 1),
         "synthetic_p95_ms": synth["p95_ms"],
         "synthetic_max_ms": synth["max_ms"],
+        "synthetic_gc_full_max_ms": synth["gc_full_max_ms"],
         "synthetic_peak_tokens": synth["peak_tokens"],
         "synthetic_session_tokens": synth["session_tokens"],
         "synthetic_messages": QUICK_SYNTHETIC_MESSAGES if quick else SYNTHETIC_MESSAGES,
@@ -238,22 +263,21 @@ def main_against(ref: str, rounds: int, quick: bool) -> None:
                 print(f"round {round_ + 1}/{rounds} {short}: "
                       + ", ".join(f"{t} p95 {summarize(got[t][name][-1]['ctxwin'])['p95_ms']} ms" for t in order),
                       file=sys.stderr)
-    results = {}
+    results, rows = {}, []
     for tree in trees:
         per_session = {Path(n).name[:8]: session_result(pooled(got[tree][n])) for n in names if n != "synthetic"}
         results[tree] = overall(per_session, session_result(pooled(got[tree]["synthetic"])), quick)
-    rows = [(key, results["this"]["sessions"][key], results["ref"]["sessions"][key])
-            for key in results["this"]["sessions"]]
-    rows.append(("synthetic", {"p50_ms": None, "p95_ms": results["this"]["synthetic_p95_ms"],
-                               "max_ms": results["this"]["synthetic_max_ms"]},
-                 {"p50_ms": None, "p95_ms": results["ref"]["synthetic_p95_ms"],
-                  "max_ms": results["ref"]["synthetic_max_ms"]}))
-    print(f"prepare() ms, this tree vs {ref} ({commit[:9]}), {rounds} round(s) pooled, alternating:",
+        results[tree]["synthetic"] = session_result(pooled(got[tree]["synthetic"]))
+    for key in [*results["this"]["sessions"], "synthetic"]:
+        this, other = ((r["sessions"] if key != "synthetic" else r)[key] for r in (results["this"], results["ref"]))
+        rows.append((key, this, other))
+    print(f"prepare() ms, this tree vs {ref} ({commit[:9]}), {rounds} round(s) pooled, alternating "
+          "(gc: the longest full garbage collection of the run, wherever it fell):", file=sys.stderr)
+    columns = {"p50_ms": "p50", "p95_ms": "p95", "max_ms": "max", "gc_full_max_ms": "gc"}
+    print(f"{'session':<10}" + "".join(f"{label + ' this':>11}{label + ' ref':>10}" for label in columns.values()),
           file=sys.stderr)
-    print(f"{'session':<10} {'p95 this':>9} {'p95 ref':>9} {'max this':>9} {'max ref':>9}", file=sys.stderr)
     for key, this, other in rows:
-        print(f"{key:<10} {this['p95_ms']:>9} {other['p95_ms']:>9} {this['max_ms']:>9} {other['max_ms']:>9}",
-              file=sys.stderr)
+        print(f"{key:<10}" + "".join(f"{this[c]:>11}{other[c]:>10}" for c in columns), file=sys.stderr)
     print(json.dumps({"against": ref, "against_commit": commit, "rounds": rounds, "quick": quick,
                       "this": results["this"], "ref": results["ref"]}))
 
