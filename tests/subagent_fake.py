@@ -8,6 +8,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,8 @@ def make_script(parent: ParentPlan, *, child: Callable[[list[Message]], Turn] | 
 
 
 def setup(fake: ScriptedFake, api: str, root: Path, tmp_path: Path, events: list[LoopEvent],
-          limits: SubagentLimits | None = None, *, window: int = WINDOW, definitions: Sequence[AgentDefinition] = (),
-          **config: Any) -> tuple[Any, SubAgents]:
+          limits: SubagentLimits | None = None, *, window: int = WINDOW, max_output: int = MAX_OUTPUT,
+          definitions: Sequence[AgentDefinition] = (), **config: Any) -> tuple[Any, SubAgents]:
     """A parent on the fake with the sub-agent tools (task and the background ones), its session in
     `tmp_path/parent`, its children's in `tmp_path/children`."""
     model = HttpModel(client_for(api, fake.anthropic_base_url if api == "anthropic" else fake.openai_base_url,  # type: ignore[arg-type]
@@ -57,8 +58,8 @@ def setup(fake: ScriptedFake, api: str, root: Path, tmp_path: Path, events: list
     subagents = SubAgents(limits=limits, sessions_root=tmp_path / "children", definitions=definitions)
     agent = create_agent(model, session=Session.open(tmp_path / "parent"),
                          workspace=Workspace([root], model=MODELS[api]),
-                         config=AgentConfig(**{"max_steps": 20, "max_tokens": MAX_OUTPUT, **config}), window=window,
-                         max_output=MAX_OUTPUT, extra_tools=subagents.tools(), on_event=events.append)
+                         config=AgentConfig(**{"max_steps": 20, "max_tokens": max_output, **config}), window=window,
+                         max_output=max_output, extra_tools=subagents.tools(), on_event=events.append)
     subagents.attach(agent)
     return agent, subagents
 
@@ -79,6 +80,9 @@ def workspace(tmp_path: Path) -> Path:
     (root / "AGENTS.md").write_text("agents-file-marker: be brief\n")
     (root / "TOOLS.md").write_text("tools-file-marker: prefer grep\n")
     (root / "CLAUDE.md").write_text("claude-file-marker: not for children\n")
+    (root / "MEMORY.md").write_text("memory-file-marker: the parent's memory, not for children\n")
+    (root / "memory").mkdir()
+    (root / "memory" / f"{date.today():%Y-%m-%d}.md").write_text("notes-file-marker: the parent's notes\n")
     return root
 
 
