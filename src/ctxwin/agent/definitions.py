@@ -104,10 +104,20 @@ def load_definitions(folder: str | Path) -> list[AgentDefinition]:
             problems.append((str(path), f"the name {definition.name!r} is also the name of {seen[definition.name]}"))
             continue
         seen[definition.name] = str(path)
-        found.append(definition)
+        found.append(_with_skill_files(definition, root))
     if problems:
         raise AgentDefinitionError(problems)
     return found
+
+
+def _with_skill_files(definition: AgentDefinition, folder: Path) -> AgentDefinition:
+    """Skill names found beside the definitions folder (`<folder>/../skills/<name>/SKILL.md`, Claude
+    Code's `.claude/skills` next to `.claude/agents`) as the paths of those files; other names are
+    looked up in the workspace when the agent starts."""
+    def found(name: str) -> str:
+        path = folder.parent / "skills" / name / "SKILL.md"
+        return str(path.resolve()) if "/" not in name and path.is_file() else name
+    return definition.model_copy(update={"skills": [found(s) for s in definition.skills]})
 
 
 def parse_definition(text: str, *, source: str = "<text>") -> AgentDefinition:

@@ -676,7 +676,8 @@ class SubAgents:
             child.answer_pending("the previous call was stopped")
         else:
             for skill in definition.skills:
-                engine.append(Message("user", (Text(f"<skill name=\"{skill}\">\n{_read_skill(ws, skill)}\n</skill>"),)))
+                name = Path(skill).parent.name if Path(skill).name == "SKILL.md" else skill
+                engine.append(Message("user", (Text(f"<skill name=\"{name}\">\n{_read_skill(ws, skill)}\n</skill>"),)))
         engine.append(Message("user", (Text(f"Task: {task}"),)))
         return child, memory
 
