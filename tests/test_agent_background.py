@@ -155,7 +155,8 @@ def test_a_parent_that_answers_while_a_child_runs_waits_for_it_and_goes_on(tmp_p
     assert result.stop == "done" and result.text == "All done, with the late answer."
     actions = [e.data.get("action") for e in events if e.kind == "subagent"]
     assert actions.index("waiting") < actions.index("delivered")
-    assert [e.kind for e in events].count("done") == 1
+    dones = [(e.agent, e.depth) for e in events if e.kind == "done"]
+    assert dones == [("main.1", 1), ("", 0)]  # the child's, then the parent's, once it had the child's answer
     with Session.open(tmp_path / "parent") as log:
         messages = ContextEngine(log, model=MODELS["anthropic"], window=WINDOW, max_output=MAX_OUTPUT).messages
     assert [m.role for m in messages[-4:]] == ["assistant", "assistant", "tool", "assistant"]

@@ -286,8 +286,11 @@ def test_a_definitions_folder_used_from_ctxwin_run_with_a_background_child(api: 
     assert delivered_at == len(parent_requests) - 1  # the parent answered once it had the result
     started = next(r.text for x in parent_requests[delivered_at] for r in x.tool_results if r.call_id == "t3")
     assert started.startswith("Started background task bg-1 (keeper, isolated)")
-    # totals over the tree, each child a row
+    # totals over the tree, each child a row; each event says which agent reported it
     rows = totals["agents"]
+    dones = [(e.get("agent_id"), e.get("depth", 0)) for e in lines[:-1] if e["kind"] == "done"]
+    assert dones.count((None, 0)) == 1 and dones[-1] == (None, 0)  # the root's done prints as it always did
+    assert sorted(a for a, depth in dones if depth == 1) == sorted(r["agent"] for r in rows[1:])
     assert [r["definition"] for r in rows[1:]] == ["reader", "skilled", "keeper", "keeper"]
     assert rows[-1]["background"] is True and totals["model_calls"] == sum(r["model_calls"] for r in rows)
     assert totals["model_calls"] == len(requests)

@@ -141,8 +141,11 @@ class Agent:
     # ---------------------------------------------------------------- events
 
     def emit(self, kind: str, event: Event | None = None, **data: Any) -> None:
+        """Report `kind` to `on_event`, as this agent (a sub-agent's events carry its id and depth; the
+        root's, "" and 0, print as they always did)."""
         if self.on_event is not None:
-            self.on_event(loop_event(kind, self.stats.turns, self._step, event, **data))
+            self.on_event(loop_event(kind, self.stats.turns, self._step, event,
+                                     agent_id=self.id if self.parent is not None else "", depth=self.depth, **data))
 
     # ---------------------------------------------------------------- run -> step -> query -> execute
 

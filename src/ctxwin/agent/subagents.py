@@ -612,7 +612,7 @@ class SubAgents:
             if cancel.is_set():  # interrupted while it was being built: it never makes a call
                 record.stop = NOT_STARTED
                 return ChildResult("", NOT_STARTED, 0, context, ref, "the requester was interrupted", child_id)
-            self._emit("subagent", action="start", context=context, agent=definition.name, agent_id=child_id,
+            self._emit("subagent", action="start", context=context, agent=definition.name, child=child_id,
                        session=ref, task=task[:200])
             result = child.run(None)
             record.stop = result.stop
@@ -621,7 +621,7 @@ class SubAgents:
                 memory.close()
             if hasattr(session, "directory"):
                 session.close()
-        self._emit("subagent", action="end", context=context, agent_id=child_id, session=ref, stop=result.stop,
+        self._emit("subagent", action="end", context=context, child=child_id, session=ref, stop=result.stop,
                    steps=result.steps)
         return ChildResult(result.text, result.stop, result.steps, context, ref, plan.note, child_id)
 

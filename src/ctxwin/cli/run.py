@@ -140,7 +140,12 @@ def sigint_interrupts(agent: Agent) -> Iterator[None]:
 
 
 def describe(event: LoopEvent) -> str | None:
-    """One line for a person, or None for events not worth a line."""
+    """One line for a person, or None for events not worth a line (a sub-agent's named by its id)."""
+    line = _line(event)
+    return f"[{event.agent}] {line.lstrip()}" if line is not None and event.agent else line
+
+
+def _line(event: LoopEvent) -> str | None:
     d = event.data
     if event.kind == "model_call":
         return f"step {event.step}: calling the model ({d['tokens']:,} / {d['budget']:,} tokens)"
