@@ -198,3 +198,42 @@ def test_background_children_count_against_the_per_agent_limit_and_an_interrupt_
     assert [job.result.stop for job in subagents.background.values() if job.result] == ["interrupted"] * 2
     assert hold.calls(after="interrupt") == []
     assert validate(messages, "openai_chat") == []
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+def test_a_background_fork_forks_from_where_it_was_asked_for_though_it_starts_later(api: str, tmp_path: Path) -> None:
+    # One slot in the tree, taken by a held child: the fork waits for it while the parent goes on, so it
+    # is built after the parent's log has moved past the call that asked for it.
+    root = workspace(tmp_path)
+    hold = Hold()
+    first = [("h", "task", {"task": "hold the slot", "background": True}),
+             ("f", "task", {"task": "side check", "context": "fork", "background": True})]
+
+    def script(api_name: str, messages: list[Message]) -> Turn:
+        kind = kind_of(messages)
+        if kind == "child":
+            hold.hold(child_task(messages))
+            return Turn(text="slot released")
+        if kind == "fork":
+            return Turn(text="fork done")
+        seen = results(messages)
+        if not seen:
+            return Turn(text="Two in the background.", calls=first)
+        if "ctxwin_bg_2" not in seen:
+            reads = sum(1 for m in messages for c in m.tool_calls if c.name == "read")
+            if reads == 1:
+                hold.release()  # the parent has gone on: now the fork may have the slot
+            return Turn(text="Working.", calls=[(f"r{reads}", "read", {"path": f"docs/f00{reads % 8}.txt"})])
+        return Turn(text="All done.")
+
+    with ScriptedFake(script, context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        agent, _ = setup(fake, api, root, tmp_path, [], SubagentLimits(max_concurrent=1))
+        result = agent.run("Turn 1: go")
+        requests = [messages_of(api, r.body) for r in generation_requests(fake)]
+        agent.engine.session.close()
+    assert result.stop == "done"
+    fork = next(m for m in requests if kind_of(m) == "fork")
+    assert any(c.id == "f" for m in fork for c in m.tool_calls)  # cloned from the message that asked for it
+    assert not any(c.name == "read" for m in fork for c in m.tool_calls)  # nothing the parent did after
+    delivered = results(requests[-1])["ctxwin_bg_2"]
+    assert "(fork) stopped: done" in delivered and delivered.endswith("fork done")

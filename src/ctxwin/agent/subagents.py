@@ -47,7 +47,7 @@ from ctxwin.agent.loop import Agent, LoopEvent, tool_schema, tool_table
 from ctxwin.agent.model import Model
 from ctxwin.agent.tree import Cancel, ChildRecord
 from ctxwin.engine import ContextEngine, Prepared
-from ctxwin.errors import Interrupted, SubagentError
+from ctxwin.errors import CtxwinError, Interrupted, SubagentError
 from ctxwin.memory.files import MEMORY_DIR
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.pipeline import bootstrap
@@ -156,12 +156,17 @@ class Background:
 
 @dataclass(frozen=True)
 class _Plan:
-    """A spawn request checked against the rules: the context it really runs in and why."""
+    """A spawn request checked against the rules: the context it really runs in and why; for a fork,
+    what it forks from, taken when it was asked for (a background fork starts after the parent has
+    gone on)."""
 
     context: Context
     definition: AgentDefinition
     model: str | None
     note: str = ""
+    prepared: Prepared | None = None  # the parent's last request
+    last: Message | None = None  # the parent's assistant message that asked for the fork
+    calibration: dict[str, Any] | None = None
 
 
 @dataclass
@@ -287,7 +292,9 @@ class SubAgents:
                 results = self.parallel(tasks, **options)
             else:
                 results = self.chain(tasks, **options)
-        except SubagentError as error:
+        except (Interrupted, ToolError):
+            raise  # (the loop's, and a bad argument the runner reports as it is)
+        except CtxwinError as error:  # a refusal, or a child that could not be set up: the model reads why
             return ToolOutput.error(ToolError("subagent", error.message, error.hint))
         text = "\n\n".join(f"## Task {n}\n{r.as_tool_text()}" if len(results) > 1 else r.as_tool_text()
                            for n, r in enumerate(results, 1))
@@ -310,12 +317,16 @@ class SubAgents:
             return [f.result() for f in futures]
 
     def _spawn_or_refusal(self, task: str, **options: Any) -> ChildResult:
-        """One task of several: a refusal (a limit) is that task's result, not the whole call's."""
+        """One task of several: a refusal (a limit) is that task's result, not the whole call's, and so
+        is a child that could not be set up (a skill file gone, its session held by another process)."""
         try:
             return self.spawn(task, **options)
         except SubagentError as error:
-            text = f"{error.message} ({error.hint})" if error.hint else error.message
-            return ChildResult(text, "refused", 0, options.get("context", "isolated"), "(not started)")
+            return ChildResult(_said(error), "refused", 0, options.get("context", "isolated"), "(not started)")
+        except Interrupted:
+            raise
+        except CtxwinError as error:
+            return ChildResult(_said(error), "error", 0, options.get("context", "isolated"), "(not started)")
 
     def chain(self, tasks: Sequence[str], **options: Any) -> list[ChildResult]:
         """Run `tasks` one after another, each seeing the previous result (`{previous}` in the task, or
@@ -530,7 +541,12 @@ class SubAgents:
                     "[fork fell back to isolated: the parent has made no model call to fork from]")
             self._emit("subagent", action="fork_fallback", reason=note)
             return _Plan("isolated", definition, model, note)
-        return _Plan("fork", definition, model)
+        last = parent.engine.messages[-1] if parent.engine.messages else None
+        if last is None or last.role != "assistant" or not last.tool_calls:
+            raise SubagentError("a fork starts from the parent's last assistant message with its tool calls",
+                                "call task(context=fork) as a tool call of the model")
+        return _Plan("fork", definition, model, prepared=parent.last_prepared, last=last,
+                     calibration=parent.engine.calibrator.to_dict())
 
     def _reserve(self) -> None:
         with self._lock:
@@ -600,7 +616,7 @@ class SubAgents:
             session.append("custom", {**link, "type": "subagent_parent",
                                       "parent": str(getattr(parent.engine.session, "directory", "memory"))})
             if context == "fork":
-                child: Agent = self._fork(parent, session, task, call_id, cancel, child_id)
+                child: Agent = self._fork(parent, plan, session, task, call_id, cancel, child_id)
             else:
                 child, memory = self._isolated(parent, session, definition, task, plan.model, cancel, child_id)
             record = ChildRecord(child_id, child.depth, definition.name, context, ref, child.stats, child.children,
@@ -681,14 +697,10 @@ class SubAgents:
         engine.append(Message("user", (Text(f"Task: {task}"),)))
         return child, memory
 
-    def _fork(self, parent: Agent, session: SessionLog, directive: str, call_id: str | None, cancel: Cancel,
-              child_id: str) -> Agent:
-        prepared = parent.last_prepared
-        assert prepared is not None
-        last = parent.engine.messages[-1]
-        if last.role != "assistant" or not last.tool_calls:
-            raise SubagentError("a fork starts from the parent's last assistant message with its tool calls",
-                                "call task(context=fork) as a tool call of the model")
+    def _fork(self, parent: Agent, plan: _Plan, session: SessionLog, directive: str, call_id: str | None,
+              cancel: Cancel, child_id: str) -> Agent:
+        prepared, last = plan.prepared, plan.last
+        assert prepared is not None and last is not None and plan.calibration is not None  # (_plan took them)
         # The fork's log starts as the parent's last request, as it was sent, then the clone of the
         # parent's assistant message (every tool call and its id, as the parent itself sends it), a
         # placeholder result for each call and the directive. Written before the fork's engine opens,
@@ -701,7 +713,7 @@ class SubAgents:
         tail = [last, Message("tool", placeholders), Message("user", (envelope,))]
         for message in [*prepared.messages, *tail]:
             session.append(MessageEntry.kind, MessageEntry(message).to_payload())  # type: ignore[arg-type]
-        calibration = CalibrationEntry(parent.engine.calibrator.to_dict())
+        calibration = CalibrationEntry(plan.calibration)
         session.append(calibration.kind, calibration.to_payload())  # type: ignore[arg-type]
         engine = ContextEngine(session, model=parent.engine.model, policy=parent.engine.policy,
                                window=parent.engine.window, max_output=parent.engine.max_output,
@@ -817,6 +829,10 @@ def _read_skill(ws: Workspace | None, path: str) -> str:
             last = error
     raise SubagentError(f"skill {path} cannot be read: {last}",
                         "give a skill file inside the workspace, or a skill in .claude/skills/<name>/SKILL.md")
+
+
+def _said(error: CtxwinError) -> str:
+    return f"{error.message} ({error.hint})" if error.hint else error.message
 
 
 def _job_text(job: Background) -> str:
