@@ -314,3 +314,26 @@ def stored(folder: Path, api: str) -> list[Message]:
     with Session.open(folder) as log:
         return ContextEngine(log, model=MODELS[api], window=WINDOW, max_output=MAX_OUTPUT).messages
 
+
+
+def test_a_persistent_agent_whose_session_another_process_holds_is_that_tasks_error(tmp_path: Path) -> None:
+    root = workspace(tmp_path)
+    keeper = AgentDefinition(name="keeper", description="Keeps notes.", persistent=True)
+
+    def script(api: str, messages: list[Message]) -> Turn:
+        if not any(m.tool_results for m in messages):
+            return Turn(text="Asking.", calls=[("k", "task", {"task": "remember", "agent": "keeper"}),
+                                               ("j", "task", {"tasks": ["a", "b"], "agent": "keeper"})])
+        return Turn(text="All done.")
+
+    with Session.open(tmp_path / "state" / "keeper" / "session"), \
+            ScriptedFake(script, context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        agent, subagents = setup(fake, "openai", root, tmp_path, [], definitions=[keeper])
+        subagents.state_root = tmp_path / "state"
+        result = agent.run("Turn 1: ask")
+        last = messages_of("openai", generation_requests(fake)[-1].body)
+        agent.engine.session.close()
+    assert result.stop == "done"  # the parent goes on
+    answers = {r.call_id: r.text for m in last for r in m.tool_results}
+    assert "keeper/session is already open for writing" in answers["k"]
+    assert answers["j"].count("[sub-agent (isolated) error, not started]\n\nsession ") == 2  # each task says so

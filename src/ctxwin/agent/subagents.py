@@ -124,8 +124,9 @@ class ChildResult:
         """The result as the requester sees it: the facts first (a spilled result's preview keeps
         them), then the note, then the child's answer."""
         if self.stop == NOT_STARTED:
-            head = f"[sub-agent ({self.context}) not started: {self.note or 'cancelled'}]"
-            return head
+            return f"[sub-agent ({self.context}) not started: {self.note or 'cancelled'}]"
+        if not self.agent:  # refused, or failed before it could start
+            return f"[sub-agent ({self.context}) {self.stop}, not started]\n\n{self.text}"
         head = (f"[sub-agent {self.agent} ({self.context}) stopped: {self.stop} after {self.steps} steps; "
                 f"full transcript: {self.session}]")
         return "\n\n".join(part for part in (head, self.note, self.text) if part)
