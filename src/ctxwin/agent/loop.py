@@ -136,7 +136,7 @@ class Agent:
         self._repeat: tuple[str, int] = ("", 0)
         self._groups_before: set[int] = set()
         self._running_tools = False
-        self._spend = threading.Lock()  # children charge this agent's run from their threads
+        self._tree_lock = threading.Lock()  # children charge its run and record themselves from their threads
 
     # ---------------------------------------------------------------- events
 
@@ -418,7 +418,7 @@ class Agent:
         self.stats.cost_usd += cost
         agent: Agent | None = self
         while agent is not None:  # the run of every ancestor pays for what its sub-agents spend
-            with agent._spend:
+            with agent._tree_lock:
                 agent._run_cost += cost
             agent = agent.parent
 

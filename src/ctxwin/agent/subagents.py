@@ -622,7 +622,7 @@ class SubAgents:
                 child, memory = self._isolated(parent, session, definition, task, plan.model, cancel, child_id)
             record = ChildRecord(child_id, child.depth, definition.name, context, ref, child.stats, child.children,
                                  background=on_record is not None)
-            with parent._spend:
+            with parent._tree_lock:
                 parent.children.append(record)
             if on_record is not None:
                 on_record(record)
