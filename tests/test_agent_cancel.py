@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent_fake import ScriptedFake, Turn
 from ctxwin.agent import Cancel, LoopEvent
@@ -147,6 +149,38 @@ def test_a_cancel_reaches_every_descendant_and_clearing_one_keeps_what_it_inheri
     assert not linked.wait(0.01)
     threading.Timer(0.05, outside.set).start()
     assert linked.wait(5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["child", "set", "clear"]), st.integers(0, 50)), max_size=40))
+def test_a_cancel_is_set_exactly_when_it_or_an_ancestor_was_set_and_it_was_not_cleared_since(
+        ops: list[tuple[str, int]]) -> None:
+    # The model: set() marks a node and every node under it at that moment; clear() unmarks the node
+    # alone; a node is cancelled when it or any ancestor is marked.
+    nodes, parents, marked = [Cancel()], [-1], [False]
+    for op, pick in ops:
+        i = pick % len(nodes)
+        if op == "child":
+            nodes.append(nodes[i].child())
+            parents.append(i)
+            marked.append(False)
+        elif op == "set":
+            nodes[i].set()
+            for j in range(len(nodes)):
+                k = j
+                while k != -1 and k != i:
+                    k = parents[k]
+                if k == i:
+                    marked[j] = True
+        else:
+            nodes[i].clear()
+            marked[i] = False
+        for j, node in enumerate(nodes):
+            k, expected = j, False
+            while k != -1:
+                expected = expected or marked[k]
+                k = parents[k]
+            assert node.is_set() is expected
 
 
 # ------------------------------------------------------------------------------------------------

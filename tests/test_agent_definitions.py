@@ -119,6 +119,9 @@ def test_every_bad_file_is_named_with_what_is_wrong(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert f"{len(BAD) + 1} agent definition file(s) cannot be used" in result.output
     assert all(f"{agents / name}: " in result.output for name in BAD)
+    chat = CliRunner().invoke(app, ["chat", "--base-url", "http://127.0.0.1:9", "--agents", str(agents),
+                                    "--workspace", str(tmp_path), "--sessions", str(tmp_path / "chats")], input="")
+    assert chat.exit_code == 2 and f"{agents / 'rule.md'}: " in chat.output
     missing = CliRunner().invoke(app, ["run", "go", "--base-url", "http://127.0.0.1:9", "--agents",
                                        str(tmp_path / "nowhere"), "--workspace", str(tmp_path)])
     assert missing.exit_code == 2 and "is not a folder" in missing.output
