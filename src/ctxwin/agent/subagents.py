@@ -281,10 +281,7 @@ class SubAgents:
                 if len(tasks) > self.limits.max_parallel_tasks:
                     raise SubagentError(f"{len(tasks)} background tasks; at most {self.limits.max_parallel_tasks} "
                                         "per call", "split them into several calls")
-                handles = [self.start(task, label=f"{call_id or 'task'}-{n}" if len(tasks) > 1 else None, **options)
-                           for n, task in enumerate(tasks, 1)]
-                return ToolOutput(_started_text(handles, [self.background[h] for h in handles]),
-                                  details={"handles": handles})
+                return self._start_all(tasks, call_id, options)
             if mode == "single":
                 if len(tasks) != 1:
                     raise ToolError("bad_argument", "mode single takes one task", "Use mode parallel or chain.")
@@ -302,6 +299,24 @@ class SubAgents:
         return ToolOutput(text, is_error=all(r.stop in ("error", "refused") for r in results),
                           details={"children": [r.session for r in results], "contexts": [r.context for r in results],
                                    "stops": [r.stop for r in results], "agents": [r.agent for r in results]})
+
+    def _start_all(self, tasks: list[str], call_id: str | None, options: dict[str, Any]) -> ToolOutput:
+        """Start each task in the background; a refused one (a limit) is said next to those started."""
+        handles: list[str] = []
+        lines: list[str] = []
+        for n, task in enumerate(tasks, 1):
+            try:
+                handle = self.start(task, label=f"{call_id or 'task'}-{n}" if len(tasks) > 1 else None, **options)
+            except SubagentError as error:
+                lines.append(f"Not started: {task[:200]} ({_said(error)})")
+                continue
+            job = self.background[handle]
+            handles.append(handle)
+            lines.append(f"Started background task {handle} ({job.definition}, {job.context}): {task[:200]}")
+        if handles:
+            lines.append("It runs while you work; its result comes to you before your next call once it finishes "
+                         "(task_status polls, task_wait waits, task_cancel stops it).")
+        return ToolOutput("\n".join(lines), is_error=not handles, details={"handles": handles})
 
     # ---------------------------------------------------------------- the API
 
@@ -841,13 +856,6 @@ def _job_text(job: Background) -> str:
     if result is None:
         return f"[{job.handle}: still {job.state()}]"
     return f"[background task {job.handle}: {job.task[:200]}]\n{result.as_tool_text()}"
-
-
-def _started_text(handles: list[str], jobs: list[Background]) -> str:
-    lines = [f"Started background task {h} ({j.definition}, {j.context}): {j.task[:200]}" for h, j in zip(
-        handles, jobs, strict=True)]
-    return "\n".join(lines) + ("\nIt runs while you work; its result comes to you before your next call once it "
-                               "finishes (task_status polls, task_wait waits, task_cancel stops it).")
 
 
 TASK_DESCRIPTION = (
