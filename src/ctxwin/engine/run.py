@@ -34,8 +34,8 @@ from .budget import Budget
 from .cache import view
 from .prepared import Prepared, StageRun
 from .repair import validate_and_repair
-from .runtime import Branch, Runtime
-from .state import SessionState, apply
+from .runtime import Runtime
+from .state import apply
 
 Stage = Callable[[list[Item], StageContext], StageResult]
 
@@ -50,15 +50,6 @@ class Pipeline:
     `branch` when it derives everything from the log again)."""
     sinks: list[Callable[[Entry], Any]] = field(default_factory=list)
     """Called with every message entry as it is logged (the memory index)."""
-
-    @property
-    def branch(self) -> Branch:
-        return self.rt.branch
-
-    @property
-    def state(self) -> SessionState:
-        """The reducer's state of the current branch."""
-        return self.rt.branch.state
 
     def record(self, entry: LogEntry) -> str:
         """Append an entry to the log and fold it into the state: the one way state changes."""
