@@ -142,3 +142,41 @@ def test_a_log_branched_under_the_engine_is_read_again() -> None:
     assert [m.text for m in second.messages] == ["a", "other"]
     assert payload(second) == payload(engine_on(copy_of(log), "ctxwin", 200_000))
     assert second.catch_up() == 0
+
+
+class BrokenSummarizer:
+    """A summarizer whose every call fails (a model that is down): compactions fail, the breaker opens."""
+
+    name = "broken"
+
+    def summarize(self, *args, **kwargs):
+        raise RuntimeError("the summary model is down")
+
+
+def unique_rounds(engine: ContextEngine, count: int, lines: int) -> None:
+    for _ in range(count):
+        n = next(IDS)
+        engine.append(Message("assistant", (ToolCall(f"b{n}", "bash", {"command": f"cat f{n}"}),)))
+        engine.append(Message("tool", (ToolResult(f"b{n}", (Text(f"{n}: output line\n" * lines),), name="bash"),)))
+        engine.prepare()
+
+
+def broken_engine(log: MemorySessionLog) -> ContextEngine:
+    return ContextEngine(log, model="gpt-4o", policy="pi", window=40_000, max_output=1_000, clock=clock,
+                         summarizer=BrokenSummarizer())
+
+
+def test_after_catching_up_the_breaker_is_the_one_a_fresh_engine_has() -> None:
+    log = MemorySessionLog(clock=clock)
+    first = broken_engine(log)
+    first.append(Message("user", (Text("go"),)))
+    unique_rounds(first, 30, 180)  # past Pi's trigger: every compaction fails, and the breaker opens
+    assert first.prepare().tokens > first.window - 16_384
+    assert not any(e.is_compaction_failure for e in first.prepare().events)  # open: not tried again
+    second = broken_engine(log)
+    unique_rounds(second, 1, 3)
+    assert first.catch_up() > 0
+    fresh = broken_engine(copy_of(log))
+    after, expected = payload(first), payload(fresh)
+    assert "compaction" in expected  # the fresh engine tries again, and says it failed ...
+    assert after == expected  # ... and so does the one that caught up

@@ -335,12 +335,7 @@ class ContextEngine:
             return 0
         self._rt.last = None
         if len(path) > length and (length == 0 or path[length - 1].id == leaf):
-            branch = self._rt.branch
-            # What this engine knew of its own last requests is not what the other writer sent: start
-            # the prefix report, the breaker and the repair report afresh, as an engine opened now would.
-            branch.last_keys, branch.last_system_key = [], None
-            branch.breaker = type(branch.breaker)()
-            branch.repair = type(branch.repair)()
+            self._rt.branch.forget_own_requests()
             return self._pipeline.replay(path[length:], self._context)
         self._open(self.policy)
         return len(path)
