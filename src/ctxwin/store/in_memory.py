@@ -84,6 +84,11 @@ class MemorySessionLog(TreeReads):
         rows = self._rows
         return iter([_entry(rows[seq]) for seq in range(max(0, start), self._count) if rows[seq][2] in wanted])
 
+    def leaves(self) -> list[str]:
+        """The tips of every branch, oldest first (read from the rows: no payload is unpacked)."""
+        parents = {row[1] for row in self._rows}
+        return [row[0] for row in self._rows if row[0] not in parents]
+
     def __contains__(self, entry_id: object) -> bool:
         return entry_id in self._seqs
 
