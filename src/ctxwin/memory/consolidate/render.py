@@ -1,0 +1,78 @@
+"""MEMORY.md from the facts: the current ones, best ranked first, within the bootstrap cap.
+
+One section per topic (the wiki's order: preferences and constraints, decisions, project facts,
+people, dates and events, open tasks, notes); each line is a current fact, the day it was last stated
+and the ref of that statement. Facts are taken by rank (`facts.rank`: kind, content, restatements,
+recency) until the next line would pass `max_chars`; the rest are in the wiki, which the first line
+says. Superseded facts and tasks done are never here (their history is in the wiki).
+
+Pure and deterministic: the same facts give the same bytes on any day.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ctxwin.memory.consolidate.facts import Fact, rank
+from ctxwin.memory.wiki import TOPIC_OF, TOPICS, WIKI_DIR
+
+MAX_MEMORY_CHARS = 12_000
+"""MEMORY.md's size cap: the per-file bootstrap cap of the OpenClaw version the design cites (the
+bootstrap policy's own default, 20,000, is larger, so a MEMORY.md under this is never cut)."""
+HEADER_RESERVE = 400
+"""Characters kept for the title and the first line, whose counts are known only at the end."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """MEMORY.md's text, and which current facts it holds (`kept`) and leaves to the wiki (`left`)."""
+
+    text: str
+    kept: tuple[str, ...]
+    left: tuple[str, ...]
+
+
+def memory_line(fact: Fact) -> str:
+    if fact.kind == "task":
+        return f"- [ ] {fact.text} (opened {fact.first_day.isoformat()}) [{fact.refs[-1]}]"
+    return f"- {fact.text} ({fact.last_day.isoformat()}) [{fact.refs[-1]}]"
+
+
+def _header(newest: str, kept: int, left: int) -> list[str]:
+    rest = f"; {left} more current facts and all history are in memory/{WIKI_DIR}/" if left else \
+        f"; the history is in memory/{WIKI_DIR}/"
+    return ["# Memory", "",
+            f"<!-- Consolidated from memory/*.md and the session logs through {newest} by ctxwin memory consolidate: "
+            f"{kept} current facts{rest}. Each line ends with its source, which memory_get reads. -->"]
+
+
+def render_memory(facts: Sequence[Fact], max_chars: int = MAX_MEMORY_CHARS) -> Rendered:
+    """MEMORY.md for `facts` (see the module docstring), at most `max_chars` characters."""
+    current = [f for f in facts if f.status == "current"]
+    if not current:
+        return Rendered("# Memory\n", (), ())
+    newest = max(f.last_day for f in facts)
+    ranked = sorted(current, key=lambda f: (-rank(f, newest), f.first_day, f.id))
+    budget = max_chars - HEADER_RESERVE
+    used = 0
+    chosen: dict[str, list[tuple[Fact, str]]] = {}
+    kept: list[str] = []
+    left: list[str] = []
+    for fact in ranked:
+        line = memory_line(fact)
+        topic = TOPIC_OF[fact.kind]
+        cost = len(line) + 1 + (0 if topic.page in chosen else len(topic.heading) + 5)
+        if used + cost > budget:
+            left.append(fact.id)
+            continue
+        used += cost
+        chosen.setdefault(topic.page, []).append((fact, line))
+        kept.append(fact.id)
+    lines = _header(newest.isoformat(), len(kept), len(left))
+    for topic in TOPICS:
+        if topic.page in chosen:
+            lines += ["", f"## {topic.heading}", ""]
+            lines += [line for _, line in chosen[topic.page]]
+    text = "\n".join(lines) + "\n"
+    return Rendered(text, tuple(kept), tuple(left))
