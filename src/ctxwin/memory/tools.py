@@ -87,7 +87,8 @@ SPECS: dict[str, MemoryToolSpec] = {s.name: s for s in (
     MemoryToolSpec("memory_get", (
         "Read lines of a memory file (MEMORY.md or memory/...), after memory_search found it. A missing file "
         "returns empty text."), _object({
-            "path": _str("MEMORY.md or memory/YYYY-MM-DD.md (as memory_search names it)."),
+            "path": _str("MEMORY.md or memory/YYYY-MM-DD.md (as memory_search names it), or a source ref from "
+                         "MEMORY.md or memory/wiki/ (memory/2026-11-30.md:12-14, entry:<id>@<session>)."),
             "from": _int("First line, 1-based.", 1, 1),
             "lines": _int(f"Number of lines (default {GET_MAX_LINES}).", 1),
         }, ["path"])),
@@ -271,6 +272,15 @@ class MemoryTools:
         raise MemoryPathError(f"{path!r} is not a memory file", "memory_get reads MEMORY.md and memory/...")
 
     def memory_get(self, args: dict[str, Any]) -> MemoryToolOutput:
+        from ctxwin.memory.consolidate.refs import parse_entry, parse_lines, resolve_entry
+
+        entry = parse_entry(args["path"])  # the refs consolidated memory carries (memory/consolidate/refs.py)
+        if entry is not None:
+            text = resolve_entry(self.sessions_root or self.workspace / ".ctxwin" / "sessions", entry)
+            return MemoryToolOutput(text, False, {"text": text, "ref": args["path"]})
+        lines = parse_lines(args["path"])
+        if lines is not None:
+            args = {**args, "path": lines.path, "from": lines.first, "lines": lines.last - lines.first + 1}
         rel = self._memory_path(args["path"])
         text = self.files.read(rel)
         if text is None:

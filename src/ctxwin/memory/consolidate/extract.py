@@ -95,7 +95,7 @@ _PERSON = re.compile(r"\b[A-Z][a-z]+ (?:is|was) (?:the|our|a|an) \w+|\b(?:he|she
 _EVENT = re.compile(r"\b(?:deadline|due|meeting|release|launch|birthday|anniversary|appointment|scheduled|"
                     r"conference|trip|holiday|vacation|interview|wedding|festival|concert|went to|visited|"
                     r"moved to|started|joined)\b", re.IGNORECASE)
-_CHANGE = re.compile(r"\b(?:now|no longer|any ?more|instead|changed|switched|switching|reverted|revert|reversed|"
+CHANGE = re.compile(r"\b(?:now|no longer|any ?more|instead|changed|switched|switching|reverted|revert|reversed|"
                      r"reverse|back to|from now on|actually|updated|moved|not .{1,30} but)\b", re.IGNORECASE)
 _DISPLACED = (
     re.compile(r"\binstead of (?P<v>[^,.;()]+)", re.IGNORECASE),
@@ -202,7 +202,7 @@ def _key(text: str) -> str | None:
     return None
 
 
-def _displaced(text: str) -> tuple[frozenset[str], ...]:
+def displaced_values(text: str) -> tuple[frozenset[str], ...]:
     found = []
     for pattern in _DISPLACED:
         for match in pattern.finditer(text):
@@ -212,7 +212,7 @@ def _displaced(text: str) -> tuple[frozenset[str], ...]:
     return tuple(found)
 
 
-def _weight(text: str, kind: Kind) -> float:
+def content_weight(text: str, kind: Kind) -> float:
     """How much a statement holds: its values (numbers, paths, commands, dates) and names, and its length
     (saturating), so that "we met at 3pm in Berlin with Ana" outranks "that was fun"."""
     values = len(_VALUE.findall(text)) + len(_ISO.findall(text))
@@ -272,8 +272,8 @@ def classify(unit: Unit) -> Observation | None:
     return Observation(
         kind=kind, text=shown, day=unit.day, ref=unit.ref, tokens=tokens(text),
         key=_key(text) if kind != "task" else None,
-        displaces=_displaced(text), change=bool(_CHANGE.search(text)), done=done, subject=subject,
-        weight=_weight(text, kind), order=unit.order, dates=resolved.days)
+        displaces=displaced_values(text), change=bool(CHANGE.search(text)), done=done, subject=subject,
+        weight=content_weight(text, kind), order=unit.order, dates=resolved.days)
 
 
 def _kind(text: str, section: Kind | None, done: bool, checkbox: bool, dialogue: bool) -> Kind:
