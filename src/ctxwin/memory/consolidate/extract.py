@@ -35,7 +35,10 @@ than that that's the their theirs them themselves then there these they this tho
 up very was we we're we've we'll were what when where which while who whom why will with would you you're
 you've your yours yourself yourselves yeah yes oh ok okay wow really also well like got get gonna lot lots
 thing things much many way actually pretty sure thanks thank hey hi hello
+now user remember noted please again still currently from anymore longer
 """.split())  # noqa: SIM905 (a word list reads best as text)
+"""Words that say nothing of what a fact is about (the last line: "the user now prefers" states the
+same fact as "I prefer", so they are not compared)."""
 CHATTER = re.compile(
     r"^(?:wow|thanks?|thank you|haha+|lol|omg|cool|great|awesome|nice|amazing|yay|congrats|congratulations|"
     r"good (?:luck|job|morning|night)|hi|hey|hello|bye|see you|take care|sounds good|that's (?:great|awesome|"
@@ -97,17 +100,15 @@ _EVENT = re.compile(r"\b(?:deadline|due|meeting|release|launch|birthday|annivers
                     r"moved to|started|joined)\b", re.IGNORECASE)
 CHANGE = re.compile(r"\b(?:now|no longer|any ?more|instead|changed|switched|switching|reverted|revert|reversed|"
                      r"reverse|back to|from now on|actually|updated|moved|not .{1,30} but)\b", re.IGNORECASE)
-_DISPLACED = (
-    re.compile(r"\binstead of (?P<v>[^,.;()]+)", re.IGNORECASE),
-    re.compile(r"\brather than (?P<v>[^,.;()]+)", re.IGNORECASE),
-    re.compile(r"\bno longer (?:uses?|using|prefers?|wants?|likes?|on|in|at)? ?(?P<v>[^,.;()]+)", re.IGNORECASE),
-    re.compile(r"\bnot (?P<v>[\w.+#-]+(?: [\w.+#-]+)?),? any ?more\b", re.IGNORECASE),
-    re.compile(r"\bswitch(?:ed|ing)? from (?P<v>[^,.;()]+?) to\b", re.IGNORECASE),
-    re.compile(r"\bmov(?:e|ed|ing) (?:away )?from (?P<v>[^,.;()]+?) to\b", re.IGNORECASE),
-    re.compile(r"\breplac(?:e|ed|ing) (?P<v>[^,.;()]+?) with\b", re.IGNORECASE),
-    re.compile(r"\bprefers? [^,.;()]+? (?:over|to) (?P<v>[^,.;()]+)", re.IGNORECASE),
-    re.compile(r"\b(?:use|uses|using|prefer|prefers|want|wants) [\w.+#-]+,? not (?P<v>[\w.+#-]+)", re.IGNORECASE),
-)
+_V = (r"(?P<v>[\w.+#/-]+(?: (?!(?:for|in|on|at|to|because|since|when|as|and|but|with|so|now|again)\b)"
+      r"[\w.+#/-]+){0,2})")
+"""A displaced value: one to three words, ending before a preposition or a clause ("tabs" in "spaces
+over tabs for indentation")."""
+_DISPLACED = tuple(re.compile(pattern.replace("V", _V), re.IGNORECASE) for pattern in (
+    r"\binstead of V", r"\brather than V", r"\bno longer (?:uses?|using|prefers?|wants?|likes?|on|in|at)? ?V",
+    r"\bnot V,? any ?more\b", r"\bswitch(?:ed|ing)? from V to\b", r"\bmov(?:e|ed|ing) (?:away )?from V to\b",
+    r"\breplac(?:e|ed|ing) V with\b", r"\bprefers? [^,.;()]+? (?:over|to) V", r",? (?:but )?not V\s*[.!]?$",
+))
 _KEYED = (
     # "owner of billing: Alice", "billing owner is Alice", "Alice owns billing", "billing is owned by Alice"
     (re.compile(r"^(?P<who>[A-Z][\w.-]*(?: [A-Z][\w.-]*)?) (?:now )?(?:owns|maintains|leads|runs) (?P<what>[^,.;]+)"),
@@ -218,7 +219,7 @@ def content_weight(text: str, kind: Kind) -> float:
     values = len(_VALUE.findall(text)) + len(_ISO.findall(text))
     names = len(_PROPER.findall(text))
     words = len(tokens(text))
-    return 1.0 + 0.5 * min(values, 4) + 0.3 * min(names, 4) + 0.5 * math.log2(1 + min(words, 24))
+    return 1.0 + 0.4 * min(values, 3) + 0.2 * min(names, 3) + 0.3 * math.log2(1 + min(words, 24))
 
 
 def values(text: str) -> frozenset[str]:
@@ -256,7 +257,9 @@ def classify(unit: Unit) -> Observation | None:
     has_value = bool(_VALUE.search(text) or resolved.days)
     if len(words) < MIN_CONTENT_WORDS and not (has_value and words):
         return None
-    dialogue = subject is not None and subject.lower() not in ("user", "assistant")
+    if subject is not None and subject.lower() in ("user", "assistant"):
+        subject = None  # a message's role: the same person as the notes' "the user", not a named speaker
+    dialogue = subject is not None
     section: Kind | None = hint if hint in KINDS else None  # checked: one of KINDS
     kind = _kind(text, section, done, check is not None, dialogue)
     if kind == "task" and not done:

@@ -193,8 +193,10 @@ class FactStore:
         for fact in same:
             if fact.status != "current" or (fact.subject or None) != (o.subject or None):
                 continue
-            score = jaccard(fact.tokens, o.tokens)
-            same_words = fact.tokens == o.tokens or (score >= DUPLICATE_JACCARD and values(fact.text) == named)
+            # What each chose, not every word: "spaces, not tabs" and "tabs, not spaces" share their words.
+            chosen = _chosen(o)
+            score = jaccard(fact.chosen, chosen)
+            same_words = fact.chosen == chosen or (score >= DUPLICATE_JACCARD and values(fact.text) == named)
             if same_words and (best is None or score > best[0]):
                 best = (score, fact)
         return best[1] if best else None
@@ -263,8 +265,8 @@ class MergeReport:
                 "closed": self.closed, "skipped": self.skipped}
 
 
-KIND_WEIGHT: dict[Kind, float] = {"preference": 3.0, "constraint": 3.0, "decision": 2.5, "task": 3.0,
-                                  "project": 2.0, "person": 1.5, "event": 1.5, "note": 0.0}
+KIND_WEIGHT: dict[Kind, float] = {"preference": 4.0, "constraint": 4.0, "decision": 3.5, "task": 4.0,
+                                  "project": 2.0, "person": 2.0, "event": 2.0, "note": 0.0}
 """What a kind adds to a fact's rank: what an agent must not get wrong (preferences, constraints,
 open tasks) before the rest."""
 RECENCY_HALF_LIFE_DAYS = 30.0

@@ -160,5 +160,5 @@ def _observation(unit: Unit, kind: Kind, fact: str, item: dict[str, Any], k: int
     return Observation(
         kind=kind, text=shown, day=unit.day, ref=unit.ref, tokens=tokens(text), key=key,
         displaces=replaced + displaced_values(text), change=bool(CHANGE.search(text)),
-        done=kind == "task" and item.get("done") is True, subject=unit.speaker, weight=content_weight(text, kind),
+        done=kind == "task" and item.get("done") is True, subject=speaker, weight=content_weight(text, kind),
         order=(unit.order[0], unit.order[1], unit.order[2] * 100 + k), dates=resolved.days)

@@ -135,7 +135,7 @@ class State:
                 raise ValueError(f"version {data.get('version')!r}")
             return State([Fact.from_dict(f) for f in data["facts"]], set(data["seen"]),
                          Watermark.from_dict(data["watermark"]), dict(data["outputs"]))
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
+        except (InputError, ValueError, KeyError, TypeError, AttributeError) as error:
             raise InputError(f"{path} is not a consolidation state this ctxwin reads ({error})",
                              f"move it aside to consolidate from scratch (the notes and logs are the truth): "
                              f"mv {path} {path}.old") from None
