@@ -13,11 +13,11 @@ Pure: facts in, page text out (`pages`); `consolidate` writes them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ctxwin.memory.consolidate.extract import Kind
-from ctxwin.memory.consolidate.facts import Fact, rank
+from ctxwin.memory.consolidate.facts import Fact, information, rank
 
 WIKI_DIR = "wiki"
 """Under memory/: `memory/wiki/<topic>.md`."""
@@ -92,32 +92,39 @@ def pages(facts: Sequence[Fact]) -> dict[str, str]:
         return {}
     by_id = {f.id: f for f in facts}
     newest = max(f.last_day for f in facts)
+    info = information(facts)
     out: dict[str, str] = {}
     for topic in TOPICS:
         mine = [f for f in facts if f.kind in topic.kinds]
         if not mine:
             continue
         current = sorted((f for f in mine if f.status == "current"),
-                         key=lambda f: (-rank(f, newest), f.first_day, f.id))
+                         key=lambda f: (-rank(f, newest, info[f.id]), f.first_day, f.id))
         past = sorted((f for f in mine if f.status != "current"), key=lambda f: (f.ended or f.first_day, f.id),
                       reverse=True)
         title = "Tasks" if topic.page == "tasks" else topic.heading
         lines = [f"# {title}", "", PAGE_NOTE]
         if current:
             lines += ["", f"## {'Open' if topic.page == 'tasks' else 'Current'}", ""]
-            lines += _grouped(current) if topic.page == "people" else [current_line(f) for f in current]
+            lines += grouped(_groups(current, current_line))
         if past:
             lines += ["", f"## {'Done' if topic.page == 'tasks' else 'History'}", ""]
-            lines += [history_line(f, by_id.get(f.by or "")) for f in past]
+            lines += grouped(_groups(past, lambda f: history_line(f, by_id.get(f.by or ""))))
         out[page_path(topic)] = "\n".join(lines).rstrip() + "\n"
     return out
 
 
-def _grouped(facts: Sequence[Fact]) -> list[str]:
-    """People facts under one heading per person (a dialogue's speaker), the rest first."""
-    out = [current_line(f) for f in facts if not f.subject or f.subject in ("user", "assistant")]
-    names = sorted({f.subject for f in facts if f.subject and f.subject not in ("user", "assistant")})
-    for name in names:
-        out += ["", f"### {name}", ""]
-        out += [current_line(f) for f in facts if f.subject == name]
+def _groups(facts: Sequence[Fact], line: Callable[[Fact], str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for fact in facts:
+        out.setdefault(fact.subject or "", []).append(line(fact))
+    return out
+
+
+def grouped(groups: dict[str, list[str]]) -> list[str]:
+    """The lines of one section: those about no one in particular first, then one `### <name>` group
+    per speaker of a dialogue (named once, not on every line), names in order."""
+    out = list(groups.get("", []))
+    for name in sorted(n for n in groups if n):
+        out += ([""] if out else []) + [f"### {name}", ""] + groups[name]
     return out

@@ -268,12 +268,8 @@ def classify(unit: Unit) -> Observation | None:
         text = _OPEN.sub(lambda m: "" if m.start() == 0 else m.group(0), text, count=1).strip()
         text = _DONE.sub(lambda m: "" if m.start() == 0 else m.group(0), text, count=1).strip() or text
         text = text[:1].upper() + text[1:]
-    if dialogue:
-        shown = f"{subject}: {text}"
-    else:
-        shown = text
     return Observation(
-        kind=kind, text=shown, day=unit.day, ref=unit.ref, tokens=tokens(text),
+        kind=kind, text=text, day=unit.day, ref=unit.ref, tokens=tokens(text),
         key=_key(text) if kind != "task" else None,
         displaces=displaced_values(text), change=bool(CHANGE.search(text)), done=done, subject=subject,
         weight=content_weight(text, kind), order=unit.order, dates=resolved.days)

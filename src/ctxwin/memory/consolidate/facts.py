@@ -272,11 +272,29 @@ open tasks) before the rest."""
 RECENCY_HALF_LIFE_DAYS = 30.0
 """Recency adds `RECENCY_WEIGHT` for a fact stated on the newest day, half of it 30 days before."""
 RECENCY_WEIGHT = 3.0
+INFO_WEIGHT = 0.3
+"""What a unit of `information` (a word as rare as one fact in e, roughly) adds to the rank."""
 
 
-def rank(fact: Fact, newest: date) -> float:
-    """A current fact's rank for MEMORY.md: its kind, how much it holds, how often it was stated, how
-    recently. Against the newest input's day, not the clock, so the same facts rank the same on any day."""
+def information(facts: Sequence[Fact]) -> dict[str, float]:
+    """How much each current fact says that the others do not: the inverse document frequency of its
+    words, summed (a fact of rare words, a name, a place, a version, says more than "that was fun")."""
+    current = [f for f in facts if f.status == "current"]
+    df: dict[str, int] = {}
+    for fact in current:
+        for word in fact.tokens:
+            df[word] = df.get(word, 0) + 1
+    n = len(current)
+    return {f.id: sum(math.log((1 + n) / (1 + df[w])) for w in f.tokens) for f in current}
+
+
+def rank(fact: Fact, newest: date, info: float = 0.0) -> float:
+    """A current fact's rank for MEMORY.md: its kind, how much it holds (`weight`, and `info` from
+    `information`), how often it was stated, how recently. Against the newest input's day, not the
+    clock, so the same facts rank the same on any day."""
     age = max(0, (newest - fact.last_day).days)
     recency = RECENCY_WEIGHT * 0.5 ** (age / RECENCY_HALF_LIFE_DAYS)
-    return KIND_WEIGHT[fact.kind] + fact.weight + math.log2(fact.mentions) + recency
+    # A named speaker's statement is a dialogue line, where "love" or "never" are no preference or
+    # constraint to keep: its kind says little, what it holds says the rest.
+    kind = KIND_WEIGHT[fact.kind] if not fact.subject else 0.0
+    return kind + fact.weight + INFO_WEIGHT * info + math.log2(fact.mentions) + recency

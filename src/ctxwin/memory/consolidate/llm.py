@@ -156,9 +156,10 @@ def _observation(unit: Unit, kind: Kind, fact: str, item: dict[str, Any], k: int
     key = " ".join(stem(w) for w in key.lower().split()) if isinstance(key, str) and key.strip() else None
     replaced = tuple(t for t in (tokens(v) for v in item.get("replaces") or () if isinstance(v, str)) if t)
     speaker = unit.speaker if unit.speaker not in (None, "user", "assistant") else None
-    shown = f"{speaker}: {text}" if speaker and not text.startswith(f"{speaker}") else text
+    if speaker and text.startswith(f"{speaker}: "):
+        text = text[len(speaker) + 2:]
     return Observation(
-        kind=kind, text=shown, day=unit.day, ref=unit.ref, tokens=tokens(text), key=key,
+        kind=kind, text=text, day=unit.day, ref=unit.ref, tokens=tokens(text), key=key,
         displaces=replaced + displaced_values(text), change=bool(CHANGE.search(text)),
         done=kind == "task" and item.get("done") is True, subject=speaker, weight=content_weight(text, kind),
         order=(unit.order[0], unit.order[1], unit.order[2] * 100 + k), dates=resolved.days)
