@@ -18,6 +18,7 @@ from ctxwin.agent import Agent, AgentConfig, HttpModel, LoopEvent, create_agent
 from ctxwin.agent.subagents import SubAgents
 from ctxwin.cli.app import app, console, handle_errors
 from ctxwin.errors import InputError
+from ctxwin.memory.consolidate.schedule import SleepConfig
 from ctxwin.providers import APIS, client_for
 from ctxwin.store import Session
 from ctxwin.tools import Workspace
@@ -58,6 +59,7 @@ class AgentOptions:
     api_key: str | None
     subagents: bool
     stream: bool = False
+    consolidate: SleepConfig | None = None  # sleep-time consolidation of the workspace's memory (chat)
 
     def build(self, on_event: Any, session: Path | None = None) -> Agent:
         if self.api not in APIS:
@@ -76,7 +78,8 @@ class AgentOptions:
 
         children = Path(folder).parent / "children" if folder else None
         tools = SubAgents(sessions_root=children, models=other_model) if self.subagents else None
-        agent = create_agent(model, session=log, workspace=ws, config=AgentConfig(max_steps=self.max_steps),
+        config = AgentConfig(max_steps=self.max_steps, consolidate=self.consolidate)
+        agent = create_agent(model, session=log, workspace=ws, config=config,
                              policy=self.policy, window=self.window, max_output=self.max_output,
                              extra_tools=[tools.tool()] if tools else [], on_event=on_event)
         if tools is not None:

@@ -28,7 +28,7 @@ from ctxwin.lazy import lazy_exports
 _EXPORTS = {
     **{name: "run" for name in ("ConsolidationReport", "Extractor", "RuleExtractor", "consolidate")},
     **{name: "llm" for name in ("ModelExtractor",)},
-    **{name: "schedule" for name in ("SleepTime", "SleepConfig")},
+    **{name: "schedule" for name in ("SleepTime", "SleepConfig", "sleep_time")},
     **{name: "refs" for name in ("EntryRef", "LinesRef", "parse_entry", "parse_lines", "resolve_entry")},
     **{name: "render" for name in ("MAX_MEMORY_CHARS",)},
 }
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from ctxwin.memory.consolidate.refs import EntryRef, LinesRef, parse_entry, parse_lines, resolve_entry
     from ctxwin.memory.consolidate.render import MAX_MEMORY_CHARS
     from ctxwin.memory.consolidate.run import ConsolidationReport, Extractor, RuleExtractor, consolidate
-    from ctxwin.memory.consolidate.schedule import SleepConfig, SleepTime
+    from ctxwin.memory.consolidate.schedule import SleepConfig, SleepTime, sleep_time
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
@@ -69,4 +69,5 @@ __all__ = [
     "parse_entry",
     "parse_lines",
     "resolve_entry",
+    "sleep_time",
 ]

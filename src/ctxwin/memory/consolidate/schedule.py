@@ -141,7 +141,10 @@ class SleepTime:
     def _consolidate(self) -> None:
         report = None
         try:
-            report = consolidate(self.workspace, sessions=self.config.sessions, max_chars=self.config.max_chars,
+            sessions = self.config.sessions
+            if sessions is not None and not sessions.is_dir():
+                sessions = None  # no session stored there yet (a proxy's store is made by its first request)
+            report = consolidate(self.workspace, sessions=sessions, max_chars=self.config.max_chars,
                                  extractor=self.extractor, lock_timeout=0)
         except SessionLockedError:
             with self._cond:
@@ -165,3 +168,15 @@ class SleepTime:
                 self.on_report(report)
             except Exception as error:  # the harness's callback failing is its problem, not the worker's
                 self.errors.append(f"on_report: {type(error).__name__}: {error}")
+
+
+def sleep_time(workspace: str | Path | None, config: SleepConfig | None, *,
+               sessions: str | Path | None = None) -> SleepTime | None:
+    """The `SleepTime` a harness holds, or None when consolidation is off (no config, or no workspace
+    to consolidate). `sessions` is where the harness keeps its sessions, used when the config names
+    none."""
+    if config is None or workspace is None:
+        return None
+    if config.sessions is None and sessions is not None:  # it may not exist yet: made with the first session
+        config = config.model_copy(update={"sessions": Path(sessions)})
+    return SleepTime(workspace, config)
