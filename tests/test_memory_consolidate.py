@@ -340,7 +340,7 @@ def test_hand_edits_of_memory_md_are_kept_as_a_note(tmp_path: Path) -> None:
     assert len(report.archived) == 1 and report.archived[0].startswith("memory/archive/MEMORY-")
     archived = (root / report.archived[0]).read_text()
     assert "on-call rotation" in archived and "SQLite" not in archived  # only the lines no run wrote
-    assert re.search(r"on-call rotation .*\[memory/archive/MEMORY-[\d-]+-[0-9a-f]{8}\.md:3\]", path.read_text())
+    assert re.search(r"on-call rotation .*\[memory/archive/MEMORY-[\d-]+-[0-9a-f]{8}\.md:\d+\]", path.read_text())
     assert not consolidate(root).changed
 
 
@@ -476,3 +476,28 @@ def test_any_notes_idempotent_sourced_and_incremental(tmp_path_factory: Any, lin
         assert source.startswith("- ")
     before = snapshot(root)
     assert not consolidate(root).changed and snapshot(root) == before
+
+
+def test_a_curated_memory_md_from_before_is_kept_as_a_note(tmp_path: Path) -> None:
+    root = fixture(tmp_path)
+    curated = "# My memory\n\n## Preferences\n\n- Always run the tests with -x before a commit.\n"
+    (root / "MEMORY.md").write_text(curated)
+    report = consolidate(root)
+    assert len(report.archived) == 1
+    archived = (root / report.archived[0]).read_text()
+    assert "## Preferences" in archived and "Always run the tests with -x" in archived
+    memory = (root / "MEMORY.md").read_text()
+    assert re.search(r"Always run the tests with -x before a commit\. .*\[memory/archive/MEMORY-", memory)
+    assert "SQLite instead of PostgreSQL" in memory and not consolidate(root).changed
+
+
+def test_facts_left_out_of_memory_md_are_found_by_memory_search(tmp_path: Path) -> None:
+    root = tmp_path
+    for day in range(1, 29):
+        note(root, f"2026-10-{day:02d}", "".join(
+            f"- Service svc{day}-{n} listens on port {8000 + day * 10 + n} behind proxy{n}.\n" for n in range(12)))
+    report = consolidate(root, max_chars=2_000)
+    assert "svc2-7" not in (root / "MEMORY.md").read_text() and report.wiki_only > 0
+    out = tools(root).run("memory_search", {"query": "which port does svc2-7 listen on"})
+    hits = out.details["results"]
+    assert any(h["path"] == "memory/wiki/project.md" and "8027" in h["snippet"] for h in hits), hits

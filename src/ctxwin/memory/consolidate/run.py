@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from ctxwin.memory.consolidate.facts import Fact, FactStore, MergeReport
 from ctxwin.memory.consolidate.render import MAX_MEMORY_CHARS, render_memory
 from ctxwin.memory.consolidate.sources import ARCHIVE_DIR, Watermark, note_units, read_inputs, sha256
 from ctxwin.memory.files import MEMORY_DIR, MEMORY_FILE
-from ctxwin.memory.wiki import current_line, history_line, pages
+from ctxwin.memory.wiki import TOPICS, current_line, history_line, page_path, pages
 
 STATE_DIR = ".consolidate"
 """Under memory/: the state and the lock (a dot folder: never indexed, never loaded into a prompt)."""
@@ -167,29 +168,40 @@ def _ours(facts: Sequence[Fact], memory: str) -> set[str]:
     return lines
 
 
+_TRAILING_REFS = re.compile(r"(?:\s*\[(?:memory/|entry:)[^\]]*\])+\s*$")
+
+
 def _archive(workspace: Path, state: State, max_chars: int, dry_run: bool) -> tuple[list[Unit], list[str]]:
     """Hand edits of the outputs (see the module docstring): the units of their new lines, and the
-    archive notes written for them."""
+    archive notes written for them. A MEMORY.md or wiki page no run wrote (a curated MEMORY.md from
+    before consolidation) is all hand edits."""
     units: list[Unit] = []
     archived: list[str] = []
     ours: set[str] | None = None
-    for rel, digest in sorted(state.outputs.items()):
+    candidates = {MEMORY_FILE, *(page_path(t) for t in TOPICS)} | set(state.outputs)
+    for rel in sorted(candidates):
         path = workspace / rel
         if not path.is_file():
             continue
         data = read_bytes(path)
-        if sha256(data) == digest:
+        if sha256(data) == state.outputs.get(rel):
             continue
         if ours is None:
             ours = _ours(state.facts, render_memory(state.facts, max_chars).text)
-        own = [line for line in data.decode("utf-8", "replace").split("\n")
-               if line.strip() and line not in ours and not line.startswith(("#", "<!--"))]
+        kept: list[str] = []
+        own = 0
+        for line in data.decode("utf-8", "replace").split("\n"):
+            if line.startswith("#"):
+                kept.append(line)  # the headings stay: they say what the lines under them are
+            elif line.strip() and line not in ours and not line.startswith("<!--"):
+                kept.append(_TRAILING_REFS.sub("", line))
+                own += 1
         if not own:
             continue
         day = datetime.fromtimestamp(path.stat().st_mtime).date()
         stem = "MEMORY" if rel == MEMORY_FILE else "wiki-" + Path(rel).stem
         name = f"{ARCHIVE_DIR}/{stem}-{day.isoformat()}-{sha256(data)[:8]}.md"
-        text = f"# Edits to {rel} found on {day.isoformat()}\n\n" + "\n".join(own) + "\n"
+        text = f"# Edits to {rel} found on {day.isoformat()}\n\n" + "\n".join(kept) + "\n"
         if not dry_run:
             target = workspace / MEMORY_DIR / name
             if not target.exists():
