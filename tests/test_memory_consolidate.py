@@ -501,3 +501,17 @@ def test_facts_left_out_of_memory_md_are_found_by_memory_search(tmp_path: Path) 
     out = tools(root).run("memory_search", {"query": "which port does svc2-7 listen on"})
     hits = out.details["results"]
     assert any(h["path"] == "memory/wiki/project.md" and "8027" in h["snippet"] for h in hits), hits
+
+
+def test_a_damaged_session_or_a_link_out_of_the_folder_is_not_read(tmp_path: Path) -> None:
+    root = fixture(tmp_path)
+    broken = root / ".ctxwin" / "sessions" / "chat-0009"
+    broken.mkdir()
+    (broken / "session.jsonl").write_text("this is not a session\n")
+    secret = tmp_path / "secret.md"
+    secret.write_text("- The root password is hunter2.\n")
+    (root / "memory" / "2026-11-25.md").symlink_to(secret)
+    report = consolidate(root)
+    assert any("chat-0009" in p for p in report.problems)
+    assert report.sessions_read == ["chat-0001", "chat-0002"]
+    assert "hunter2" not in (root / "MEMORY.md").read_text() and "2026-11-25.md" not in report.notes_read

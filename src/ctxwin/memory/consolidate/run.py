@@ -276,6 +276,7 @@ def _run(root: Path, sessions: Path | None, since: date | None, dry_run: bool, m
     report.units = len(units)
     report.notes_read, report.sessions_read = inputs.notes_read, inputs.sessions_read
     report.bytes_read, report.entries_read = inputs.bytes_read, inputs.entries_read
+    report.problems.extend(inputs.problems)
     observations = extractor.observe(units)
     observations.sort(key=lambda o: (o.day, o.order))
     report.problems.extend(getattr(extractor, "problems", ()))

@@ -25,6 +25,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+from ctxwin.errors import CtxwinError
 from ctxwin.files import read_bytes
 from ctxwin.memory.consolidate.extract import NOT_SPEAKERS, SPEAKER, Unit, split_sentences
 from ctxwin.memory.files import MEMORY_DIR
@@ -77,6 +78,7 @@ class Inputs:
     sessions_read: list[str] = field(default_factory=list)
     bytes_read: int = 0
     entries_read: int = 0
+    problems: list[str] = field(default_factory=list)
 
 
 def sha256(data: bytes) -> str:
@@ -96,12 +98,20 @@ def note_day(name: str) -> date | None:
 
 
 def note_names(workspace: Path) -> list[str]:
-    """The daily notes and archived outputs under memory/, relative to it, oldest first."""
+    """The daily notes and archived outputs under memory/, relative to it, oldest first. A symlink is
+    read only when it resolves inside the memory folder (as the index reads them)."""
     folder = workspace / MEMORY_DIR
-    names = [p.name for p in folder.glob("*.md") if p.is_file() and NOTE_NAME.match(p.name)]
+    if not folder.is_dir():
+        return []
+    inside = folder.resolve()
+
+    def ours(path: Path) -> bool:
+        return path.is_file() and path.resolve().is_relative_to(inside)
+
+    names = [p.name for p in folder.glob("*.md") if NOTE_NAME.match(p.name) and ours(p)]
     archive = folder / ARCHIVE_DIR
     if archive.is_dir():
-        names += [f"{ARCHIVE_DIR}/{p.name}" for p in archive.glob("*.md") if p.is_file() and ARCHIVE_NAME.match(p.name)]
+        names += [f"{ARCHIVE_DIR}/{p.name}" for p in archive.glob("*.md") if ARCHIVE_NAME.match(p.name) and ours(p)]
     return sorted(names, key=lambda n: (note_day(n) or date.min, n))
 
 
@@ -198,8 +208,8 @@ def session_folders(root: Path) -> Iterator[Path]:
             yield sub
 
 
-def read_sessions(root: Path | None, marks: dict[str, int], since: date | None = None
-                  ) -> tuple[list[Unit], dict[str, int], list[str], int]:
+def read_sessions(root: Path | None, marks: dict[str, int], since: date | None = None,
+                  problems: list[str] | None = None) -> tuple[list[Unit], dict[str, int], list[str], int]:
     """The units of every session's messages past its mark (the entries before `since` are skipped),
     the new marks, the sessions read and the entries read. Sessions are opened read-only, without a
     lock: an agent may be appending to one (what it appends after we counted is read next time)."""
@@ -213,7 +223,13 @@ def read_sessions(root: Path | None, marks: dict[str, int], since: date | None =
     if root is None:
         return units, new_marks, read, entries
     for folder in session_folders(root):
-        with Session.open(folder, readonly=True) as log:
+        try:
+            log = Session.open(folder, readonly=True)
+        except CtxwinError as error:  # one damaged session must not keep the others out
+            if problems is not None:
+                problems.append(f"session {folder.name} not read: {error}")
+            continue
+        with log:
             sid = log.session_id
             count = len(log)
             start = marks.get(sid, 0) if since is None else 0
@@ -246,7 +262,8 @@ def read_sessions(root: Path | None, marks: dict[str, int], since: date | None =
 def read_inputs(workspace: Path, sessions: Path | None, watermark: Watermark, since: date | None = None) -> Inputs:
     """Notes and sessions past `watermark` (or from `since` on), as one list of units in writing order."""
     note_list, note_marks, notes, total = read_notes(workspace, watermark.notes, since)
-    session_list, session_marks, read, entries = read_sessions(sessions, watermark.sessions, since)
+    problems: list[str] = []
+    session_list, session_marks, read, entries = read_sessions(sessions, watermark.sessions, since, problems)
     units = note_list + session_list
     units.sort(key=lambda u: (u.day, u.order))
-    return Inputs(units, Watermark(note_marks, session_marks), notes, read, total, entries)
+    return Inputs(units, Watermark(note_marks, session_marks), notes, read, total, entries, problems)
