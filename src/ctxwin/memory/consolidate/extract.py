@@ -51,13 +51,13 @@ SECTION_KINDS: dict[str, Kind | None] = {
     "constraints": "constraint", "constraints & preferences": "preference", "rules": "constraint",
     "decisions": "decision", "key decisions": "decision", "decision": "decision",
     "project": "project", "project facts": "project", "facts": "project", "commands": "project",
-    "commands run": "project", "paths": "project", "versions": "project", "owners": "project",
+    "paths": "project", "versions": "project", "owners": "project",
     "people": "person", "contacts": "person", "team": "person",
     "dates": "event", "events": "event", "dates and events": "event", "deadlines": "event", "schedule": "event",
     "open tasks": "task", "tasks": "task", "todo": "task", "to do": "task", "next steps": "task",
     "in progress": "task", "blocked": "task", "done": "task",
     "current work": None, "files read": None, "identifiers": None, "recent references": None,
-    "files modified": None, "project root": None,
+    "files modified": None, "project root": None, "commands run": None, "errors and fixes": None,
 }
 SKIPPED_SECTION = "skip"
 
@@ -83,7 +83,7 @@ _OPEN = re.compile(r"^(?:todo|to do|task|next|follow[- ]up|action item|open)\b[:
                    r"is blocked on|waiting on)\b", re.IGNORECASE)
 _PREFERENCE = re.compile(r"\b(?:prefers?|preferred|preference|likes?|loves?|hates?|dislikes?|favou?rite|"
                          r"would rather|'d rather|enjoys?|wants? (?:\w+ ){0,3}to be)\b", re.IGNORECASE)
-_CONSTRAINT = re.compile(r"\b(?:must(?: not)?|never|always|do not|don't|cannot|can't|required|requirement|"
+_CONSTRAINT = re.compile(r"\b(?:must(?: not)?|never|always|do not|don't|required|requirement|"
                          r"forbidden|not allowed|no more than|at most|at least|only ever)\b", re.IGNORECASE)
 _DECISION = re.compile(r"\b(?:decided|decision|decide|we'll go with|going with|go with|chose|chosen|settled on|"
                        r"agreed|picked|opted|switch(?:ed|ing)? (?:to|from|back)|moving to|will use|we use|"

@@ -137,7 +137,7 @@ def note_units(name: str, text: str, day: date, first_line: int = 1) -> list[Uni
             heading = re.sub(r"[^\w &]+", " ", title.group("title")).strip().lower() or None
             heading = re.sub(r"\s+", " ", heading) if heading else None
             continue
-        if number < first_line or not stripped or stripped.startswith(("<!--", "|")):
+        if number < first_line or not stripped or stripped.startswith(("<!--", "|", "{")):
             continue
         units.extend(_line_units(stripped.lstrip("> "), day, f"{ref_base}:{number}", heading, (name, number)))
     return units
@@ -208,6 +208,21 @@ def session_folders(root: Path) -> Iterator[Path]:
             yield sub
 
 
+def message_statements(text: str) -> list[str]:
+    """A message's statements: its lines' sentences, code blocks, headings and tables left out."""
+    out: list[str] = []
+    fenced = False
+    for line in text.split("\n"):
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        stripped = line.strip()
+        if fenced or not stripped or stripped.startswith(("#", "|", "<", "{", "[{")):  # code, markup, JSON
+            continue
+        out.extend(split_sentences(re.sub(r"^\s*(?:[-*+]|\d+[.)])\s+", "", stripped)))
+    return out
+
+
 def read_sessions(root: Path | None, marks: dict[str, int], since: date | None = None,
                   problems: list[str] | None = None) -> tuple[list[Unit], dict[str, int], list[str], int]:
     """The units of every session's messages past its mark (the entries before `since` are skipped),
@@ -249,7 +264,7 @@ def read_sessions(root: Path | None, marks: dict[str, int], since: date | None =
                 if not text:
                     continue
                 ref = f"entry:{entry.id}@{sid}"
-                for k, sentence in enumerate(split_sentences(text[:MAX_UNIT_CHARS].replace("\n", " "))):
+                for k, sentence in enumerate(message_statements(text[:MAX_UNIT_CHARS])):
                     if message.role == "assistant" and not _ASSISTANT_FACT.search(sentence):
                         continue
                     # Ordered by time within a day, after the day's notes ("2026-11-30." < "2026-11-30T").
