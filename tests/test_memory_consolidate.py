@@ -515,3 +515,15 @@ def test_a_damaged_session_or_a_link_out_of_the_folder_is_not_read(tmp_path: Pat
     assert any("chat-0009" in p for p in report.problems)
     assert report.sessions_read == ["chat-0001", "chat-0002"]
     assert "hunter2" not in (root / "MEMORY.md").read_text() and "2026-11-25.md" not in report.notes_read
+
+
+def test_cli_consolidate_with_a_model(tmp_path: Path) -> None:
+    root = fixture(tmp_path)
+    with FakeProvider(model=facts_model) as fake:
+        result = CliRunner().invoke(app, ["memory", "consolidate", "--workspace", str(root), "--json", "--model",
+                                          "gpt-test", "--api", "openai", "--base-url", fake.openai_base_url,
+                                          "--api-key", "test-key"])
+        assert result.exit_code == 0, result.output
+        assert len(fake.requests) >= 1
+    data = json.loads(result.output)
+    assert data["extractor"] == "model:gpt-test" and not data["problems"] and "MEMORY.md" in data["written"]
