@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -241,9 +241,10 @@ def test_a_flush_written_during_a_consolidation_is_kept(tmp_path: Path) -> None:
         worker.start()
         assert started.wait(30), "the consolidation reached its model call"
         # Meanwhile: the pre-compaction flush appends to the very note being consolidated...
-        flush = daily_notes(root, clock=lambda: 1_795_600_000.0)  # 2026-11-24 in every time zone near UTC
+        noon = datetime(2026, 11, 20, 12, tzinfo=UTC).timestamp()  # 2026-11-20 in every time zone within 11 h
+        flush = daily_notes(root, clock=lambda: noon)
         path = flush([user("Remember: the staging database is pg-staging-02 on port 6432.")])
-        assert path is not None
+        assert path == root / "memory" / "2026-11-20.md"  # the very note being consolidated
         note(root, "2026-11-20", "- The user now prefers light mode in every editor.\n")
         # ...and a second consolidation is refused by the lock, changing nothing.
         with pytest.raises(SessionLockedError, match="being consolidated"):
