@@ -475,6 +475,11 @@ def test_any_notes_idempotent_sourced_and_incremental(tmp_path_factory: Any, lin
         assert lines_ref is not None
         source = (root / lines_ref.path).read_text().split("\n")[lines_ref.first - 1]
         assert source.startswith("- ")
+    state = json.loads((root / "memory" / STATE_DIR / STATE_FILE).read_text()) if memory else {"facts": []}
+    current = {f["text"] for f in state["facts"] if f["status"] == "current"}
+    for fact in state["facts"]:  # nothing superseded or done is stated as current
+        if fact["status"] != "current" and fact["text"] not in current:
+            assert not any(f"{mark}{fact['text']} {end}" in memory for mark in ("- ", "- [ ] ") for end in "[(")
     before = snapshot(root)
     assert not consolidate(root).changed and snapshot(root) == before
 
