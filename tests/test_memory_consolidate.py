@@ -20,9 +20,10 @@ from typer.testing import CliRunner
 from ctxwin.cli.main import app
 from ctxwin.errors import InputError, SessionLockedError
 from ctxwin.memory import MemoryIndex, MemoryTools, daily_notes, resolve_ref
-from ctxwin.memory.consolidate import ModelExtractor, SleepConfig, SleepTime, consolidate, parse_entry, parse_lines
+from ctxwin.memory.consolidate import ModelExtractor, SleepConfig, SleepTime, consolidate, parse_entry
 from ctxwin.memory.consolidate.dates import resolve
 from ctxwin.memory.consolidate.run import STATE_DIR, STATE_FILE
+from ctxwin.memory.tools import parse_file_ref
 from ctxwin.messages import Message, assistant, user
 from ctxwin.providers.base import RetryPolicy
 from ctxwin.providers.openai import OpenAIChatClient
@@ -346,10 +347,7 @@ def test_hand_edits_of_memory_md_are_kept_as_a_note(tmp_path: Path) -> None:
 
 
 def test_refs_parse_and_resolve(tmp_path: Path) -> None:
-    assert parse_lines("memory/2026-11-30.md:12-14") is not None
-    assert parse_lines("memory/2026-11-30.md") is None
-    with pytest.raises(InputError):
-        parse_lines("memory/2026-11-30.md:14-12")
+    assert parse_file_ref("memory/2026-11-30.md:12-14") == ("memory/2026-11-30.md", 12, 3)
     entry = parse_entry("entry:0a1b2c3d#call_1@chat-0002")
     assert entry is not None and entry.ref == "entry:0a1b2c3d#call_1" and entry.session == "chat-0002"
     root = fixture(tmp_path)
@@ -428,7 +426,7 @@ def test_a_damaged_state_says_what_to_do(tmp_path: Path) -> None:
 # Properties and dates
 
 
-def test_relative_dates() -> None:
+def test_relative_dates_are_written_as_dates() -> None:
     monday = date(2026, 11, 2)
     assert resolve("Deploy tomorrow", monday).text == "Deploy on 2026-11-03"
     assert resolve("by tomorrow", monday).text == "by 2026-11-03"
@@ -437,10 +435,12 @@ def test_relative_dates() -> None:
     assert resolve("next Monday", monday).text == "on 2026-11-09"
     assert resolve("last Friday", monday).text == "on 2026-10-30"
     assert resolve("in 3 days", monday).text == "on 2026-11-05"
-    assert resolve("two weeks ago", monday).text == "on 2026-10-19"
+    assert resolve("two weeks ago", monday).text == "the week of 2026-10-19"
     assert resolve("last month", monday).text == "in October 2026"
     assert resolve("next week", monday).text == "the week of 2026-11-09"
+    assert resolve("last weekend", monday).text == "the weekend of 2026-10-31"
     assert resolve("last year", monday).text == "in 2025"
+    assert resolve("Yesterday and again yesterday", monday).text == "On 2026-11-01 and again on 2026-11-01"
     assert resolve("on Friday", monday).text == "on Friday"  # which Friday is not knowable: left as written
 
 
@@ -471,9 +471,8 @@ def test_any_notes_idempotent_sourced_and_incremental(tmp_path_factory: Any, lin
     for line in bullets(memory):
         ref = REF.search(line)
         assert ref, line
-        lines_ref = parse_lines(ref.group(1))
-        assert lines_ref is not None
-        source = (root / lines_ref.path).read_text().split("\n")[lines_ref.first - 1]
+        path, first, _ = parse_file_ref(ref.group(1))
+        source = (root / path).read_text().split("\n")[first - 1]
         assert source.startswith("- ")
     state = json.loads((root / "memory" / STATE_DIR / STATE_FILE).read_text()) if memory else {"facts": []}
     current = {f["text"] for f in state["facts"] if f["status"] == "current"}

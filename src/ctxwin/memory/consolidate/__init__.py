@@ -29,13 +29,13 @@ _EXPORTS = {
     **{name: "run" for name in ("ConsolidationReport", "Extractor", "RuleExtractor", "consolidate")},
     **{name: "llm" for name in ("ModelExtractor",)},
     **{name: "schedule" for name in ("SleepTime", "SleepConfig", "sleep_time")},
-    **{name: "refs" for name in ("EntryRef", "LinesRef", "parse_entry", "parse_lines", "resolve_entry")},
+    **{name: "refs" for name in ("EntryRef", "parse_entry", "resolve_entry")},
     **{name: "render" for name in ("MAX_MEMORY_CHARS",)},
 }
 
 if TYPE_CHECKING:
     from ctxwin.memory.consolidate.llm import ModelExtractor
-    from ctxwin.memory.consolidate.refs import EntryRef, LinesRef, parse_entry, parse_lines, resolve_entry
+    from ctxwin.memory.consolidate.refs import EntryRef, parse_entry, resolve_entry
     from ctxwin.memory.consolidate.render import MAX_MEMORY_CHARS
     from ctxwin.memory.consolidate.run import ConsolidationReport, Extractor, RuleExtractor, consolidate
     from ctxwin.memory.consolidate.schedule import SleepConfig, SleepTime, sleep_time
@@ -60,14 +60,12 @@ __all__ = [
     "ConsolidationReport",
     "EntryRef",
     "Extractor",
-    "LinesRef",
     "ModelExtractor",
     "RuleExtractor",
     "SleepConfig",
     "SleepTime",
     "consolidate",
     "parse_entry",
-    "parse_lines",
     "resolve_entry",
     "sleep_time",
 ]

@@ -1,7 +1,7 @@
 """The refs consolidated memory carries, and what they resolve to.
 
 - `memory/2026-11-30.md:12` or `memory/2026-11-30.md:12-14`: lines of a memory file (the form
-  `memory_search` prints its hits in); `memory_get` takes it as its `path`.
+  `memory_search` gives its hits; `memory_get` takes it as its `path`, `memory.tools.parse_file_ref`).
 - `entry:<id>@<session id>`: an entry of a stored session, which need not be the current one;
   `memory_get` finds the session under its sessions folder, and `recall` / `memory.recall.resolve_ref`
   take it on the session it names (`entry:<id>` without a session is the current session's, as before).
@@ -15,17 +15,7 @@ from pathlib import Path
 
 from ctxwin.errors import InputError
 
-_LINES = re.compile(r"^(?P<path>[^:\s]+\.md):(?P<first>\d+)(?:-(?P<last>\d+))?$")
 _ENTRY = re.compile(r"^entry:(?P<id>[^@#\s]+)(?P<call>#[^@\s]+)?@(?P<session>\S+)$")
-
-
-@dataclass(frozen=True, slots=True)
-class LinesRef:
-    """Lines `first`..`last` (1-based, inclusive) of the memory file at `path`."""
-
-    path: str
-    first: int
-    last: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,18 +24,6 @@ class EntryRef:
 
     ref: str
     session: str
-
-
-def parse_lines(ref: str) -> LinesRef | None:
-    """`memory/2026-11-30.md:12-14` as a `LinesRef`; None for anything else (a plain path)."""
-    match = _LINES.match(ref.strip())
-    if match is None:
-        return None
-    first = int(match.group("first"))
-    last = int(match.group("last") or first)
-    if first < 1 or last < first:
-        raise InputError(f"{ref}: lines {first}-{last} are not a range", "refs look like memory/2026-11-30.md:12-14")
-    return LinesRef(match.group("path"), first, last)
 
 
 def parse_entry(ref: str) -> EntryRef | None:

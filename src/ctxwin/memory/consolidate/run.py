@@ -122,7 +122,7 @@ class State:
         data = {"version": STATE_VERSION, "watermark": self.watermark.to_dict(),
                 "outputs": dict(sorted(self.outputs.items())), "seen": sorted(self.seen),
                 "facts": [f.to_dict() for f in self.facts]}
-        return (json.dumps(data, ensure_ascii=False, indent=1) + "\n").encode()
+        return (json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
     @staticmethod
     def load(path: Path) -> State:
