@@ -532,3 +532,18 @@ def test_cli_consolidate_with_a_model(tmp_path: Path) -> None:
         assert len(fake.requests) >= 1
     data = json.loads(result.output)
     assert data["extractor"] == "model:gpt-test" and not data["problems"] and "MEMORY.md" in data["written"]
+
+
+def test_a_preference_with_a_word_swapped_replaces_the_old_one(tmp_path: Path) -> None:
+    root = tmp_path
+    note(root, "2026-11-01", "- The user prefers dark mode in the editor.\n- The user prefers short answers.\n"
+         "- Alice owns the billing service.\n- Ana: I love camping with my kids.\n")
+    note(root, "2026-11-09", "- The user prefers light mode in the editor.\n- Alice owns the search service.\n"
+         "- Ana: I love painting with my kids.\n")
+    consolidate(root)
+    memory = (root / "MEMORY.md").read_text()
+    assert "light mode" in memory and "dark mode" not in memory and "short answers" in memory
+    assert "billing service" in memory and "search service" in memory  # two owners' facts, both true
+    assert "camping" in memory and "painting" in memory  # a speaker's likes add up
+    history = (root / "memory" / "wiki" / "preferences.md").read_text().split("## History")[1]
+    assert "dark mode in the editor. (stated 2026-11-01, superseded 2026-11-09" in history

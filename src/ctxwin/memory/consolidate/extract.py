@@ -189,7 +189,12 @@ def _clip(text: str) -> str:
     return cut.rstrip(",;:") + " …"
 
 
+_FILLER = re.compile(r"^(?:(?:please )?remember(?: that)?|note(?: that)?|fyi|btw|also|and|so)[:,]?\s+", re.IGNORECASE)
+"""Words before a statement that are not its subject ("Remember that the staging port is 8443")."""
+
+
 def _key(text: str) -> str | None:
+    text = _FILLER.sub("", text)
     for pattern, template in _KEYED:
         match = pattern.search(text)
         if match is None:

@@ -38,6 +38,10 @@ CHANGE_JACCARD = 0.25
 """A statement with a change cue supersedes the current fact it shares this share of words with..."""
 CHANGE_MIN_SHARED = 2
 """...and at least this many words."""
+SLOT_KINDS: frozenset[Kind] = frozenset({"preference", "constraint"})
+"""Kinds where a statement with a word or two swapped is a new value of the same fact..."""
+SLOT_SWAP = 2
+"""...at most this many words swapped each way."""
 CHOICES: frozenset[Kind] = frozenset({"preference", "constraint", "decision", "project"})
 """Kinds a displaced value or a key can supersede across (a decision can replace a project fact)."""
 
@@ -215,7 +219,14 @@ class FactStore:
             displaced = any(v and v <= fact.chosen and not v <= new.chosen for v in o.displaces)
             if keyed or displaced:
                 out.append(fact)
-        if out or not o.change:
+        if out:
+            return out
+        # The user's preference or constraint with one or two words swapped ("prefers dark mode" ->
+        # "prefers light mode") is the same slot with a new value; a change cue ("now", "reverted")
+        # lets any kind replace the fact it shares enough words with. Never a named speaker's line:
+        # "I love camping" and "I love painting" are both true.
+        slot = o.kind in SLOT_KINDS and not o.subject
+        if not (o.change or slot):
             return out
         best: tuple[float, Fact] | None = None
         for fact in same:
@@ -225,7 +236,11 @@ class FactStore:
                 continue
             shared = len(fact.tokens & o.tokens)
             score = jaccard(fact.tokens, o.tokens)
-            if shared >= CHANGE_MIN_SHARED and score >= CHANGE_JACCARD and (best is None or score > best[0]):
+            other_key = bool(o.key and fact.key and o.key != fact.key)  # "owner of billing" vs "of search"
+            swapped = slot and not other_key and len(fact.tokens - o.tokens) <= SLOT_SWAP \
+                and len(o.tokens - fact.tokens) <= SLOT_SWAP
+            if shared >= CHANGE_MIN_SHARED and (swapped or (o.change and score >= CHANGE_JACCARD)) \
+                    and (best is None or score > best[0]):
                 best = (score, fact)
         return [best[1]] if best else []
 
