@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
 from typing import Literal, TypeAlias
 
@@ -59,7 +59,6 @@ SECTION_KINDS: dict[str, Kind | None] = {
     "current work": None, "files read": None, "identifiers": None, "recent references": None,
     "files modified": None, "project root": None, "commands run": None, "errors and fixes": None,
 }
-SKIPPED_SECTION = "skip"
 
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+/'-]*")
 _PROPER = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
@@ -161,7 +160,6 @@ class Observation:
     subject: str | None = None
     weight: float = 1.0
     order: tuple[str, int, int] = ("", 0, 0)
-    dates: tuple[date, ...] = field(default=())
 
 
 def stem(word: str) -> str:
@@ -182,7 +180,8 @@ def tokens(text: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def _clip(text: str) -> str:
+def clip(text: str) -> str:
+    """`text`, cut at a word boundary to `MAX_STATEMENT_CHARS`."""
     if len(text) <= MAX_STATEMENT_CHARS:
         return text
     cut = text[:MAX_STATEMENT_CHARS].rsplit(" ", 1)[0]
@@ -218,7 +217,7 @@ def displaced_values(text: str) -> tuple[frozenset[str], ...]:
     return tuple(found)
 
 
-def content_weight(text: str, kind: Kind) -> float:
+def content_weight(text: str) -> float:
     """How much a statement holds: its values (numbers, paths, commands, dates) and names, and its length
     (saturating), so that "we met at 3pm in Berlin with Ana" outranks "that was fun"."""
     values = len(_VALUE.findall(text)) + len(_ISO.findall(text))
@@ -257,7 +256,7 @@ def classify(unit: Unit) -> Observation | None:
         return None
     text = CHATTER.sub("", text, count=1).strip() if CHATTER.match(text) else text
     resolved = resolve(text, unit.day)
-    text = _clip(re.sub(r"\s+", " ", resolved.text))
+    text = clip(re.sub(r"\s+", " ", resolved.text))
     words = tokens(text)
     has_value = bool(_VALUE.search(text) or resolved.days)
     if len(words) < MIN_CONTENT_WORDS and not (has_value and words):
@@ -277,7 +276,7 @@ def classify(unit: Unit) -> Observation | None:
         kind=kind, text=text, day=unit.day, ref=unit.ref, tokens=tokens(text),
         key=_key(text) if kind != "task" else None,
         displaces=displaced_values(text), change=bool(CHANGE.search(text)), done=done, subject=subject,
-        weight=content_weight(text, kind), order=unit.order, dates=resolved.days)
+        weight=content_weight(text), order=unit.order)
 
 
 def _kind(text: str, section: Kind | None, done: bool, checkbox: bool, dialogue: bool) -> Kind:

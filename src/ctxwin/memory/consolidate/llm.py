@@ -28,6 +28,7 @@ from ctxwin.memory.consolidate.extract import (
     Observation,
     Unit,
     classify,
+    clip,
     content_weight,
     displaced_values,
     stem,
@@ -150,16 +151,16 @@ def parse_answer(text: str, batch: Sequence[Unit]) -> list[Observation]:
 
 
 def _observation(unit: Unit, kind: Kind, fact: str, item: dict[str, Any], k: int) -> Observation:
-    resolved = resolve(re.sub(r"\s+", " ", fact).strip(), unit.day)
-    text = resolved.text
+    text = clip(resolve(re.sub(r"\s+", " ", fact).strip(), unit.day).text)
     key = item.get("key")
     key = " ".join(stem(w) for w in key.lower().split()) if isinstance(key, str) and key.strip() else None
-    replaced = tuple(t for t in (tokens(v) for v in item.get("replaces") or () if isinstance(v, str)) if t)
+    named = item.get("replaces") if isinstance(item.get("replaces"), list) else []
+    replaced = tuple(t for t in (tokens(v) for v in named if isinstance(v, str)) if t)
     speaker = unit.speaker if unit.speaker not in (None, "user", "assistant") else None
     if speaker and text.startswith(f"{speaker}: "):
         text = text[len(speaker) + 2:]
     return Observation(
         kind=kind, text=text, day=unit.day, ref=unit.ref, tokens=tokens(text), key=key,
         displaces=replaced + displaced_values(text), change=bool(CHANGE.search(text)),
-        done=kind == "task" and item.get("done") is True, subject=speaker, weight=content_weight(text, kind),
-        order=(unit.order[0], unit.order[1], unit.order[2] * 100 + k), dates=resolved.days)
+        done=kind == "task" and item.get("done") is True, subject=speaker, weight=content_weight(text),
+        order=(unit.order[0], unit.order[1], unit.order[2] * 100 + k))
