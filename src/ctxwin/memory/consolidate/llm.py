@@ -154,7 +154,8 @@ def _observation(unit: Unit, kind: Kind, fact: str, item: dict[str, Any], k: int
     text = clip(resolve(re.sub(r"\s+", " ", fact).strip(), unit.day).text)
     key = item.get("key")
     key = " ".join(stem(w) for w in key.lower().split()) if isinstance(key, str) and key.strip() else None
-    named = item.get("replaces") if isinstance(item.get("replaces"), list) else []
+    given = item.get("replaces")
+    named: list[Any] = given if isinstance(given, list) else []
     replaced = tuple(t for t in (tokens(v) for v in named if isinstance(v, str)) if t)
     speaker = unit.speaker if unit.speaker not in (None, "user", "assistant") else None
     if speaker and text.startswith(f"{speaker}: "):
