@@ -101,7 +101,7 @@ def test_memory_states_only_current_values_with_history_in_the_wiki(tmp_path: Pa
 
     # A preference changed: only the new one in MEMORY.md, the old one in the wiki's history, both dated.
     preferences = [line for line in bullets(memory) if "indentation" in line]
-    assert len(preferences) == 1 and "prefer spaces over tabs" in preferences[0]
+    assert len(preferences) == 1 and "prefers spaces over tabs" in preferences[0]
     assert "memory/2026-11-02.md:3" not in memory
     history = (wiki / "preferences.md").read_text().split("## History")[1]
     assert re.search(r"The user prefers tabs for indentation\. \(stated 2026-11-02, superseded 2026-11-10", history)

@@ -6,8 +6,8 @@ were written:
 
 1. a task marked done closes the open task it names (most shared words); it leaves the open list and
    stays in the wiki with the day it was opened and the day it was closed;
-2. a restatement (the same words, or nearly, with the same values) adds a ref to the current fact:
-   duplicates merge, and `mentions` counts them for the rank;
+2. a restatement (the same words, or nearly, with the same values) adds a ref to the current fact,
+   which takes the restatement's wording: duplicates merge, and `mentions` counts them for the rank;
 3. a statement that changes a current fact supersedes it: the same explicit key with another value
    ("staging port is 9443"), a displaced value ("pnpm instead of npm" against "use npm"), or a change
    cue ("now", "reverted", "no longer") with enough shared words; the old fact keeps both days
@@ -164,10 +164,16 @@ class FactStore:
         same = [f for f in candidates if f.kind == o.kind or (f.kind in CHOICES and o.kind in CHOICES)]
         duplicate = self._duplicate(o, [f for f in same if f.kind == o.kind or f.tokens == o.tokens])
         if duplicate is not None:
+            # Restated: counted, sourced, and worded as it was last said (MEMORY.md shows that statement's
+            # ref, so the line and what its ref reads are the same words).
+            self._unindex(duplicate)
+            duplicate.text, duplicate.tokens, duplicate.chosen = o.text, o.tokens, _chosen(o)
+            duplicate.key, duplicate.weight = o.key or duplicate.key, o.weight
             duplicate.mentions += 1
             duplicate.last_day = max(duplicate.last_day, o.day)
             if o.ref not in duplicate.refs:
                 duplicate.refs.append(o.ref)
+            self._index(duplicate)
             report.restated += 1
             return
         fact = self._add(o)
