@@ -172,9 +172,9 @@ _TRAILING_REFS = re.compile(r"(?:\s*\[(?:memory/|entry:)[^\]]*\])+\s*$")
 
 
 def _archive(workspace: Path, state: State, max_chars: int, dry_run: bool) -> tuple[list[Unit], list[str]]:
-    """Hand edits of the outputs (see the module docstring): the units of their new lines, and the
-    archive notes written for them. A MEMORY.md or wiki page no run wrote (a curated MEMORY.md from
-    before consolidation) is all hand edits."""
+    """Hand edits of the outputs (see the module docstring): the archive notes written for them (and,
+    on a dry run, which writes none, the units of their lines). A MEMORY.md or wiki page no run wrote
+    (a curated MEMORY.md from before consolidation) is all hand edits."""
     units: list[Unit] = []
     archived: list[str] = []
     ours: set[str] | None = None
@@ -202,11 +202,12 @@ def _archive(workspace: Path, state: State, max_chars: int, dry_run: bool) -> tu
         stem = "MEMORY" if rel == MEMORY_FILE else "wiki-" + Path(rel).stem
         name = f"{ARCHIVE_DIR}/{stem}-{day.isoformat()}-{sha256(data)[:8]}.md"
         text = f"# Edits to {rel} found on {day.isoformat()}\n\n" + "\n".join(kept) + "\n"
-        if not dry_run:
+        if dry_run:
+            units.extend(note_units(name, text, day))  # a real run reads the note it wrote with the others
+        else:
             target = workspace / MEMORY_DIR / name
             if not target.exists():
                 _write(target, text.encode())
-        units.extend(note_units(name, text, day))
         archived.append(f"{MEMORY_DIR}/{name}")
     return units, archived
 
