@@ -547,3 +547,20 @@ def test_a_preference_with_a_word_swapped_replaces_the_old_one(tmp_path: Path) -
     assert "camping" in memory and "painting" in memory  # a speaker's likes add up
     history = (root / "memory" / "wiki" / "preferences.md").read_text().split("## History")[1]
     assert "dark mode in the editor. (stated 2026-11-01, superseded 2026-11-09" in history
+
+
+def test_a_fact_the_agent_reads_back_counts_as_used(tmp_path: Path) -> None:
+    from ctxwin.messages import ToolCall
+
+    root = fixture(tmp_path)
+    consolidate(root)
+    ref = "memory/2026-11-02.md:7"  # Alice owns the billing service.
+    session(root, "chat-0003", "2026-11-21", [
+        user("Who owns billing?"),
+        assistant("Let me check my memory.", ToolCall("c1", "memory_get", {"path": ref})),
+    ])
+    report = consolidate(root)
+    assert report.merge.used == 1
+    state = json.loads((root / "memory" / STATE_DIR / STATE_FILE).read_text())
+    assert [f["uses"] for f in state["facts"] if ref in f["refs"]] == [1]
+    assert consolidate(root, since="2026-11-01").merge.used == 0  # the same call read again: counted once

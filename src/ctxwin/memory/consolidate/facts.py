@@ -62,6 +62,7 @@ class Fact:
     subject: str | None = None
     chosen: frozenset[str] = frozenset()
     mentions: int = 1
+    uses: int = 0
     weight: float = 1.0
     status: Status = "current"
     ended: date | None = None
@@ -72,7 +73,7 @@ class Fact:
         return {"id": self.id, "kind": self.kind, "text": self.text, "first_day": self.first_day.isoformat(),
                 "last_day": self.last_day.isoformat(), "refs": list(self.refs), "tokens": sorted(self.tokens),
                 "key": self.key, "subject": self.subject, "chosen": sorted(self.chosen), "mentions": self.mentions,
-                "weight": round(self.weight, 4), "status": self.status,
+                "uses": self.uses, "weight": round(self.weight, 4), "status": self.status,
                 "ended": self.ended.isoformat() if self.ended else None, "ended_ref": self.ended_ref, "by": self.by}
 
     @staticmethod
@@ -81,7 +82,8 @@ class Fact:
                     first_day=date.fromisoformat(data["first_day"]), last_day=date.fromisoformat(data["last_day"]),
                     refs=list(data["refs"]), tokens=frozenset(data["tokens"]), key=data.get("key"),
                     subject=data.get("subject"), chosen=frozenset(data.get("chosen", ())),
-                    mentions=int(data.get("mentions", 1)), weight=float(data.get("weight", 1.0)),
+                    mentions=int(data.get("mentions", 1)), uses=int(data.get("uses", 0)),
+                    weight=float(data.get("weight", 1.0)),
                     status=data.get("status", "current"),
                     ended=date.fromisoformat(data["ended"]) if data.get("ended") else None,
                     ended_ref=data.get("ended_ref"), by=data.get("by"))
@@ -155,6 +157,23 @@ class FactStore:
             self.seen.add(seen)
             self._merge_one(observation, report)
         return report
+
+    def use(self, uses: Sequence[tuple[str, str]]) -> int:
+        """Counts each (ref, key) read of a source against the facts stated there (a read named by a
+        key merged before is skipped); returns the reads that named a fact."""
+        by_ref: dict[str, list[Fact]] = {}
+        for fact in self.facts:
+            for ref in fact.refs:
+                by_ref.setdefault(ref, []).append(fact)
+        counted = 0
+        for ref, key in uses:
+            if key in self.seen or ref not in by_ref:
+                continue
+            self.seen.add(key)
+            for fact in by_ref[ref]:
+                fact.uses += 1
+            counted += 1
+        return counted
 
     def _merge_one(self, o: Observation, report: MergeReport) -> None:
         candidates = self._candidates(o.tokens)
@@ -280,10 +299,11 @@ class MergeReport:
     superseded: int = 0
     closed: int = 0
     skipped: int = 0
+    used: int = 0
 
     def to_dict(self) -> dict[str, int]:
         return {"added": self.added, "restated": self.restated, "superseded": self.superseded,
-                "closed": self.closed, "skipped": self.skipped}
+                "closed": self.closed, "skipped": self.skipped, "used": self.used}
 
 
 KIND_WEIGHT: dict[Kind, float] = {"preference": 4.0, "constraint": 4.0, "decision": 3.5, "task": 4.0,
@@ -311,11 +331,12 @@ def information(facts: Sequence[Fact]) -> dict[str, float]:
 
 def rank(fact: Fact, newest: date, info: float = 0.0) -> float:
     """A current fact's rank for MEMORY.md: its kind, how much it holds (`weight`, and `info` from
-    `information`), how often it was stated, how recently. Against the newest input's day, not the
-    clock, so the same facts rank the same on any day."""
+    `information`), how often it was stated and read back (`memory_get` of its source), how recently.
+    Against the newest input's day, not the clock, so the same facts rank the same on any day."""
     age = max(0, (newest - fact.last_day).days)
     recency = RECENCY_WEIGHT * 0.5 ** (age / RECENCY_HALF_LIFE_DAYS)
     # A named speaker's statement is a dialogue line, where "love" or "never" are no preference or
     # constraint to keep: its kind says little, what it holds says the rest.
     kind = KIND_WEIGHT[fact.kind] if not fact.subject else 0.0
-    return kind + fact.weight + INFO_WEIGHT * info + math.log2(fact.mentions) + recency
+    told = math.log2(fact.mentions) + math.log2(1 + fact.uses)
+    return kind + fact.weight + INFO_WEIGHT * info + told + recency

@@ -284,6 +284,7 @@ def _run(root: Path, sessions: Path | None, since: date | None, dry_run: bool, m
     report.observations = len(observations)
     store = FactStore(state.facts, set(state.seen))
     report.merge = store.merge(observations, _seen_keys(observations))
+    report.merge.used = store.use([(u.ref, u.key) for u in inputs.uses])
     rendered = render_memory(store.facts, max_chars)
     outputs = dict(pages(store.facts))
     outputs[MEMORY_FILE] = rendered.text

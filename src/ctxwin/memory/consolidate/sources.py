@@ -79,6 +79,7 @@ class Inputs:
     bytes_read: int = 0
     entries_read: int = 0
     problems: list[str] = field(default_factory=list)
+    uses: list[Use] = field(default_factory=list)
 
 
 def sha256(data: bytes) -> str:
@@ -223,20 +224,42 @@ def message_statements(text: str) -> list[str]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Use:
+    """The agent read a source of consolidated memory: `memory_get` of `ref`, on `day`; `key` names the
+    call (so reading a log twice counts it once)."""
+
+    ref: str
+    day: date
+    key: str
+
+
+@dataclass
+class SessionsRead:
+    """What `read_sessions` found: the units, the new marks, the sessions read, the entries read, and
+    the agent's reads of memory sources (`uses`)."""
+
+    units: list[Unit] = field(default_factory=list)
+    marks: dict[str, int] = field(default_factory=dict)
+    read: list[str] = field(default_factory=list)
+    entries: int = 0
+    uses: list[Use] = field(default_factory=list)
+
+
 def read_sessions(root: Path | None, marks: dict[str, int], since: date | None = None,
-                  problems: list[str] | None = None) -> tuple[list[Unit], dict[str, int], list[str], int]:
+                  problems: list[str] | None = None) -> SessionsRead:
     """The units of every session's messages past its mark (the entries before `since` are skipped),
-    the new marks, the sessions read and the entries read. Sessions are opened read-only, without a
-    lock: an agent may be appending to one (what it appends after we counted is read next time)."""
+    and each `memory_get` the agent called (how often a fact was used). Sessions are opened read-only,
+    without a lock: an agent may be appending to one (what it appends after we counted is read next
+    time)."""
     from ctxwin.messages import Message
     from ctxwin.store.session import Session
 
-    units: list[Unit] = []
-    new_marks = dict(marks)
-    read: list[str] = []
+    out = SessionsRead(marks=dict(marks))
+    units, new_marks, read, uses = out.units, out.marks, out.read, out.uses
     entries = 0
     if root is None:
-        return units, new_marks, read, entries
+        return out
     for folder in session_folders(root):
         try:
             log = Session.open(folder, readonly=True)
@@ -260,10 +283,14 @@ def read_sessions(root: Path | None, marks: dict[str, int], since: date | None =
                 message = Message.from_dict(entry.payload)
                 if message.role not in ("user", "assistant") or "ctxwin" in message.meta:
                     continue
+                ref = f"entry:{entry.id}@{sid}"
+                for n, call in enumerate(message.tool_calls):
+                    path = call.arguments.get("path") if isinstance(call.arguments, dict) else None
+                    if call.name == "memory_get" and isinstance(path, str):
+                        uses.append(Use(path.strip(), day, f"use:{ref}#{n}"))
                 text = message.text.strip()
                 if not text:
                     continue
-                ref = f"entry:{entry.id}@{sid}"
                 for k, sentence in enumerate(message_statements(text[:MAX_UNIT_CHARS])):
                     if message.role == "assistant" and not _ASSISTANT_FACT.search(sentence):
                         continue
@@ -271,14 +298,15 @@ def read_sessions(root: Path | None, marks: dict[str, int], since: date | None =
                     units.append(Unit(sentence, day, ref, None, message.role, (entry.timestamp, start + entries, k)))
             new_marks[sid] = count
             read.append(sid)
-    return units, new_marks, read, entries
+    out.entries = entries
+    return out
 
 
 def read_inputs(workspace: Path, sessions: Path | None, watermark: Watermark, since: date | None = None) -> Inputs:
     """Notes and sessions past `watermark` (or from `since` on), as one list of units in writing order."""
     note_list, note_marks, notes, total = read_notes(workspace, watermark.notes, since)
     problems: list[str] = []
-    session_list, session_marks, read, entries = read_sessions(sessions, watermark.sessions, since, problems)
-    units = note_list + session_list
+    logs = read_sessions(sessions, watermark.sessions, since, problems)
+    units = note_list + logs.units
     units.sort(key=lambda u: (u.day, u.order))
-    return Inputs(units, Watermark(note_marks, session_marks), notes, read, total, entries, problems)
+    return Inputs(units, Watermark(note_marks, logs.marks), notes, logs.read, total, logs.entries, problems, logs.uses)
