@@ -564,3 +564,15 @@ def test_a_fact_the_agent_reads_back_counts_as_used(tmp_path: Path) -> None:
     state = json.loads((root / "memory" / STATE_DIR / STATE_FILE).read_text())
     assert [f["uses"] for f in state["facts"] if ref in f["refs"]] == [1]
     assert consolidate(root, since="2026-11-01").merge.used == 0  # the same call read again: counted once
+
+
+def test_sleep_time_is_never_idle_during_work(tmp_path: Path) -> None:
+    root = fixture(tmp_path)
+    sleep = SleepTime(root, SleepConfig(idle_seconds=0.02, after_session=False))
+    try:
+        sleep.begin()
+        assert not sleep.wait_for(1, timeout=0.3)  # a turn longer than idle_seconds: no run meanwhile
+        sleep.end()
+        assert sleep.wait_for(1, timeout=30) and (root / "MEMORY.md").exists()
+    finally:
+        sleep.close()

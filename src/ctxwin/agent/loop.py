@@ -140,7 +140,7 @@ class Agent:
             self.stats.turns += 1
             self.emit("user", text=message.text)
         if self.sleep is not None:
-            self.sleep.activity()
+            self.sleep.begin()  # never idle (for sleep-time consolidation) while a turn runs
         self._step = 0
         self._run_cost = 0.0
         self.cancel.clear()
@@ -167,6 +167,9 @@ class Agent:
             self.stats.errors.append(text)
             self.emit("error", error=text, status=getattr(error, "status_code", None))
             return RunResult("error", text, self._step)
+        finally:
+            if self.sleep is not None:
+                self.sleep.end()
 
     def resume(self) -> RunResult | None:
         """Continue from the last logged message: run pending tool calls, or call the model after a

@@ -2,11 +2,12 @@
 while (Letta's sleep-time agents run between sessions). Off unless configured.
 
 `SleepTime(workspace, SleepConfig(...))` is the one object the agent loop, `ctxwin chat` and the proxy
-hold: they call `activity()` when a request or turn starts (cheap: it notes the time under a lock the
-worker never holds while it works), `session_ended()` when a session ends, and `close()` when they
-stop. The consolidation itself runs on one background thread, so it never blocks a request; across
-processes the memory folder's lock keeps two from running at once (a run that finds the lock taken is
-skipped: the other one is doing the work). After an idle run, the next idle run waits for new
+hold: they call `begin()` and `end()` around a turn (the workspace is never idle in between), or
+`activity()` for an instant (cheap: each notes the time under a lock the worker never holds while it
+works), `session_ended()` when a session ends, and `close()` when they stop. The consolidation itself
+runs on one background thread, so it never blocks a request; across processes the memory folder's lock
+keeps two from running at once (a run that finds the lock taken is skipped: the other one is doing the
+work). After an idle run, the next idle run waits for new
 activity: an idle workspace is consolidated once, not every `idle_seconds`.
 """
 
@@ -64,6 +65,7 @@ class SleepTime:
         self._last_activity = clock()
         self._idle_done = True  # nothing to consolidate before the first activity
         self._due = False
+        self._busy = 0  # begin() calls not ended yet: never idle while work is under way
         self._closed = False
         self._thread: threading.Thread | None = None
 
@@ -75,6 +77,22 @@ class SleepTime:
             self._last_activity = self.clock()
             self._idle_done = False
             self._start()
+            self._cond.notify()
+
+    def begin(self) -> None:
+        """Work started (a turn, a request): the workspace is not idle until the matching `end()`."""
+        with self._cond:
+            self._busy += 1
+            self._last_activity = self.clock()
+            self._idle_done = False
+            self._start()
+
+    def end(self) -> None:
+        """The work `begin()` announced is over: the idle clock starts now."""
+        with self._cond:
+            self._busy = max(0, self._busy - 1)
+            self._last_activity = self.clock()
+            self._idle_done = False
             self._cond.notify()
 
     def session_ended(self) -> None:
@@ -122,7 +140,7 @@ class SleepTime:
             if self._closed:
                 return False
             idle = self.config.idle_seconds
-            if idle is not None and not self._idle_done:
+            if idle is not None and not self._idle_done and not self._busy:
                 left = self._last_activity + idle - self.clock()
                 if left <= 0:
                     self._idle_done = True
