@@ -18,6 +18,7 @@ from rich.table import Table
 from ctxwin.agent import Agent, LoopEvent
 from ctxwin.cli.app import app, console, handle_errors
 from ctxwin.cli.run import (
+    AgentsOption,
     AllowShellOption,
     ApiKeyOption,
     ApiOption,
@@ -160,6 +161,7 @@ class Repl:
             console.print(escape(agent.engine.health()), highlight=False)
         elif name == "resume":
             if arg:
+                self.end_session(agent)
                 agent.engine.session.close()
                 self.agent = self._open(Path(arg))
             self.turn(None, resume=True)
@@ -200,8 +202,8 @@ class Repl:
 
     @staticmethod
     def end_session(agent: Agent, wait: float | None = 0) -> None:
-        """With --consolidate: the ended session's memory is consolidated in the background (waited for
-        up to `wait` seconds, so that leaving the chat does not cut it short)."""
+        """With --consolidate (/new, /resume DIR, leaving): the ended session's memory is consolidated in
+        the background (waited for up to `wait` seconds, so that leaving the chat does not cut it short)."""
         if agent.sleep is not None:
             agent.sleep.session_ended()
             agent.sleep.close(wait)
@@ -219,7 +221,7 @@ def chat(
     max_output: MaxOutputOption = None, policy: PolicyOption = "ctxwin",
     max_steps: int = typer.Option(100, "--max-steps", help="Model calls one turn may make."),
     allow_shell: AllowShellOption = False, api_key: ApiKeyOption = None, subagents: SubagentsOption = True,
-    stream: StreamOption = True,
+    stream: StreamOption = True, agents: AgentsOption = None,
     consolidate: bool = typer.Option(False, "--consolidate", help="After each session (/new, /quit), consolidate "
                                      "the workspace's memory into MEMORY.md and memory/wiki/ in the background."),
     consolidate_idle: float | None = typer.Option(None, "--consolidate-idle", min=1, help="Also consolidate after "
@@ -227,7 +229,7 @@ def chat(
 ) -> None:
     """Chat with the agent in the terminal."""
     opts = options(base_url, api, model, session, workspace, window, max_output, policy, max_steps, allow_shell,
-                   api_key, subagents, stream)
+                   api_key, subagents, stream, agents)
     if consolidate or consolidate_idle is not None:
         opts.consolidate = SleepConfig(after_session=consolidate, idle_seconds=consolidate_idle)
     Repl(opts, sessions).loop()
