@@ -360,3 +360,29 @@ def test_a_compaction_inside_a_tool_loop_keeps_the_result_just_asked_for(strateg
         assert [b.id for b in tail[-2].tool_calls] == [f"c{n}_0"], (n, prepared.messages[-3:])
         assert [r.call_id for r in tail[-1].tool_results] == [f"c{n}_0"]
     assert compacted
+
+
+# --------------------------------------------------------------------------------------------------
+# The strategy set, named once (issue 22.5)
+
+
+def test_the_strategy_set_is_derived_from_one_registry() -> None:
+    import typing
+
+    from ctxwin.compaction import strategies
+    from ctxwin.policies.model import COMPACTION_SECTIONS, Policy, section_name
+
+    names = [section_name(s) for s in COMPACTION_SECTIONS]
+    assert list(policies.STRATEGIES) == names == list(strategies.BY_NAME)
+    assert {type(s).section for s in strategies.IMPLEMENTATIONS} == set(COMPACTION_SECTIONS)
+    # The policy union accepts exactly the registry's sections, each by its own name.
+    for section in COMPACTION_SECTIONS:
+        policy = Policy.model_validate({"compaction": {"strategy": section_name(section)}})
+        assert type(policy.compaction) is section
+        assert strategies.strategy_for(policy.compaction).section is section
+    with pytest.raises(ValueError):
+        Policy.model_validate({"compaction": {"strategy": "nope"}})
+    # Each strategy is typed against its own section (its generic parameter), not `Any`.
+    for strategy in strategies.IMPLEMENTATIONS:
+        base = type(strategy).__orig_bases__[0]  # type: ignore[attr-defined]  # set by Generic subclassing
+        assert typing.get_args(base) == (type(strategy).section,)

@@ -5,18 +5,19 @@ floor. The whole span is read at once by the extractive summarizer, so a turn is
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from ctxwin.compaction.pi import PiStrategy
+from ctxwin.compaction.pi import KeepsRecentStrategy
 from ctxwin.compaction.strategy import summary_budget
 from ctxwin.pipeline.view import StageContext
+from ctxwin.policies.model import CtxwinCompaction
 
 
-class CtxwinStrategy(PiStrategy):
-    name: ClassVar[str] = "ctxwin"
+class CtxwinStrategy(KeepsRecentStrategy[CtxwinCompaction]):
+    section = CtxwinCompaction
     split_turns: ClassVar[bool] = False
 
-    def keep_tokens(self, policy: Any, ctx: StageContext, factor: float) -> int:
+    def keep_tokens(self, policy: CtxwinCompaction, ctx: StageContext, factor: float) -> int:
         keep = policy.keep_recent_tokens
         if policy.target_ratio is None:
             return keep

@@ -5,12 +5,12 @@ or, in `all` mode, everything but the system prompt."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
 
 from ctxwin.compaction.cuts import CutPlan, first_content, plan_at
 from ctxwin.compaction.pi import turns_cut
 from ctxwin.compaction.strategy import AgentSummary, Strategy
 from ctxwin.pipeline.view import Item, StageContext, total_tokens
+from ctxwin.policies.model import LettaCompaction
 
 START_EVICT = 0.3
 STEP = 0.1
@@ -37,14 +37,14 @@ def letta_cut(items: Sequence[Item], start: int, target: int, fixed: int) -> int
     return len(items)
 
 
-class LettaStrategy(Strategy):
-    name: ClassVar[str] = "letta"
+class LettaStrategy(Strategy[LettaCompaction]):
+    section = LettaCompaction
 
-    def plan(self, items: Sequence[Item], policy: Any, ctx: StageContext, pins: set[str],
+    def plan(self, items: Sequence[Item], policy: LettaCompaction, ctx: StageContext, pins: set[str],
              factor: float = 1.0, agent_summary: AgentSummary | None = None) -> CutPlan:
         if policy.mode == "all":
             return plan_at(items, len(items), pins, split_turns=False)
         target = int(ctx.window * (policy.target_ratio or DEFAULT_TARGET) / factor)
         cut = letta_cut(items, first_content(items), target, ctx.system_tokens)
         # The turn caps hold for every strategy: a tail past the turn trigger would compact again at once.
-        return plan_at(items, turns_cut(items, cut, policy, float("inf")), pins, split_turns=False)
+        return plan_at(items, turns_cut(items, cut, policy, float("inf"), keep_turns=0), pins, split_turns=False)
