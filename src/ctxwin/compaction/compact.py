@@ -23,7 +23,7 @@ from ctxwin.compaction.cuts import CutPlan
 from ctxwin.compaction.extractive import ExtractiveSummarizer
 from ctxwin.compaction.identifiers import call_arguments, guard
 from ctxwin.compaction.strategies import strategy_for
-from ctxwin.compaction.strategy import AgentSummary, summary_budget
+from ctxwin.compaction.strategy import AgentSummary
 from ctxwin.errors import CompactionFailed
 from ctxwin.messages import Message, Text
 from ctxwin.pipeline.view import CHARS_PER_TOKEN, Item, StageContext, describe_call, recall_ref, total_tokens
@@ -33,7 +33,7 @@ from ctxwin.store.entries import CompactionEntry
 GUARD_SHARE = 0.1
 """Share of the summary budget held back from the summarizer so the identifier guard has room to
 append what the summary lost."""
-INDEX_SHARE = 0.15
+INDEX_SHARE = 0.1
 """Share of the summary budget for the recall index: where the largest evicted outputs can be read
 back, byte for byte (the page table of what left the view)."""
 INDEX_MIN_TOKENS = 150
@@ -140,7 +140,7 @@ def compact_view(
     if memory_flush is not None and trigger != "manual":
         memory_flush([i.message for i in plan.summarized])
     chosen: Summarizer = summarizer or ExtractiveSummarizer()
-    budget = summary_budget(policy, ctx.window, factor)
+    budget = strategy.summary_tokens(policy, ctx, factor)
     summarizer_budget = max(int(budget * (1 - GUARD_SHARE - INDEX_SHARE)), 1)
     # The summarizer reads the messages as logged, not their masked or spilled renderings in the view,
     # each with its entry id as its id (what a summary's recall refs name).
@@ -221,18 +221,26 @@ def recall_index(items: Sequence[Item], ctx: StageContext, budget_tokens: int,
                 candidates.append((size, position, f"- input of {describe_call(call)}: "
                                                    f"recall(\"{recall_ref(item.entry_id, call.id)}\")"))
     chosen: list[tuple[int, str]] = []
+    described: set[str] = set()
     used = 0
-    for _, position, line in sorted(candidates, key=lambda c: (-c[0], c[1])):
+    for _, position, line in sorted(candidates, key=lambda c: (-c[0], -c[1])):
+        what = line.rsplit(": recall(", 1)[0]
+        if what in described:  # the same call made again: one line, the newest ref (no line repeated)
+            continue
         cost = ctx.counter.count_text(line) + 1
         if used + cost <= budget_tokens:
             chosen.append((position, line))
+            described.add(what)
             used += cost
     return [line for _, line in sorted(chosen)]
 
 
 def with_recall_index(summary: Summary, items: Sequence[Item], ctx: StageContext, budget: int,
                       originals: Mapping[str, Message] | None = None) -> Summary:
-    room = budget - ctx.counter.count_text(summary.text) - ctx.counter.count_text(INDEX_HEADING) - 2
+    """The summary with its recall index appended, in what the budget leaves (at most INDEX_SHARE of it:
+    a short summary does not grow into a long index)."""
+    room = min(budget - ctx.counter.count_text(summary.text), int(budget * INDEX_SHARE)) \
+        - ctx.counter.count_text(INDEX_HEADING) - 2
     lines = recall_index(items, ctx, room, originals)
     if not lines:
         return summary

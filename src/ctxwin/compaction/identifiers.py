@@ -221,11 +221,11 @@ def _call_file_ops(call: ToolCall) -> tuple[list[str], list[str]]:
     if kind in PATCH_TOOLS:
         patch = next((v for k, v in args.items() if k in ("input", "patch", "diff") and isinstance(v, str)), "")
         return [], [a or b for a, b in _PATCH_FILE.findall(patch)]
-    command = shell_command(call)
-    if command is not None:
-        if command.lstrip().startswith("apply_patch"):
-            return [], [a or b for a, b in _PATCH_FILE.findall(command)]
-        return shell_file_ops(command)
+    script = shell_command(call)
+    if script is not None:
+        if script.lstrip().startswith("apply_patch"):
+            return [], [a or b for a, b in _PATCH_FILE.findall(script)]
+        return shell_file_ops(script)
     return [], []
 
 
@@ -276,6 +276,15 @@ def canonical_paths(paths: Iterable[str]) -> dict[str, str]:
 
 # --------------------------------------------------------------------------------------------------
 # Identifiers
+
+_ESCAPES = {"\\n": "\n", "\\t": "\t", '\\"': '"', "\\'": "'", "\\r": ""}
+_ESCAPE = re.compile(r"\\[ntr\"']")
+
+
+def decoded(text: str) -> str:
+    """`text` with the escapes of serialized output (a literal `\\n`, `\\t`, `\\"`) turned back into
+    what they stand for: names are read from the text, not from its escaped form (no `nFinding`)."""
+    return _ESCAPE.sub(lambda m: _ESCAPES[m.group(0)], text) if "\\n" in text else text
 
 
 def _clean(token: str) -> str:
@@ -331,8 +340,9 @@ _STRICT_PASSES = (
 
 
 def _scan(text: str, *, user: bool, error: bool = False) -> list[str]:
-    """Identifiers in one text. User text also yields filenames, code names and any number."""
+    """Identifiers in one text (decoded). User text also yields filenames, code names and any number."""
     out: list[str] = []
+    text = decoded(text)
     for run in _STRICT_PASSES:
         text = run(text, out)
     if user or error:
@@ -371,21 +381,24 @@ def extract_identifiers(messages: Sequence[Message]) -> list[str]:
     then used in a tool call, and any number of 2+ digits. From assistant text and tool-call arguments:
     paths, URLs, UUIDs, hashes, host:port, file names and numbers of 6+ digits. From failing tool results:
     error codes; from other results: commit ids git printed and URLs in short outputs.
-    Ranked by tier (user, error, agent, result), then by how often each occurs, then first appearance.
+    Ranked by tier (user, error, agent, result), then by how many later messages use each again, then
+    by first appearance.
     """
-    found: dict[str, list[int]] = {}  # identifier -> [tier, -count, first position]
+    found: dict[str, list[int]] = {}  # identifier -> [tier, -later uses, first position, last message]
     position = 0
 
-    def add(tokens: Iterable[str], tier: int) -> None:
+    def add(tokens: Iterable[str], tier: int, at: int) -> None:
         nonlocal position
         for token in tokens:
             position += 1
             entry = found.get(token)
             if entry is None:
-                found[token] = [tier, -1, position]
+                found[token] = [tier, 0, position, at]
             else:
                 entry[0] = min(entry[0], tier)
-                entry[1] -= 1
+                if entry[3] != at:  # another, later message uses it again
+                    entry[1] -= 1
+                    entry[3] = at
 
     call_text_parts: list[str] = []
     for message in messages:
@@ -393,22 +406,23 @@ def extract_identifiers(messages: Sequence[Message]) -> list[str]:
             call_text_parts.extend(_arg_strings(call_arguments(call)))
     call_text = "\n".join(call_text_parts)
 
-    for message in messages:
+    for current, message in enumerate(messages):
         if message.role == "user":
             text = user_text(message)
             if text:
-                add(_scan(text, user=True), TIER_USER)
-                add((k for k in _KEBAB.findall(text) if k not in _STOPWORD_KEBAB and k in call_text), TIER_USER)
+                add(_scan(text, user=True), TIER_USER, current)
+                add((k for k in _KEBAB.findall(text) if k not in _STOPWORD_KEBAB and k in call_text), TIER_USER,
+                    current)
         elif message.role == "assistant":
             for block in message.blocks:
                 if isinstance(block, Text):
-                    add(_scan(block.text, user=False), TIER_AGENT)
+                    add(_scan(block.text, user=False), TIER_AGENT, current)
                 elif isinstance(block, ToolCall):
                     for value in _arg_strings(call_arguments(block)):
-                        add(_scan(value, user=False), TIER_AGENT)
+                        add(_scan(value, user=False), TIER_AGENT, current)
         elif message.role == "tool":
             for result in message.tool_results:
-                add(_result_identifiers(result), TIER_ERROR if is_failure(result) else TIER_RESULT)
+                add(_result_identifiers(result), TIER_ERROR if is_failure(result) else TIER_RESULT, current)
     ranked = sorted(found.items(), key=lambda kv: (kv[1][0], kv[1][1], kv[1][2]))
     return [token for token, _ in ranked]
 

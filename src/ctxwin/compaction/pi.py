@@ -7,22 +7,17 @@ from collections.abc import Sequence
 from typing import ClassVar, TypeVar
 
 from ctxwin.compaction.cuts import CutPlan, first_content, plan_at, recent_turns_cut, shrinking_cut, turn_starts
-from ctxwin.compaction.strategy import AgentSummary, Strategy, summary_budget
+from ctxwin.compaction.strategy import AgentSummary, Strategy
 from ctxwin.pipeline.view import Item, StageContext, total_tokens
 from ctxwin.policies.model import CompactionSection, KeepsRecentSection, PiCompaction
 
 K = TypeVar("K", bound=KeepsRecentSection)
 
 
-def fixed_tokens(policy: CompactionSection, ctx: StageContext, factor: float) -> int:
-    """What a compacted view holds whatever is kept: the system prompt and the summary."""
-    return ctx.system_tokens + summary_budget(policy, ctx.window, factor)
-
-
-def keep_tail_cut(items: Sequence[Item], keep: int, policy: CompactionSection, ctx: StageContext, factor: float,
-                  threshold: int) -> int:
-    """Where a cut keeping `keep` recent tokens falls, kept small enough to land under `threshold`."""
-    return shrinking_cut(items, first_content(items), keep, fixed_tokens(policy, ctx, factor), threshold / factor)
+def keep_tail_cut(items: Sequence[Item], keep: int, fixed: int, threshold: int, factor: float) -> int:
+    """Where a cut keeping `keep` recent tokens falls, kept small enough to land under `threshold`
+    with the `fixed` tokens (system prompt and summary) a compacted view holds whatever is kept."""
+    return shrinking_cut(items, first_content(items), keep, fixed, threshold / factor)
 
 
 class KeepsRecentStrategy(Strategy[K]):
@@ -38,8 +33,9 @@ class KeepsRecentStrategy(Strategy[K]):
              factor: float = 1.0, agent_summary: AgentSummary | None = None) -> CutPlan:
         keep = self.keep_tokens(policy, ctx, factor)
         threshold = self.threshold(ctx.window, policy)
-        cut = keep_tail_cut(items, keep, policy, ctx, factor, threshold)
-        limit = threshold / factor - fixed_tokens(policy, ctx, factor)
+        fixed = ctx.system_tokens + self.summary_tokens(policy, ctx, factor)
+        cut = keep_tail_cut(items, keep, fixed, threshold, factor)
+        limit = threshold / factor - fixed
         cut = turns_cut(items, cut, policy, limit, keep_turns=policy.keep_recent_turns)
         return plan_at(items, cut, pins, split_turns=self.split_turns)
 

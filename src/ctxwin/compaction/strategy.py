@@ -70,6 +70,10 @@ class Strategy(Generic[P]):
     def threshold(self, window: int, policy: P) -> int:
         return threshold(window, policy)
 
+    def summary_tokens(self, policy: P, ctx: StageContext, factor: float = 1.0) -> int:
+        """Tokens (counter units) this strategy's summary may use here."""
+        return summary_budget(policy, ctx.window, factor)
+
     def due(self, tokens: int, window: int, policy: P, factor: float = 1.0, turns: int = 0) -> str | None:
         """Which trigger a view of `tokens` (counter units, system included) holding `turns` turns has
         passed, if any (the first reached wins): `threshold` (the window's), `tokens` (the absolute
