@@ -73,7 +73,9 @@ def test_probe_extraction_by_hand() -> None:
     texts = {kind: [p.text for p in probes[kind]] for kind in PROBE_TYPES}
     assert texts["modified_files"] == ["/repo/src/parser.py"]
     assert texts["read_files"] == ["/repo/docs/notes.md"]  # parser.py was read, but also modified
-    assert texts["errors"] == ["E   AssertionError: expected 3 tokens, got 2"]
+    # Every line that reads as an error, by its content (not only the first of a failed result).
+    assert texts["errors"] == ["E   AssertionError: expected 3 tokens, got 2",
+                               "FAILED tests/test_parser.py::test_split - AssertionError"]
     assert texts["commands"] == ["pytest -q tests/test_parser.py"]
     assert texts["identifiers"] == ["3f9a2b7c1d", "https://example.com/spec"]
     assert texts["continuation"] == ["/repo/src/parser.py"]
@@ -119,7 +121,8 @@ def test_raw_keeps_everything_and_masking_recovers_through_verified_refs(tmp_pat
     masked = result.sessions[0].views[str(mask_all)]
     # Every tool output became a placeholder: the notes are only reachable through their ref.
     assert masked.scores["read_files"].recall == 1.0  # the path is in the call, which stays
-    assert masked.scores["errors"].recall == 1.0  # the headline: the placeholder keeps the failure's telling line
+    # The headline: the placeholder keeps the failure's telling line, one of its two error lines ...
+    assert masked.scores["errors"].recall == 0.5
     assert masked.with_refs["errors"].recall == 1.0  # ... and the ref returns the output byte for byte
     assert masked.refs_resolved >= 4 and masked.refs_rejected == 0
     assert masked.tokens < raw.tokens
@@ -182,7 +185,8 @@ def test_recorded_summaries_score_close_to_the_measured_baselines(folder: str, n
     for kind, (recall, count) in MEASURED[(folder, name, index)].items():
         ours = view.summary_only[kind].recall
         assert ours is not None and abs(ours - recall) <= RECALL_TOLERANCE, (kind, ours, recall)
-        assert abs(counts[kind] - count) <= max(2, COUNT_TOLERANCE * count), (kind, counts[kind], count)
+        if kind != "errors":  # issue 23 counts every error line by content, the table one line per failure
+            assert abs(counts[kind] - count) <= max(2, COUNT_TOLERANCE * count), (kind, counts[kind], count)
     # The kept messages only add to what the summary alone keeps.
     assert all((view.scores[k].recall or 0) >= (view.summary_only[k].recall or 0) for k in PROBE_TYPES)
     assert point.point.next_call_tokens and view.tokens > 0
@@ -251,7 +255,8 @@ def test_extraction_rules_for_commands_errors_and_ticket_ids() -> None:
     ]
     probes = extract(messages, len(messages), len(messages)).probes
     assert [p.text for p in probes["commands"]] == ["npm run check", "make test"]  # first line, no `cd DIR &&`
-    assert [p.text for p in probes["errors"]] == ['{"error": "Request failed']  # escaped \n split into lines
+    # Escaped \n split into lines; each line that reads as an error is a probe.
+    assert [p.text for p in probes["errors"]] == ['{"error": "Request failed', "TypeError: fetch is not a function"]
     assert [p.text for p in probes["identifiers"]] == ["spotter-4te.4", "spotter-gqc.1"]  # ids, not kebab names
     assert command_probe("  \n cd x && cd y && git status  ") == "git status"
     assert command_probe("cd /repo\nmake") == "cd /repo"  # a lone `cd` line is the command
@@ -314,3 +319,26 @@ def test_rendered_request_text_holds_every_block() -> None:
                                     ToolCall("c1", "Bash", {"command": 'grep -n "x" a.py'})))
     assert request_text("SYSTEM", [message, tool_result("c1", "a.py:1:x")]) == (
         'SYSTEM\n\nweighing options\nRunning it.\nBash {"command": "grep -n \\"x\\" a.py"}\n\na.py:1:x')
+
+
+def test_the_scorer_imports_nothing_it_scores() -> None:
+    """ctxwin.evaluation decides what an error, a command, a file and an instruction are by its own
+    rules: no module of it imports the summarizer's code (a type annotation aside, which runs nothing)."""
+    import ast
+
+    import ctxwin.evaluation
+
+    forbidden = ("ctxwin.compaction", "ctxwin.pipeline.failures")
+    folder = Path(ctxwin.evaluation.__file__).parent
+    for module in sorted(folder.glob("*.py")):
+        tree = ast.parse(module.read_text())
+        type_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                     and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+                     for n in ast.walk(node)}
+        for node in ast.walk(tree):
+            if id(node) in type_only:
+                continue
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                assert not name.startswith(forbidden), f"{module.name} imports {name}"

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from ctxwin import policies
-from ctxwin.compaction.compact import summary_message
 from ctxwin.engine import ContextEngine
 from ctxwin.engine.prepared import Prepared
 from ctxwin.errors import CtxwinError, InputError
@@ -49,7 +48,7 @@ from ctxwin.evaluation.compare import (
 )
 from ctxwin.evaluation.probes import PROBE_TYPES, ProbeSet, Score, extract, haystack, message_text, score
 from ctxwin.evaluation.replay import iter_replay, model_calls
-from ctxwin.messages import Message
+from ctxwin.messages import Message, Text
 from ctxwin.tokens import counter_for
 from ctxwin.transcripts.model import Transcript
 
@@ -261,6 +260,15 @@ def policy_view(transcript: Transcript, point: Point, name: str, setup: ReplaySe
         return score_view(name, prepared, engine, probes, history, compacted)
 
 
+RECORDED_PREAMBLE = "The conversation history before this point was compacted into the following summary:"
+
+
+def recorded_message(summary: str) -> Message:
+    """The harness's recorded summary as the user message that carries it into the next request
+    (written here, not taken from the summarizer's code: the scorer imports nothing it scores)."""
+    return Message("user", (Text(f"{RECORDED_PREAMBLE}\n\n<summary>\n{summary}\n</summary>"),))
+
+
 def recorded_view(transcript: Transcript, point: Point, setup: ReplaySetup,
                   probes: ProbeSet) -> tuple[ViewScore, str] | None:
     """The harness's own view after its compaction: the recorded summary plus what it kept verbatim
@@ -268,7 +276,7 @@ def recorded_view(transcript: Transcript, point: Point, setup: ReplaySetup,
     if point.summary is None:
         return None
     kept = transcript.messages[point.first_kept:point.index]
-    summary = summary_message(point.summary)
+    summary = recorded_message(point.summary)
     counter = counter_for(setup.model)
     counted = counter.count_message(summary) + sum(counter.count_message(m) for m in kept)
     tokens = setup.overhead_tokens + round(counted * setup.factor)

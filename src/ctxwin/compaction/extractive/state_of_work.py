@@ -22,8 +22,8 @@ ERRORS_NAMED = 2
 SHORT_FACTOR = 0.5  # the short form quotes half as much
 
 _COMMIT = re.compile(r"git commit\b.*?-m\s+(?:\"([^\"]+)\"|'([^']+)')")
-_NEXT = re.compile(r"(?:^|(?<=[.!?:]\s))((?:next|now|then)\b[^.!?\n]*[.!?]?|(?:i'll|i will|let me|let's)\b[^.!?\n]*"
-                   r"[.!?]?)", re.I)
+_NEXT = re.compile(r"(?:^|(?<=[.!?:]\s))((?:next|now|then|i'll|i will|let me|let's)\b.*?(?:[.!?](?=\s|$)|$))",
+                   re.I | re.M)
 
 
 def _quote(text: str, limit: int) -> str:
