@@ -10,6 +10,7 @@ line: span size, and the best of REPEATS timings of summarize() and guard(), in 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,8 @@ from ctxwin.transcripts import load_transcript
 TARGET_TOKENS = 150_000  # the span size the summarizer must handle "in well under a second"
 BUDGET_TOKENS = 4_000  # a Claude-Code-sized summary
 REPEATS = 3
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "transcripts"
+SHARED = Path(os.environ.get("CTXWIN_SHARED_DIR", Path(__file__).resolve().parents[1].parent / "shared")) \
+    / "transcripts"
 SESSIONS = [
     "claude-code/258c7280-ae70-4798-800f-63464d01a85d.jsonl",
     "claude-code/4d5611e5-241a-462a-8d15-5122611a9569.jsonl",

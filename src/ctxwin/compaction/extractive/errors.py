@@ -56,6 +56,9 @@ _ERROR_MARK = re.compile(r"^(?:FAIL(?:ED)?\b|ERROR\b|E {2,}\S|[A-Z][\w.]*(?:Erro
                          r"\*\* \(|[✗×✘❌]\s?\S)")
 _ERROR_ANYWHERE = re.compile(r"command not found|no such file or directory|permission denied|"
                              r"(?<!\b0 )\bfailed\b|\b[1-9]\d* (?:failing|failures?|errors?)\b", re.I)
+_CANDIDATE = re.compile(r"error|fail|fatal|panic|exception|npm err|uncaught|unhandled|assert|denied|not found|"
+                        r"no such|\*\* \(|^\s*E {2,}|^\s*[✗×✘❌]|exit", re.I | re.M)
+"""A quick look for any word an error line could start with or hold: text without one has none."""
 _STATUS_LINE = re.compile(r"^(?:exit code|command exited with code|exited with code|exit status)\s*:?\s*\d+\.?$|"
                           r"^(?:errors?|error output|traceback \(most recent call last\)):?$", re.I)
 _EXIT = re.compile(r"(?:exit code|exited with code|exit status)\s*:?\s*([1-9]\d*)", re.I)
@@ -84,8 +87,10 @@ def diagnostics(text: str) -> list[Diagnostic]:
     cross, pytest's `E  `), or it says command not found, no such file, permission denied, failed (not
     "0 failed"), N failures."""
     out: list[Diagnostic] = []
+    if _CANDIDATE.search(text) is None:
+        return out
     for line in _lines(text):
-        if len(line) > MAX_LINE_CHARS or _STATUS_LINE.match(line):
+        if len(line) > MAX_LINE_CHARS or _CANDIDATE.search(line) is None or _STATUS_LINE.match(line):
             continue
         location = _LOCATION.match(line)
         message = line[location.end():] if location else line
