@@ -69,6 +69,11 @@ WRITE_TOOLS = frozenset({"edit", "write", "multiedit", "notebookedit", "str_repl
                          "write_file", "edit_file", "insert", "replace", "update_file", "delete_file",
                          "file_write", "file_edit", "search_replace"})
 EDITOR_TOOLS = frozenset({"str_replace_editor", "str_replace_based_edit_tool", "text_editor"})
+OPEN_FILE_TOOLS = frozenset({"open", "open_file", "create", "goto"})
+"""SWE-agent commands that make a file the open one ..."""
+OPEN_FILE_EDITS = frozenset({"edit", "insert", "append"})
+OPEN_FILE_READS = frozenset({"goto", "scroll_up", "scroll_down"})
+"""... and those that act on it when they name no file."""
 PATCH_TOOLS = frozenset({"apply_patch", "patch", "applypatch"})
 SHELL_TOOLS = frozenset({"bash", "shell", "sh", "exec", "exec_command", "run", "terminal", "execute_command",
                          "run_command", "local_shell", "run_shell_command", "execute_bash", "cmd"})
@@ -230,10 +235,20 @@ def _call_file_ops(call: ToolCall) -> tuple[list[str], list[str]]:
 
 
 def file_events(messages: Iterable[Message]) -> list[tuple[str, str]]:
-    """Every file operation in order: ("read" | "modified", path)."""
+    """Every file operation in order: ("read" | "modified", path). SWE-agent's viewer and editor act
+    on the file it last opened or created when a call names none (`goto`, `scroll_down`, `edit`,
+    `insert` with only the text)."""
     events: list[tuple[str, str]] = []
+    open_file: str | None = None
     for message in messages:
         for call in message.tool_calls:
+            kind = tool_kind(call.name)
+            path = call_path(call_arguments(call))
+            if kind in OPEN_FILE_TOOLS and path:
+                open_file = path
+            if path is None and open_file is not None and kind in OPEN_FILE_EDITS | OPEN_FILE_READS:
+                events.append(("modified" if kind in OPEN_FILE_EDITS else "read", open_file))
+                continue
             reads, writes = _call_file_ops(call)
             events.extend(("read", p) for p in reads)
             events.extend(("modified", p) for p in writes)

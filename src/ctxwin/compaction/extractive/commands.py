@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ctxwin.compaction.identifiers import normalize, shell_command
+from ctxwin.compaction.identifiers import normalize, shell_command, tool_kind
 from ctxwin.messages import Message, ToolCall
 from ctxwin.pipeline.cut import clip
 
@@ -15,6 +15,9 @@ COMMAND_STATE_CHARS = 4_000  # ... and kept in the merge state up to this many (
 COMMAND_MEDIUM_CHARS = 240  # the middle form: long arguments shortened
 COMMAND_ARGUMENT_CHARS = 40  # in the middle form, an argument longer than this is cut to it
 DIRECTORY_PREFIX = "(in "
+SUBMIT = "submit"
+"""SWE-agent's last step (its own command, not a shell line): listed with the commands, it says the
+work was handed in."""
 
 _CD = re.compile(r"^\s*cd\s+(\"[^\"]*\"|'[^']*'|\S+)\s*&&\s*")
 _ENV_PREFIX = re.compile(r"^(?:[A-Z_][A-Z0-9_]*=\S*\s+)+")
@@ -50,13 +53,14 @@ def command_key(command: str) -> str:
 def command_entries(span: Sequence[Message], line_chars: int = COMMAND_STATE_CHARS) -> list[str]:
     """Every distinct command of the span, by its first line, at its last use, oldest first: a
     repeated command once with its count (`(×3)`), a script's first line with the number of lines
-    after it (`(+12 lines)`), and the directories the commands were run in said once, first."""
+    after it (`(+12 lines)`), and the directories the commands were run in said once, first.
+    SWE-agent's `submit` counts as a command."""
     counts: dict[str, int] = {}
     last: dict[str, tuple[str, int]] = {}
     directories: list[str] = []
     for message in span:
         for call in message.tool_calls:
-            command = shell_command(call)
+            command = shell_command(call) or (SUBMIT if tool_kind(call.name) == SUBMIT else None)
             if not command:
                 continue
             first, directory, more = command_line(command)

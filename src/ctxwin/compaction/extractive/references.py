@@ -20,13 +20,20 @@ RECENT_NAMES = 400  # at most this many kept; the budget decides how many are sh
 
 # Code symbols (snake_case, camelCase, PascalCase with two capitals, dotted names) and paths; never
 # right after a `<`, `$` or `{` (a closing tag, a shell or template variable).
-_REFERENCE = re.compile(r"(?<![\w/.<${-])(?:[\w.-]*/[\w./-]+\w|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)"
+_REFERENCE = re.compile(r"(?<![\w/.<${:-])(?:[\w.-]*/[\w./-]+\w|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)"
                         r"(?![\w(}])")
 _FILE_EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
 _CODE_WORD = re.compile(r"_[A-Za-z0-9]|[a-z][A-Z]|[A-Z][a-z]+[A-Z]|\.[A-Za-z_]")
 @lru_cache(maxsize=65_536)
 def is_name(token: str) -> bool:
-    return 4 <= len(token) <= 120 and ("/" in token or _CODE_WORD.search(token) is not None)
+    """A code name, or a path (anchored, with an extension, or of three parts or more: "and/or" and
+    "call/tool" are prose)."""
+    if not 4 <= len(token) <= 120:
+        return False
+    if "/" in token:
+        return token.startswith(("/", "./", "../", "~/")) or bool(_FILE_EXTENSION.search(token)) \
+            or token.count("/") >= 2
+    return _CODE_WORD.search(token) is not None
 
 
 def message_names(message: Message) -> list[tuple[str, float]]:

@@ -74,6 +74,8 @@ def paragraph(state: Mapping[str, Sequence[str]], factor: float = 1.0) -> str:
     if made:
         named = "; ".join(_quote(c, 80) for c in made[-COMMITS_NAMED:])
         done.append(f"{len(made)} commit{'s' if len(made) > 1 else ''} made (latest: {named})")
+    if any(item.startswith("`submit`") for item in state.get(COMMANDS, ())):
+        done.append("the work submitted (`submit`)")
     parts.append(f"Done: {', '.join(done)}." if done else "Done: nothing recorded yet.")
     failing = errors.open_errors(state.get(ERRORS, ()))
     if failing:
