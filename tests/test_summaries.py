@@ -220,3 +220,91 @@ def test_errors_score_by_content_in_the_view(tmp_path: Path) -> None:
     probes = extract(span, len(span), len(span))
     assert len(probes.probes["errors"]) == 15  # 12 errors, the tally, two npm lines
     assert score(probes, haystack([text]))["errors"].recall == 1.0
+
+
+# --------------------------------------------------------------------------------------------------
+# The model summarizer, end to end through the fake provider, checked by the same probes
+
+
+CLAUDE_CODE_REPLY = """<analysis>
+The user wants the type errors fixed. SCRATCHPAD-ONLY: I looked at interactive-mode.ts first.
+</analysis>
+<summary>
+1. Primary Request and Intent:
+   The user asked: "fix the type errors in the interactive mode, then run the checks again".
+2. Key Technical Concepts:
+   - TypeScript, tsc
+3. Files and Code Sections:
+   - /repo/src/modes/interactive/interactive-mode.ts (read, then edited: the settingsManager import)
+   - /repo/src/core/settings.ts (read)
+4. Errors and fixes:
+   - `npx tsc --noEmit 2>&1 | tail -5` printed:
+     interactive-mode.ts(212,28): error TS2304: Cannot find name 'settingsManager'.
+   - The first Edit failed (the old text did not match) and was redone.
+5. Problem Solving:
+   Imported the settings manager.
+6. All user messages:
+   - fix the type errors in the interactive mode, then run the checks again
+7. Pending Tasks:
+   - Run the checks again.
+8. Current Work:
+   Editing /repo/src/modes/interactive/interactive-mode.ts.
+9. Optional Next Step:
+   Run `npx tsc --noEmit 2>&1 | tail -5` again.
+</summary>"""
+
+
+def llm_session() -> list[Message]:
+    path = "/repo/src/modes/interactive/interactive-mode.ts"
+    return assign_ids([
+        user("fix the type errors in the interactive mode, then run the checks again"),
+        bash("c1", "npx tsc --noEmit 2>&1 | tail -5"),
+        tool_result("c1", "src/modes/interactive/interactive-mode.ts(212,28): error TS2304: Cannot find name "
+                          "'settingsManager'."),
+        assistant("", ToolCall("c2", "Read", {"file_path": path}),
+                  ToolCall("c3", "Read", {"file_path": "/repo/src/core/settings.ts"})),
+        tool_result("c2", "import { x } from './x.js';\n" * 40),
+        tool_result("c3", "export class SettingsManager {}\n" * 20),
+        edit("c4", path), tool_result("c4", "<tool_use_error>String to replace not found in file.</tool_use_error>",
+                                      is_error=True),
+        edit("c5", path), tool_result("c5", "The file has been updated."),
+        assistant("Fixed the import."),
+        user("thanks"),
+    ])
+
+
+def test_the_llm_summary_end_to_end_through_the_fake_provider_checked_by_the_probes() -> None:
+    from ctxwin.compaction.llm import LLMSummarizer
+    from ctxwin.compaction.prompts import CLAUDE_CODE_SECTIONS
+    from ctxwin.evaluation.retention import request_text
+    from ctxwin.providers.anthropic import AnthropicClient
+    from ctxwin.testing.fake_provider import MESSAGES, FakeProvider
+
+    messages = llm_session()
+    with FakeProvider(context_window=200_000) as fake:
+        fake.reply(CLAUDE_CODE_REPLY)
+        summarizer = LLMSummarizer(AnthropicClient(fake.anthropic_base_url, "test-key", "claude-test"),
+                                   style="claude-code", window_tokens=100_000, fallback=None, max_output_tokens=8_192)
+        engine = ContextEngine(MemorySessionLog(), model="claude-sonnet-4-5", policy="claude-code",
+                               summarizer=summarizer)
+        for message in messages:
+            engine.append(message)
+        prepared = engine.compact()
+        (request,) = fake.requests_to(MESSAGES)
+    assert any(e.is_compaction for e in prepared.events)
+    sent = request.body["messages"][-1]["content"]
+    sent = sent if isinstance(sent, str) else "\n".join(p.get("text", "") for p in sent)
+    view = request_text(prepared.system, prepared.messages)
+    assert "SCRATCHPAD-ONLY" not in view and "<analysis>" not in view  # the scratchpad is stripped ...
+    assert "Summary:\n1. Primary Request and Intent:" in view  # ... and the nine sections stand
+    assert all(section in view for section in CLAUDE_CODE_SECTIONS)
+    # The scorer's probes: every fact of the evicted span reached the model ...
+    probes = extract(messages, len(messages), len(messages))
+    for kind in ("modified_files", "read_files", "errors", "commands", "user_constraints"):
+        assert score(probes, haystack([sent]))[kind].recall == 1.0, kind
+    # ... and the view, the model's summary as ctxwin delivered it, keeps what the summary says.
+    kept = score(probes, haystack([view]))
+    assert {k: kept[k].recall for k in ("modified_files", "read_files", "errors", "commands", "user_constraints")} == {
+        "modified_files": 1.0, "read_files": 1.0, "commands": 1.0, "user_constraints": 1.0,
+        "errors": 0.5,  # the model quoted the tsc error, and paraphrased the failed Edit's: the probes say so
+    }
