@@ -342,3 +342,17 @@ def test_the_scorer_imports_nothing_it_scores() -> None:
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             for name in names:
                 assert not name.startswith(forbidden), f"{module.name} imports {name}"
+
+
+def test_a_view_larger_than_the_harness_says_why() -> None:
+    from ctxwin.evaluation.retention import ViewScore
+
+    view = ViewScore("ctxwin", 36_000, {}, {}, True, composition={"fixed": 26_000, "summary": 4_000, "kept": 6_000,
+                                                                  "newest_round": 5_500})
+    assert view.size_check(40_000) == {"within_harness_next_request": True}
+    check = view.size_check(34_000)
+    assert check["within_harness_next_request"] is False and check["larger_than_harness"]["by"] == 2_000
+    assert check["larger_than_harness"]["why"] == (
+        "36,000 tokens > the harness's 34,000: fixed 26,000 (system prompt, tools), summary 4,000, kept verbatim "
+        "6,000, of which the newest round, kept whole inside a tool loop, 5,500")
+    assert view.size_check(None) == {}

@@ -56,6 +56,7 @@ SYNTHETIC_SHARES = (0.5, 0.8)
 """Where synthetic points fall in a transcript without a real compaction (share of its model calls)."""
 DEFAULT_POLICIES = ("ctxwin", "claude-code", "pi", "openclaw", "letta", "masking", "truncate", "raw", RECORDED)
 MISSING_SHOWN = 10  # missing probes listed per type in the JSON, for diagnosis
+NEWEST_ROUND_SHARE = 0.5  # a "why" names the newest round when it is at least this share of what was kept
 
 _ENTRY_REF = re.compile(r"entry:([A-Za-z0-9_-]+)(?:#([\w.:-]*\w))?")
 _BLOB_REF = re.compile(r"blob:([0-9a-f]{12,64})")
@@ -194,6 +195,25 @@ class ViewScore:
     messages: int = 0
     summary_only: dict[str, Score] | None = None
     """`recorded` only: the harness's summary alone, as measured-baselines.md scores it."""
+    composition: dict[str, int] = field(default_factory=dict)
+    """What the view's tokens are made of (model tokens): `summary` (what a compaction put in: the
+    summary, restored files), `kept` (history verbatim), `newest_round` (of `kept`: the last assistant
+    call and its results), `fixed` (system prompt, tool schemas, the file's fixed overhead)."""
+
+    def size_check(self, next_request: int | None) -> dict[str, Any]:
+        """Whether the view is no larger than the harness's own next request, and, when it is larger,
+        why: what it holds, part by part."""
+        if next_request is None:
+            return {}
+        out: dict[str, Any] = {"within_harness_next_request": self.tokens <= next_request}
+        if self.tokens > next_request and self.composition:
+            parts = self.composition
+            why = (f"{self.tokens:,} tokens > the harness's {next_request:,}: fixed {parts['fixed']:,} (system "
+                   f"prompt, tools), summary {parts['summary']:,}, kept verbatim {parts['kept']:,}")
+            if parts["kept"] and parts["newest_round"] >= parts["kept"] * NEWEST_ROUND_SHARE:
+                why += f", of which the newest round, kept whole inside a tool loop, {parts['newest_round']:,}"
+            out["larger_than_harness"] = {"by": self.tokens - next_request, **parts, "why": why}
+        return out
 
     def to_dict(self, history_tokens: int) -> dict[str, Any]:
         return {
@@ -225,13 +245,26 @@ def request_text(system: str, messages: Sequence[Message]) -> str:
 
 
 def score_view(name: str, prepared: Prepared, engine: ContextEngine, probes: ProbeSet,
-               history: Sequence[Message], compacted: bool) -> tuple[ViewScore, str]:
+               history: Sequence[Message], compacted: bool, factor: float = 1.0) -> tuple[ViewScore, str]:
     view = request_text(prepared.system, prepared.messages)
     resolution = resolve_refs(view, engine, history)
     direct = haystack([view])
     full = direct + "\x00" + haystack(resolution.texts) if resolution.texts else direct
     return ViewScore(name, prepared.tokens, score(probes, direct), score(probes, full), compacted,
-                     resolution.resolved, resolution.rejected, len(prepared.items)), view
+                     resolution.resolved, resolution.rejected, len(prepared.items),
+                     composition=composition(prepared, factor)), view
+
+
+def composition(prepared: Prepared, factor: float) -> dict[str, int]:
+    """`ViewScore.composition` of a prepared request (counter units brought to model tokens by `factor`)."""
+    summary = round(sum(i.tokens for i in prepared.items if i.synthetic) * factor)
+    kept_items = [i for i in prepared.items if not i.synthetic]
+    start = next((n for n in range(len(kept_items) - 1, -1, -1) if kept_items[n].message.role == "assistant"
+                  and kept_items[n].message.tool_calls), len(kept_items))
+    round_items = kept_items[start:] if kept_items and kept_items[-1].message.role == "tool" else []
+    kept = round(sum(i.tokens for i in kept_items) * factor)
+    return {"fixed": max(0, prepared.tokens - summary - kept), "summary": summary, "kept": kept,
+            "newest_round": round(sum(i.tokens for i in round_items) * factor)}
 
 
 def policy_view(transcript: Transcript, point: Point, name: str, setup: ReplaySetup,
@@ -257,7 +290,7 @@ def policy_view(transcript: Transcript, point: Point, name: str, setup: ReplaySe
         else:
             prepared = engine.prepare()
             compacted = False
-        return score_view(name, prepared, engine, probes, history, compacted)
+        return score_view(name, prepared, engine, probes, history, compacted, setup.factor)
 
 
 RECORDED_PREAMBLE = "The conversation history before this point was compacted into the following summary:"
@@ -310,7 +343,8 @@ class PointResult:
             "history_tokens": self.history_tokens,
             "evicted_messages": self.probes.evicted_messages,
             "probes": self.probes.counts(),
-            "policies": {name: view.to_dict(self.history_tokens) for name, view in self.views.items()},
+            "policies": {name: {**view.to_dict(self.history_tokens), **view.size_check(self.point.next_call_tokens)}
+                         for name, view in self.views.items()},
         }
 
 
