@@ -5,11 +5,17 @@ itself, and decides for itself what an error, a command, a file, an instruction 
 
     python benchmarks/independent_retention.py SESSION... --views DIR [--policy ctxwin] [--json]
 
-Probes come from the evicted span of each real compaction point: every message before the first one
-the harness kept verbatim (from the start of the session). Types:
+Sessions: Claude Code and Pi JSONL, SWE-agent `.traj`. Points: the real compaction points it finds
+itself (Claude Code's `compact_boundary`, Pi's `compaction` entries); for a file without one, the
+synthetic points ctxwin chose are read from the `<stem>.points.json` that `--views` writes next to the
+views (where each point is in the file: nothing else is taken from it).
 
-- `modified_files`: paths of Edit / Write / MultiEdit / NotebookEdit (Claude Code) and edit / write
-  (Pi) calls; `read_files`: paths of Read / read calls never modified in the span.
+Probes come from the evicted span of each point: every message before the first one the harness kept
+verbatim (from the start of the session). Types:
+
+- `modified_files`: paths of Edit / Write / MultiEdit / NotebookEdit (Claude Code), edit / write (Pi)
+  and SWE-agent's create / edit / insert (on the file last opened when they name none) calls;
+  `read_files`: paths of Read / read / SWE-agent open calls never modified in the span.
 - `errors`: every distinct line of a tool result that reads as an error by its content, whatever the
   exit code: after a leading location (`path(12,5): `, `path:12:5: `) it starts with an error word
   (`error`, `fatal`, `FAILED`, `FAIL`, `ERROR`, `panic`, an exception name with a colon, `npm ERR!`,
@@ -72,10 +78,14 @@ CL100K_PATTERN = (
 RANKS = Path(__file__).resolve().parents[1] / "src" / "ctxwin" / "tokens" / "data" / "cl100k_base.tiktoken.gz"
 """Where the cl100k rank file is when tiktoken cannot download it (a data file of this checkout)."""
 
-MODIFY_TOOLS = {"edit", "write", "multiedit", "notebookedit"}
-READ_TOOLS = {"read"}
+MODIFY_TOOLS = {"edit", "write", "multiedit", "notebookedit", "create", "insert", "append"}
+READ_TOOLS = {"read", "open"}
 SHELL_TOOLS = {"bash"}
-PATH_ARGS = ("file_path", "path", "notebook_path")
+SWE_COMMANDS = {"open", "goto", "scroll_up", "scroll_down", "create", "edit", "insert", "append", "submit",
+                "search_file", "search_dir", "find_file"}
+SWE_OPENS = {"open", "create"}  # make a file the open one: `edit`/`insert` without a path act on it
+SWE_EDITS = {"edit", "insert", "append"}
+PATH_ARGS = ("file_path", "path", "notebook_path", "filename")
 BODY_ARGS = {"content", "new_string", "old_string", "edits", "todos", "prompt", "description", "plan", "newText",
              "oldText", "text"}
 
@@ -113,6 +123,7 @@ class Msg:
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (tool name, arguments)
     results: list[tuple[str, bool, str]] = field(default_factory=list)  # (text, flagged error, tool name)
     typed: bool = False
+    origin: object = None  # where in the file: the line (JSONL), the history entry (`.traj`)
 
 
 @dataclass
@@ -148,7 +159,7 @@ def _result_text(content: Any) -> str:
     return "\n".join(b.get("text", "") for b in _blocks(content) if b.get("type") == "text")
 
 
-def read_claude_code(records: list[dict[str, Any]], stem: str) -> Session:
+def read_claude_code(records: list[tuple[int, dict[str, Any]]], stem: str) -> Session:
     messages: list[Msg] = []
     calls: list[tuple[int, int, str]] = []
     names: dict[str, str] = {}
@@ -158,7 +169,7 @@ def read_claude_code(records: list[dict[str, Any]], stem: str) -> Session:
     seen_ids: set[str] = set()
     appended: list[str] = []
     cwd = ""
-    for record in records:
+    for line, record in records:
         if record.get("isSidechain"):
             continue
         cwd = cwd or record.get("cwd") or ""
@@ -169,7 +180,7 @@ def read_claude_code(records: list[dict[str, Any]], stem: str) -> Session:
         if kind == "queue-operation" and record.get("operation") == "enqueue":
             text = record.get("content")
             if isinstance(text, str) and not text.lstrip().startswith(_HARNESS):
-                messages.append(Msg("user", [text], typed=True))
+                messages.append(Msg("user", [text], typed=True, origin=line))
             continue
         message = record.get("message")
         if kind not in ("user", "assistant") or not isinstance(message, dict):
@@ -178,7 +189,7 @@ def read_claude_code(records: list[dict[str, Any]], stem: str) -> Session:
             summaries[len(messages)] = _result_text(message.get("content"))
             continue
         if kind == "user":
-            msg = Msg("user")
+            msg = Msg("user", origin=line)
             for block in _blocks(message.get("content")):
                 if block.get("type") == "tool_result":
                     msg.role = "tool"
@@ -190,7 +201,7 @@ def read_claude_code(records: list[dict[str, Any]], stem: str) -> Session:
             messages.append(msg)
             appended.extend(msg.texts + [r[0] for r in msg.results])
             continue
-        msg = Msg("assistant")
+        msg = Msg("assistant", origin=line)
         for block in _blocks(message.get("content")):
             if block.get("type") == "text":
                 msg.texts.append(block.get("text", ""))
@@ -217,7 +228,7 @@ def read_claude_code(records: list[dict[str, Any]], stem: str) -> Session:
     return Session(stem, cwd, messages, points, calls)
 
 
-def read_pi(records: list[dict[str, Any]], stem: str) -> Session:
+def read_pi(records: list[tuple[int, dict[str, Any]]], stem: str) -> Session:
     messages: list[Msg] = []
     calls: list[tuple[int, int, str]] = []
     first_at: dict[int, int] = {}  # file entry index -> message index
@@ -225,7 +236,7 @@ def read_pi(records: list[dict[str, Any]], stem: str) -> Session:
     usage_at: dict[int, int] = {}
     appended: list[str] = []
     cwd = ""
-    for index, record in enumerate(records):
+    for index, (line, record) in enumerate(records):
         kind = record.get("type")
         if kind == "session":
             cwd = record.get("cwd") or ""
@@ -259,13 +270,14 @@ def read_pi(records: list[dict[str, Any]], stem: str) -> Session:
             msg = Msg("tool", results=[(_result_text(message.get("content")), bool(message.get("isError")),
                                         str(message.get("toolName", "")))])
         elif role == "bashExecution":
-            msg = Msg("assistant", calls=[("bash", {"command": message.get("command", "")})])
+            msg = Msg("assistant", calls=[("bash", {"command": message.get("command", "")})], origin=line)
             messages.append(msg)
             exit_code = message.get("exitCode")
             output = str(message.get("output", "")) + (f"\nExit code {exit_code}" if exit_code else "")
             msg = Msg("tool", results=[(output, False, "bash")])
         else:
             continue
+        msg.origin = line
         messages.append(msg)
         appended.extend(msg.texts + [r[0] for r in msg.results] + [json.dumps(a) for _, a in msg.calls])
     points = []
@@ -288,14 +300,85 @@ def _typed(text: str) -> bool:
     return len(text) >= MIN_TYPED_CHARS and not text.startswith(_HARNESS)
 
 
+def read_swe_agent(document: dict[str, Any], stem: str) -> Session:
+    """A SWE-agent trajectory's `history`: function calls and their observations, or thought/action
+    steps (the action a command: SWE-agent's own, `open`/`create`/`edit`/`submit`..., or the shell's)
+    and the observation after each."""
+    messages: list[Msg] = []
+    for index, entry in enumerate(document.get("history", [])):
+        if not isinstance(entry, dict) or entry.get("is_demo"):
+            continue
+        role, origin = entry.get("role"), f"history[{index}]"
+        content = entry.get("content")
+        text = content if isinstance(content, str) else _result_text(content)
+        if role == "assistant" and entry.get("tool_calls"):
+            msg = Msg("assistant", [text] if text else [], origin=origin)
+            for call in entry["tool_calls"]:
+                function = call.get("function", {}) if isinstance(call, dict) else {}
+                try:
+                    arguments = json.loads(function.get("arguments") or "{}")
+                except ValueError:
+                    arguments = {}
+                msg.calls.append((str(function.get("name", "")), arguments if isinstance(arguments, dict) else {}))
+            messages.append(msg)
+        elif role == "assistant" and isinstance(entry.get("action"), str) and entry["action"].strip():
+            action = entry["action"].strip()
+            words = action.split()
+            name = words[0] if words and words[0] in SWE_COMMANDS else "bash"
+            arguments: dict[str, Any] = {"command": action} if name == "bash" else {}
+            if name in ("open", "create") and len(words) > 1:
+                arguments["path"] = words[1]
+            messages.append(Msg("assistant", origin=origin, calls=[(name, arguments)]))
+        elif role == "tool" or (role == "user" and messages and messages[-1].calls and not messages[-1].results
+                                 and entry.get("message_type") == "observation" and index > 1):
+            name = messages[-1].calls[0][0] if messages and messages[-1].calls else ""
+            messages.append(Msg("tool", results=[(text, False, name)], origin=origin))
+        elif role == "user":
+            messages.append(Msg("user", [text], typed=_typed(text), origin=origin))
+        elif role == "assistant":
+            messages.append(Msg("assistant", [text], origin=origin))
+    return Session(stem, "", messages, [], [])
+
+
 def read_session(path: Path) -> Session:
+    stem = path.name.removesuffix(".gz").rsplit(".", 1)[0]
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
-        records = [json.loads(line) for line in handle if line.strip()]
-    stem = path.name.removesuffix(".gz").rsplit(".", 1)[0]
-    if any(r.get("type") == "session" for r in records[:3]):
+        text = handle.read()
+    if path.name.removesuffix(".gz").endswith(".traj"):
+        return read_swe_agent(json.loads(text), stem)
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        try:
+            record = json.loads(line) if line.strip() else None
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append((number, record))
+    if any(r.get("type") == "session" for _, r in records[:3]):
         return read_pi(records, stem)
     return read_claude_code(records, stem)
+
+
+def sidecar_points(session: Session, views: Path) -> list[tuple[int, Point]]:
+    """The points ctxwin chose itself (synthetic: the file has no real compaction), by where they are
+    in the file (`<stem>.points.json`, written with the views); real points are found above."""
+    path = views / f"{session.stem}.points.json"
+    if not path.exists():
+        return []
+    out = []
+    for record in json.loads(path.read_text()):
+        if record.get("kind") != "synthetic":
+            continue
+        origins = [str(m.origin) for m in session.messages]
+        # The cut in this reader's own order: at the first kept message and the first after the point
+        # (a harness record split in several here is one message there: its first record is named).
+        kept = str(record.get("first_kept_origin"))
+        at = str(record.get("index_origin"))
+        first = origins.index(kept) if kept in origins else len(origins)
+        start = origins.index(at) if at in origins else len(origins)
+        out.append((int(record["point"]), Point(session.messages[:first], session.messages[start:], "", None)))
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -392,10 +475,15 @@ def probes(session: Session, point: Point) -> dict[str, list[Probe]]:
     commands: list[str] = []
     instructions: list[Probe] = []
     identifiers: list[Probe] = []
+    open_file: str | None = None
     for message in point.evicted:
         for name, arguments in message.calls:
             tool = name.lower()
             path = next((arguments[k] for k in PATH_ARGS if isinstance(arguments.get(k), str)), None)
+            if tool in SWE_OPENS and path:
+                open_file = path
+            if path is None and tool in SWE_EDITS:
+                path = open_file
             if path and tool in MODIFY_TOOLS:
                 modified.append(path)
             elif path and tool in READ_TOOLS:
@@ -515,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.sessions:
         session = read_session(path)
         ratio, overhead = calibration(session, enc)
-        for number, point in enumerate(session.points):
+        for number, point in [*enumerate(session.points), *sidecar_points(session, args.views)]:
             view_file = args.views / f"{session.stem}.{args.policy}.p{number}.txt"
             if not view_file.exists():
                 print(f"missing view {view_file}", file=sys.stderr)
@@ -529,7 +617,8 @@ def main(argv: list[str] | None = None) -> int:
                 "next_request": point.next_request, "ratio": round(ratio, 3), "overhead": overhead,
                 "view_tokens_estimate": tokens["view"],
                 "view_within_next_request": point.next_request is None or tokens["view"] <= point.next_request,
-                "policy": score(kinds, view), "recorded": score(kinds, point.recorded_view),
+                "policy": score(kinds, view),
+                "recorded": score(kinds, point.recorded_view) if point.recorded_view else None,
             })
             if not args.json:
                 print_point(results[-1], args.policy)
@@ -538,12 +627,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_point(result: dict[str, Any], policy: str) -> None:
+    harness = f"{result['next_request']:,}" if result["next_request"] else "none recorded"
     print(f"\n{result['session']} p{result['point']}: {policy} view ~{result['view_tokens_estimate']:,} tokens "
-          f"(harness next request {result['next_request'] or 0:,}; ratio {result['ratio']}, overhead "
-          f"{result['overhead']:,})")
+          f"(harness next request {harness}; ratio {result['ratio']}, overhead {result['overhead']:,})")
     print(f"  {'probe':<18} {policy:>14} {'recorded':>14}")
     for kind, mine in result["policy"].items():
-        print(f"  {kind:<18} {_shown(mine):>14} {_shown(result['recorded'][kind]):>14}")
+        theirs = result["recorded"][kind] if result["recorded"] else {"recall": None}
+        print(f"  {kind:<18} {_shown(mine):>14} {_shown(theirs):>14}")
 
 
 def _shown(score: dict[str, Any]) -> str:

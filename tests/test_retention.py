@@ -306,7 +306,7 @@ def test_views_are_written_as_the_text_that_is_scored(tmp_path: Path) -> None:
     assert written == ["my-session.raw.p0.txt", "my-session.recorded.p0.txt"]
     text = (tmp_path / "views" / "my-session.raw.p0.txt").read_text()
     # System prompt first, then every block: text, the call's name and JSON arguments, the result.
-    assert 'Read {"file_path": "/repo/docs/notes.md"}' in text and NOTES in text and FIRST_REQUEST in text
+    assert "Read\nfile_path: /repo/docs/notes.md" in text and NOTES in text and FIRST_REQUEST in text
     assert text.index(FIRST_REQUEST) < text.index("Reading the notes.") < text.index(NOTES)
     view = result.sessions[0].views["raw"]
     assert score(result.sessions[0].probes, haystack([text])) == view.scores
@@ -317,8 +317,9 @@ def test_views_are_written_as_the_text_that_is_scored(tmp_path: Path) -> None:
 def test_rendered_request_text_holds_every_block() -> None:
     message = Message("assistant", (Thinking("weighing options"), Text("Running it."),
                                     ToolCall("c1", "Bash", {"command": 'grep -n "x" a.py'})))
+    # A call's string arguments as the model reads them, not JSON-escaped: the command's quotes are its own.
     assert request_text("SYSTEM", [message, tool_result("c1", "a.py:1:x")]) == (
-        'SYSTEM\n\nweighing options\nRunning it.\nBash {"command": "grep -n \\"x\\" a.py"}\n\na.py:1:x')
+        'SYSTEM\n\nweighing options\nRunning it.\nBash\ncommand: grep -n "x" a.py\n\na.py:1:x')
 
 
 def test_the_scorer_imports_nothing_it_scores() -> None:

@@ -50,7 +50,8 @@ _PATH = re.compile(r"(?<![\w/:~.@-])@?(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+/?
 _EXT = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
 _FILENAME = re.compile(
     r"(?<![\w/.-])[\w-]+(?:\.[\w-]+)*\.(?:py|pyi|ts|tsx|js|jsx|mjs|cjs|json|jsonl|toml|ya?ml|md|rst|txt|ex|exs|"
-    r"rs|go|java|kt|rb|php|c|cc|cpp|h|hpp|cs|swift|sh|sql|html|css|scss|vue|svelte|lock|cfg|ini|env|xml|proto)\b"
+    r"rs|go|java|kt|rb|php|c|cc|cpp|h|hpp|cs|swift|sh|sql|html|css|scss|vue|svelte|lock|cfg|ini|env|xml|proto|"
+    r"png|jpe?g|gif|svg|pdf|csv|tsv|log|traj|patch|diff)\b"
 )
 _HEX = re.compile(r"\b[0-9a-f]{7,64}\b")
 _ERROR_CODE = re.compile(r"\b(?:E[A-Z]{3,}[A-Z0-9]*|[A-Z]{1,6}-?\d{3,6})\b")

@@ -237,15 +237,15 @@ def file_ops(messages: Iterable[Message]) -> tuple[list[str], list[str]]:
 
 def message_text(message: Message) -> str:
     """What the model reads of a message, as plain text: each block's text in order (text, a tool
-    call's name and its JSON arguments, a tool result's text, thinking); images have no text."""
+    call's name and its arguments, a tool result's text, thinking); images have no text. A call's
+    string arguments are shown as the model reads them, not JSON-escaped (a command's quotes and line
+    breaks are its own: `--title="x"`, not `--title=\\"x\\"`), one `key: value` line each."""
     parts: list[str] = []
     for block in message.blocks:
         if isinstance(block, Text):
             parts.append(block.text)
         elif isinstance(block, ToolCall):
-            arguments = block.arguments if isinstance(block.arguments, str) else \
-                json.dumps(block.arguments, ensure_ascii=False)
-            parts.append(f"{block.name} {arguments}")
+            parts.append(call_text(block))
         elif isinstance(block, ToolResult):
             parts.extend(p.text for p in block.content if isinstance(p, Text))
         elif isinstance(block, Thinking):
@@ -253,6 +253,15 @@ def message_text(message: Message) -> str:
         elif isinstance(block, Image):
             continue
     return "\n".join(parts)
+
+
+def call_text(call: ToolCall) -> str:
+    arguments = call.arguments
+    if not isinstance(arguments, dict):
+        return f"{call.name} {arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)}"
+    lines = [f"{key}: {value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+             for key, value in arguments.items()]
+    return "\n".join([call.name, *lines])
 
 
 def _argument_texts(value: object) -> list[str]:

@@ -15,7 +15,8 @@ at 50 % and 80 % of its model calls), for each policy:
    original: what the model could get back by calling `recall()`.
 
 `--views DIR` writes each rendered request to `DIR/<file stem>.<policy>.p<N>.txt` (N: the point,
-0-based, in transcript order), so any other checker can score exactly the same text.
+0-based, in transcript order), so any other checker can score exactly the same text, and
+`DIR/<file stem>.points.json`, where each point is in the file (`write_points`).
 
 The real harness is scored the same way (`recorded`): its recorded summary plus what it kept verbatim
 (Pi: the messages from its first kept entry; Claude Code: the summary alone). Every view's size is in
@@ -409,6 +410,8 @@ def retention(
         setup = replay_setup(transcript, model=model, window=window)
         setups[transcript.source or f"transcript {len(setups)}"] = setup
         folder = _views_folder(views)
+        if folder is not None:
+            write_points(folder, transcript, points(transcript))
         for number, point in enumerate(points(transcript)):
             probes = extract(transcript.messages, point.first_kept, point.index, cwds=environment(transcript),
                              queued=queued_prompts(transcript, point.first_kept))
@@ -463,6 +466,31 @@ def view_path(folder: Path, transcript: Transcript, policy: str, number: int) ->
     stem = Path(transcript.source).stem if transcript.source else "transcript"
     name = Path(policy).stem if policy.endswith(".toml") else policy
     return folder / f"{stem}.{name}.p{number}.txt"
+
+
+def origin(message: Message) -> Any:
+    """Where a message came from in its file: the line (JSONL) or the history entry (`.traj`), as read."""
+    return message.meta.get("line", message.meta.get("source"))
+
+
+def write_points(folder: Path, transcript: Transcript, found: Sequence[Point]) -> None:
+    """`<file stem>.points.json`: where each scored point is in the file, for a checker that reads the
+    file itself: the origins (`line`, or `history[i]`) of the first kept message and of the first after
+    the point, and of every message it evicts and every one after it.
+    A real point is the harness's and a checker finds it on its own; a synthetic one is ctxwin's choice."""
+    stem = Path(transcript.source).stem if transcript.source else "transcript"
+    messages = transcript.messages
+    records = [{"point": n, "kind": p.kind, "index": p.index, "first_kept": p.first_kept,
+                "first_kept_origin": origin(messages[p.first_kept]) if p.first_kept < len(messages) else None,
+                "index_origin": origin(messages[p.index]) if p.index < len(messages) else None,
+                "evicted": [origin(m) for m in messages[:p.first_kept]],
+                "after": [origin(m) for m in messages[p.index:]]} for n, p in enumerate(found)]
+    path = folder / f"{stem}.points.json"
+    try:
+        path.write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"cannot write {path}: {error.strerror or error}",
+                         "give --views a folder you can write to") from None
 
 
 def write_view(folder: Path, transcript: Transcript, policy: str, number: int, text: str) -> None:
