@@ -303,9 +303,12 @@ def test_views_are_written_as_the_text_that_is_scored(tmp_path: Path) -> None:
     transcript.source = str(tmp_path / "my-session.jsonl")
     result = retention(transcript, ["raw", "recorded"], views=tmp_path / "views")
     written = sorted(p.name for p in (tmp_path / "views").iterdir())
-    assert written == ["my-session.raw.p0.txt", "my-session.recorded.p0.txt"]
+    assert written == ["my-session.points.json", "my-session.raw.p0.txt", "my-session.recorded.p0.txt"]
+    (point,) = json.loads((tmp_path / "views" / "my-session.points.json").read_text())
+    assert (point["kind"], point["index"], point["first_kept"]) == ("real", POINT, POINT)
+    assert len(point["evicted"]) == POINT and len(point["after"]) == len(transcript.messages) - POINT
     text = (tmp_path / "views" / "my-session.raw.p0.txt").read_text()
-    # System prompt first, then every block: text, the call's name and JSON arguments, the result.
+    # System prompt first, then every block: text, the call's name and arguments, the result.
     assert "Read\nfile_path: /repo/docs/notes.md" in text and NOTES in text and FIRST_REQUEST in text
     assert text.index(FIRST_REQUEST) < text.index("Reading the notes.") < text.index(NOTES)
     view = result.sessions[0].views["raw"]
