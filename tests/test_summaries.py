@@ -9,9 +9,21 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from ctxwin import policies
-from ctxwin.compaction.extractive import COMMANDS, CURRENT, ERRORS, RECENT, STATE, ExtractiveSummarizer
-from ctxwin.compaction.extractive.errors import diagnostics
+from ctxwin.compaction.extractive import (
+    COMMANDS,
+    CURRENT,
+    ERRORS,
+    RECENT,
+    STATE,
+    ExtractiveSummarizer,
+    Facts,
+    message_facts,
+)
+from ctxwin.compaction.extractive.errors import Diagnostic, diagnostics
 from ctxwin.engine import ContextEngine
 from ctxwin.evaluation.probes import extract, haystack, score
 from ctxwin.mcp.recall import RecallSource, recall
@@ -308,3 +320,69 @@ def test_the_llm_summary_end_to_end_through_the_fake_provider_checked_by_the_pro
         "modified_files": 1.0, "read_files": 1.0, "commands": 1.0, "user_constraints": 1.0,
         "errors": 0.5,  # the model quoted the tsc error, and paraphrased the failed Edit's: the probes say so
     }
+
+
+# --------------------------------------------------------------------------------------------------
+# Facts computed once per message (for the engine): the same bytes with or without them
+
+
+WORDS = ["alpha", "beta", "gamma"]
+
+
+@st.composite
+def spans(draw: st.DrawFn) -> list[Message]:
+    messages: list[Message] = [user("fix the build in /repo/src/app.py, ticket OPS-4411")]
+    for index in range(draw(st.integers(min_value=0, max_value=10))):
+        kind = draw(st.sampled_from(["user", "read", "edit", "bash", "fail", "tsc", "text"]))
+        word = draw(st.sampled_from(WORDS))
+        call_id = f"{kind}{index}"
+        if kind == "user":
+            messages.append(user(f"please handle {word}_case {index}"))
+        elif kind == "text":
+            messages.append(assistant(f"I will use {word}Helper because it is simpler. Next I will test it."))
+        elif kind == "read":
+            messages += [assistant("", ToolCall(call_id, "Read", {"file_path": f"/repo/src/{word}.py"})),
+                         tool_result(call_id, f"def {word}():\n    raise ValueError('error: {word}')")]
+        elif kind == "edit":
+            messages += [edit(call_id, f"/repo/src/{word}.py"), tool_result(call_id, "ok")]
+        elif kind == "tsc":
+            messages += [bash(call_id, "npx tsc --noEmit | tail"),
+                         tool_result(call_id, f"src/{word}.ts({index},1): error TS2304: Cannot find name '{word}'.")]
+        else:
+            messages += [bash(call_id, f"make {word}"),
+                         tool_result(call_id, f"Exit code 2\nerror: {word} broke" if kind == "fail" else "done",
+                                     is_error=kind == "fail")]
+    return assign_ids(messages)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(span=spans(), budget=st.integers(min_value=50, max_value=1_500), keep=st.floats(min_value=0, max_value=1))
+def test_facts_given_or_not_the_summary_is_the_same_bytes(span: list[Message], budget: int, keep: float) -> None:
+    plain = SUMMARIZER.summarize(span, budget_tokens=budget, counter=COUNTER)
+    some = {m.id: message_facts(m) for m in span[: int(len(span) * keep)]}  # the rest are computed
+    given_facts = SUMMARIZER.summarize(span, budget_tokens=budget, counter=COUNTER, facts=some)
+    assert given_facts.text == plain.text and given_facts.details == plain.details
+
+
+def test_the_facts_given_are_the_ones_read() -> None:
+    span = assign_ids([user("fix it"), bash("c1", "make"), tool_result("c1", "Exit code 2\nerror: boom")])
+    planted = {span[2].id: Facts((), ((), ()), {"c1": (Diagnostic("", None, "error: planted line"),)})}
+    (group,) = SUMMARIZER.summarize(span, budget_tokens=1_000, counter=COUNTER, facts=planted).sections[ERRORS]
+    assert group.endswith("error: planted line")  # not "error: boom": the map was used, not a new scan
+
+
+def test_compact_view_passes_the_facts_to_the_extractive_summary_and_the_guard() -> None:
+    from ctxwin.compaction.compact import compact_view
+    from ctxwin.pipeline.view import Item, StageContext
+
+    messages = assign_ids([user("go to /repo/a.py and fix OPS-4411"), bash("c1", "make a"),
+                           tool_result("c1", "error: x in /repo/a.py"), assistant("ok"), user("next")])
+    items = [Item(f"e{n}", m, COUNTER.count_message(m)) for n, m in enumerate(messages)]
+    ctx = StageContext(counter=COUNTER, window=50_000, budget=40_000,
+                       calls={c.id: c for m in messages for c in m.tool_calls})
+    policy = policies.get("pi").compaction.model_copy(update={"keep_recent_tokens": 10})
+    facts = {f"e{n}": message_facts(m.replace(id=f"e{n}")) for n, m in enumerate(messages)}
+    run = {"summarizer": None, "previous": None, "focus": None, "pins": set(), "force": True}
+    with_facts = compact_view(items, policy, ctx, facts=facts, **run)  # type: ignore[arg-type]
+    without = compact_view(items, policy, ctx, **run)  # type: ignore[arg-type]
+    assert with_facts.summary.text == without.summary.text and with_facts.entry() == without.entry()

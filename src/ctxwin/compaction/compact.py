@@ -20,7 +20,7 @@ from typing import Any
 
 from ctxwin.compaction.base import Summarizer, Summary
 from ctxwin.compaction.cuts import CutPlan
-from ctxwin.compaction.extractive import ExtractiveSummarizer
+from ctxwin.compaction.extractive import ExtractiveSummarizer, Facts, message_facts
 from ctxwin.compaction.identifiers import call_arguments, guard
 from ctxwin.compaction.strategies import strategy_for
 from ctxwin.compaction.strategy import AgentSummary
@@ -129,9 +129,12 @@ def compact_view(
     factor: float = 1.0,
     originals: Mapping[str, Message] | None = None,
     agent_summary: AgentSummary | None = None,
+    facts: Mapping[str, Facts] | None = None,
 ) -> Outcome:
     """Plan, summarize, guard. Raises `CompactionFailed` (history untouched) when there is nothing
-    to summarize, the summarizer fails, or the result would not shrink the view enough."""
+    to summarize, the summarizer fails, or the result would not shrink the view enough. `facts`:
+    `message_facts` of logged messages by entry id, when the caller keeps them (the extractive
+    summarizer and the guard read them instead of scanning again; same bytes either way)."""
     strategy = strategy_for(policy)
     before = ctx.system_tokens + total_tokens(items)
     plan = strategy.plan(items, policy, ctx, pins, factor, agent_summary)
@@ -156,19 +159,18 @@ def compact_view(
                                                focus=focus, budget_tokens=summarizer_budget, counter=ctx.counter)
         elif plan.prefix:
             history_budget = int(summarizer_budget * (1 - SPLIT_PREFIX_SHARE))
-            history = chosen.summarize(span_messages, previous=previous, focus=focus,
-                                           budget_tokens=history_budget, counter=ctx.counter) \
+            history = run_summarizer(chosen, span_messages, previous, focus, history_budget, ctx, facts) \
                 if span_messages else previous
-            turn = chosen.summarize(prefix_messages, previous=None, focus=focus,
-                                        budget_tokens=summarizer_budget - history_budget, counter=ctx.counter)
+            turn = run_summarizer(chosen, prefix_messages, None, focus, summarizer_budget - history_budget, ctx, facts)
             summary = join_split_turn(history, turn, ctx)
         else:
-            summary = chosen.summarize(span_messages, previous=previous, focus=focus,
-                                           budget_tokens=summarizer_budget, counter=ctx.counter)
+            summary = run_summarizer(chosen, span_messages, previous, focus, summarizer_budget, ctx, facts)
     except Exception as error:  # a failed summary never deletes history
         raise CompactionFailed(f"summarizer {chosen.name} failed: {error}", before) from error
     if policy.identifier_policy == "strict":
-        summary = guard(summary, span_messages + prefix_messages, ctx.counter, int(budget * (1 - INDEX_SHARE)))
+        guarded = span_messages + prefix_messages
+        scanned = [(facts.get(m.id) or message_facts(m)).identifiers for m in guarded] if facts else None
+        summary = guard(summary, guarded, ctx.counter, int(budget * (1 - INDEX_SHARE)), scanned)
     summary = with_recall_index(summary, plan.summarized, ctx, budget, originals)
     covered = tuple(dict.fromkeys([*(previous.covered_ids if previous else ()),
                                    *(i.entry_id for i in plan.summarized)]))
@@ -188,6 +190,15 @@ def compact_view(
                "kept_messages": len(plan.kept), "summary_tokens": summary.tokens,
                "identifier_guard": summary.details.get("identifier_guard", {})}
     return Outcome(policy.strategy, summary, plan, before, after, reason, attachments, details)
+
+
+def run_summarizer(summarizer: Summarizer, span: list[Message], previous: Summary | None, focus: str | None,
+                   budget: int, ctx: StageContext, facts: Mapping[str, Facts] | None) -> Summary:
+    """The summarizer on `span`; the extractive one also reads the facts the caller already has."""
+    if facts and isinstance(summarizer, ExtractiveSummarizer):
+        return summarizer.summarize(span, previous=previous, focus=focus, budget_tokens=budget, counter=ctx.counter,
+                                    facts=facts)
+    return summarizer.summarize(span, previous=previous, focus=focus, budget_tokens=budget, counter=ctx.counter)
 
 
 def logged_messages(items: Sequence[Item], originals: Mapping[str, Message] | None) -> list[Message]:

@@ -389,7 +389,34 @@ def _arg_strings(value: Any) -> Iterable[str]:
             yield from _arg_strings(item)
 
 
-def extract_identifiers(messages: Sequence[Message]) -> list[str]:
+def message_identifiers(message: Message) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...]]:
+    """What one message contributes to `extract_identifiers`: its (identifier, tier) occurrences in
+    order, and the kebab-case names of a user message (which count only if a tool call of the span
+    uses them). A pure function of the message: it can be computed once, when the message arrives."""
+    tokens: list[tuple[str, int]] = []
+    kebab: list[str] = []
+    if message.role == "user":
+        text = user_text(message)
+        if text:
+            tokens.extend((t, TIER_USER) for t in _scan(text, user=True))
+            kebab.extend(k for k in _KEBAB.findall(text) if k not in _STOPWORD_KEBAB)
+    elif message.role == "assistant":
+        for block in message.blocks:
+            if isinstance(block, Text):
+                tokens.extend((t, TIER_AGENT) for t in _scan(block.text, user=False))
+            elif isinstance(block, ToolCall):
+                for value in _arg_strings(call_arguments(block)):
+                    tokens.extend((t, TIER_AGENT) for t in _scan(value, user=False))
+    elif message.role == "tool":
+        for result in message.tool_results:
+            tier = TIER_ERROR if is_failure(result) else TIER_RESULT
+            tokens.extend((t, tier) for t in _result_identifiers(result))
+    return tuple(tokens), tuple(kebab)
+
+
+def extract_identifiers(messages: Sequence[Message],
+                        scanned: Sequence[tuple[tuple[tuple[str, int], ...], tuple[str, ...]]] | None = None,
+                        ) -> list[str]:
     """Exact identifiers of the messages, most important first, without duplicates.
 
     From user text: paths, URLs, UUIDs, hashes, host:port, file names, error codes, issue numbers,
@@ -398,7 +425,7 @@ def extract_identifiers(messages: Sequence[Message]) -> list[str]:
     paths, URLs, UUIDs, hashes, host:port, file names and numbers of 6+ digits. From failing tool results:
     error codes; from other results: commit ids git printed and URLs in short outputs.
     Ranked by tier (user, error, agent, result), then by how many later messages use each again, then
-    by first appearance.
+    by first appearance. `scanned`: `message_identifiers` of each message, when already computed.
     """
     found: dict[str, list[int]] = {}  # identifier -> [tier, -later uses, first position, last message]
     position = 0
@@ -416,29 +443,12 @@ def extract_identifiers(messages: Sequence[Message]) -> list[str]:
                     entry[1] -= 1
                     entry[3] = at
 
-    call_text_parts: list[str] = []
-    for message in messages:
-        for call in message.tool_calls:
-            call_text_parts.extend(_arg_strings(call_arguments(call)))
-    call_text = "\n".join(call_text_parts)
-
-    for current, message in enumerate(messages):
-        if message.role == "user":
-            text = user_text(message)
-            if text:
-                add(_scan(text, user=True), TIER_USER, current)
-                add((k for k in _KEBAB.findall(text) if k not in _STOPWORD_KEBAB and k in call_text), TIER_USER,
-                    current)
-        elif message.role == "assistant":
-            for block in message.blocks:
-                if isinstance(block, Text):
-                    add(_scan(block.text, user=False), TIER_AGENT, current)
-                elif isinstance(block, ToolCall):
-                    for value in _arg_strings(call_arguments(block)):
-                        add(_scan(value, user=False), TIER_AGENT, current)
-        elif message.role == "tool":
-            for result in message.tool_results:
-                add(_result_identifiers(result), TIER_ERROR if is_failure(result) else TIER_RESULT, current)
+    scans = list(scanned) if scanned is not None else [message_identifiers(m) for m in messages]
+    call_text = "\n".join(s for m in messages for call in m.tool_calls for s in _arg_strings(call_arguments(call)))
+    for current, (tokens, kebab) in enumerate(scans):
+        for token, tier in tokens:
+            add((token,), tier, current)
+        add((k for k in kebab if k in call_text), TIER_USER, current)
     ranked = sorted(found.items(), key=lambda kv: (kv[1][0], kv[1][1], kv[1][2]))
     return [token for token, _ in ranked]
 
@@ -543,12 +553,14 @@ def render_identifier(identifier: str) -> str:
     return f"- {identifier}"
 
 
-def guard(summary: Summary, span: Sequence[Message], counter: TokenCounter, budget_tokens: int) -> Summary:
+def guard(summary: Summary, span: Sequence[Message], counter: TokenCounter, budget_tokens: int,
+          scanned: Sequence[tuple[tuple[tuple[str, int], ...], tuple[str, ...]]] | None = None) -> Summary:
     """The summary with the span's identifiers that did not survive appended verbatim under
     "## Exact identifiers", most important first, as many as fit in `budget_tokens`. `details`
     gets an "identifier_guard" record: how many were checked, which were missing, appended, and
-    left out for lack of room."""
-    identifiers = extract_identifiers(span)
+    left out for lack of room. `scanned`: `message_identifiers` of each message of the span, when
+    already computed."""
+    identifiers = extract_identifiers(span, scanned)
     normalized_text = normalize(summary.text)
     missing = [i for i in identifiers if not survives(i, normalized_text)]
     text = summary.text.rstrip("\n")

@@ -18,7 +18,7 @@ One module per section (`asks`, `files`, `commands`, `errors`, `notes`, `referen
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,12 +33,13 @@ from ctxwin.compaction.extractive.commands import (
     shorten_arguments,
 )
 from ctxwin.compaction.extractive.errors import diagnostics, error_records
+from ctxwin.compaction.extractive.facts import Facts, message_facts
 from ctxwin.compaction.extractive.files import project_root
 from ctxwin.compaction.extractive.fit import cut_note, fit_input, fit_tiers, list_ref
 from ctxwin.compaction.extractive.lists import list_text
 from ctxwin.compaction.extractive.merge import merge_states, previous_state
 from ctxwin.compaction.extractive.notes import current_work, decisions, open_tasks
-from ctxwin.compaction.extractive.references import message_names, recent_references, referenced_later
+from ctxwin.compaction.extractive.references import recent_references, referenced_later
 from ctxwin.compaction.extractive.sections import (
     COMMANDS,
     CURRENT,
@@ -64,9 +65,9 @@ DEFAULT_BUDGET_TOKENS = 4_000  # when the caller gives none (Claude Code's summa
 
 __all__ = [
     "COMMANDS", "CURRENT", "DECISIONS", "DEFAULT_BUDGET_TOKENS", "ERRORS", "GOAL", "IDENTIFIERS", "MODIFIED",
-    "OPEN", "READ", "RECENT", "ROOT", "STATE", "STATE_KEY", "USER", "ExtractiveSummarizer", "command_entries",
+    "OPEN", "READ", "RECENT", "ROOT", "STATE", "STATE_KEY", "USER", "ExtractiveSummarizer", "Facts", "command_entries",
     "command_key", "command_line", "cut_note", "diagnostics", "error_records", "group_paths", "list_ref",
-    "list_text", "shorten_arguments", "span_state",
+    "list_text", "message_facts", "shorten_arguments", "span_state",
 ]
 
 
@@ -79,11 +80,16 @@ class ExtractiveSummarizer:
     name: str = "extractive"
 
     def summarize(self, span: Sequence[Message], *, previous: Summary | None = None, focus: str | None = None,
-                  budget_tokens: int = DEFAULT_BUDGET_TOKENS, counter: TokenCounter | None = None) -> Summary:
+                  budget_tokens: int = DEFAULT_BUDGET_TOKENS, counter: TokenCounter | None = None,
+                  facts: Mapping[str, Facts] | None = None) -> Summary:
+        """`facts`: `message_facts` of the span's messages as logged, by message id, when the caller
+        has them (any missing are computed here); the summary is the same bytes with or without."""
         counter = summary_counter(counter)
-        names = [message_names(m) for m in span]  # scanned once, for references and for what refers back
+        known = facts or {}
+        per = [known.get(m.id) or message_facts(m) for m in span]
+        names = [list(f.names) for f in per]  # scanned once, for references and for what refers back
         new = span_state(span, per_message_chars=self.per_message_chars, command_chars=self.command_chars,
-                         names=names)
+                         names=names, facts=per)
         state = merge_states(previous_state(previous) if previous is not None else {}, new)
         root = project_root([*state.get(MODIFIED, ()), *state.get(READ, ())])
         referenced = referenced_later(span, names)
@@ -131,11 +137,14 @@ class ExtractiveSummarizer:
 
 def span_state(span: Sequence[Message], *, per_message_chars: int = PER_MESSAGE_CHARS,
                command_chars: int = COMMAND_STATE_CHARS,
-               names: Sequence[list[tuple[str, float]]] | None = None) -> dict[str, list[str]]:
-    """Everything the extractive summary can say about `span`, untrimmed, by section."""
+               names: Sequence[list[tuple[str, float]]] | None = None,
+               facts: Sequence[Facts] | None = None) -> dict[str, list[str]]:
+    """Everything the extractive summary can say about `span`, untrimmed, by section (`facts`: each
+    message's, in order, when already computed)."""
     users = user_messages(span, per_message_chars)
     read, modified = extract_file_ops(span)
-    records, passed = error_records(span)
+    diagnosed = {call: lines for f in facts for call, lines in f.errors.items()} if facts is not None else None
+    records, passed = error_records(span, diagnosed)
     state: dict[str, list[str]] = {
         GOAL: users[:1],
         USER: dedup_last(users),
@@ -147,7 +156,7 @@ def span_state(span: Sequence[Message], *, per_message_chars: int = PER_MESSAGE_
         DECISIONS: dedup_last(decisions(span)),
         OPEN: open_tasks(span),
         CURRENT: current_work(span),
-        IDENTIFIERS: extract_identifiers(span),
+        IDENTIFIERS: extract_identifiers(span, [f.identifiers for f in facts] if facts is not None else None),
         RECENT: recent_references(span, names),
     }
     return {k: v for k, v in state.items() if v}

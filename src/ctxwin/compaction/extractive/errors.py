@@ -117,14 +117,16 @@ def _exit_code(text: str) -> str | None:
     return found.group(1) if found else None
 
 
-def result_errors(call: ToolCall | None, result: ToolResult) -> list[Diagnostic] | None:
+def result_errors(call: ToolCall | None, result: ToolResult,
+                  lines: Sequence[Diagnostic] | None = None) -> list[Diagnostic] | None:
     """The error lines of one result, or None when it did not fail. A file read is not scanned unless
-    it failed; a search with exit status 1 and nothing else is "no match"; a declined call is a choice."""
+    it failed; a search with exit status 1 and nothing else is "no match"; a declined call is a choice.
+    `lines`: `diagnostics(result.text)`, when already computed."""
     text = result.text
     if text.startswith(DECLINED):
         return None
     reads = call is not None and tool_kind(call.name) in READ_TOOLS
-    found = [] if reads else diagnostics(text)
+    found = [] if reads else list(lines if lines is not None else diagnostics(text))
     failed = bool(found) or is_failure(result)
     if not failed:
         return None
@@ -168,10 +170,12 @@ class _Group:
     edited: list[str] = field(default_factory=list)  # files written since its last failure
 
 
-def error_records(span: Sequence[Message]) -> tuple[list[str], list[str]]:
+def error_records(span: Sequence[Message], diagnosed: Mapping[str, Sequence[Diagnostic]] | None = None,
+                  ) -> tuple[list[str], list[str]]:
     """(error records, passed records) of a span, in order (see the module docstring). A passed record
     (`{"k": "p", "g": command, "edited": [files]}`) says the command succeeded in this span after those
-    edits: a later compaction uses it to say that an earlier failure was fixed."""
+    edits: a later compaction uses it to say that an earlier failure was fixed. `diagnosed`: each
+    result's `diagnostics`, by call id, when already computed."""
     calls: dict[str, ToolCall] = {}
     messages: dict[tuple[str, str, str], dict[str, Any]] = {}
     groups: dict[str, _Group] = {}
@@ -184,7 +188,7 @@ def error_records(span: Sequence[Message]) -> tuple[list[str], list[str]]:
         for result in message.tool_results:
             made = calls.get(result.call_id)
             key, label = group_of(made)
-            found = result_errors(made, result)
+            found = result_errors(made, result, (diagnosed or {}).get(result.call_id))
             if found is None:
                 group = groups.get(key)
                 if group is not None and group.failed and not group.fix:
