@@ -57,7 +57,7 @@ _ERROR_MARK = re.compile(r"^(?:FAIL(?:ED)?\b|ERROR\b|E {2,}\S|[A-Z][\w.]*(?:Erro
 _ERROR_ANYWHERE = re.compile(r"command not found|no such file or directory|permission denied|"
                              r"(?<!\b0 )\bfailed\b|\b[1-9]\d* (?:failing|failures?|errors?)\b", re.I)
 _CANDIDATE = re.compile(r"error|fail|fatal|panic|exception|npm err|uncaught|unhandled|assert|denied|not found|"
-                        r"no such|\*\* \(|^\s*E {2,}|^\s*[✗×✘❌]|exit", re.I | re.M)
+                        r"no such|\*\* \(|^[ \t]*E {2,}|^[ \t]*[✗×✘❌]|exit", re.I | re.M)
 """A quick look for any word an error line could start with or hold: text without one has none."""
 _STATUS_LINE = re.compile(r"^(?:exit code|command exited with code|exited with code|exit status)\s*:?\s*\d+\.?$|"
                           r"^(?:errors?|error output|traceback \(most recent call last\)):?$", re.I)
@@ -74,10 +74,32 @@ class Diagnostic:
     message: str
 
 
-def _lines(text: str) -> list[str]:
+def _prepared(text: str) -> str:
     if len(text) > 2 * SCAN_CHARS:
         text = text[:SCAN_CHARS] + "\n" + text[-SCAN_CHARS:]
-    return [line.strip() for line in _ANSI.sub("", text.replace("\\n", "\n")).splitlines() if line.strip()]
+    return _ANSI.sub("", text.replace("\\n", "\n"))
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in _prepared(text).splitlines() if line.strip()]
+
+
+def _candidate_lines(text: str) -> list[str]:
+    """The lines of `text` (prepared and split as `_lines` does) that hold a word an error line could
+    have, in order: only they are looked at closely."""
+    prepared = "\n".join(_prepared(text).splitlines())
+    out: list[str] = []
+    end = -1
+    for match in _CANDIDATE.finditer(prepared):
+        if match.start() <= end:
+            continue  # this line was taken already
+        start = prepared.rfind("\n", 0, match.start()) + 1
+        end = prepared.find("\n", match.start())
+        end = len(prepared) if end < 0 else end
+        line = prepared[start:end].strip()
+        if line:
+            out.append(line)
+    return out
 
 
 def diagnostics(text: str) -> list[Diagnostic]:
@@ -87,10 +109,8 @@ def diagnostics(text: str) -> list[Diagnostic]:
     cross, pytest's `E  `), or it says command not found, no such file, permission denied, failed (not
     "0 failed"), N failures."""
     out: list[Diagnostic] = []
-    if _CANDIDATE.search(text) is None:
-        return out
-    for line in _lines(text):
-        if len(line) > MAX_LINE_CHARS or _CANDIDATE.search(line) is None or _STATUS_LINE.match(line):
+    for line in _candidate_lines(text):
+        if len(line) > MAX_LINE_CHARS or _STATUS_LINE.match(line):
             continue
         location = _LOCATION.match(line)
         message = line[location.end():] if location else line
