@@ -33,7 +33,10 @@ class Summary:
 
 
 class Summarizer(Protocol):
-    name: str
+    @property
+    def name(self) -> str:
+        """What the summary's `summarizer` field says wrote it."""
+        ...
 
     def summarize(
         self,
