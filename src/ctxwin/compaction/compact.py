@@ -120,12 +120,6 @@ def threshold(window: int, policy: Any) -> int:
     return strategy_for(policy).threshold(window, policy)
 
 
-def compaction_due(tokens: int, ctx: StageContext, policy: Any, factor: float = 1.0, turns: int = 0) -> bool:
-    """Whether a view of `tokens` (counter units, system included) holding `turns` turns is past a
-    trigger."""
-    return strategy_for(policy).due(tokens, ctx.window, policy, factor, turns) is not None
-
-
 def plan_cut(items: Sequence[Item], policy: Any, ctx: StageContext, pins: set[str], factor: float = 1.0,
              agent_summary: AgentSummary | None = None) -> CutPlan:
     """Where this policy's strategy cuts the view."""

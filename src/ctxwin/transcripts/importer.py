@@ -17,6 +17,7 @@ from typing import Any
 
 from ctxwin.errors import InputError
 from ctxwin.messages import Message
+from ctxwin.store.entries import ModelChangeEntry
 from ctxwin.store.jsonl import SESSION_FILE, JsonlSessionLog
 from ctxwin.store.session import DEFAULT_ROOT, Session
 from ctxwin.transcripts import load_transcript
@@ -71,8 +72,9 @@ def write_transcript(log: JsonlSessionLog | Any, transcript: Transcript) -> dict
         log.branch(None)
 
     if transcript.model:
-        log.append("model_change", {"model": transcript.model, "source": "import"}, timestamp=fallback)
-        counts["model_change"] += 1
+        change = ModelChangeEntry(transcript.model, "import")
+        log.append(change.kind, change.to_payload(), timestamp=fallback)
+        counts[change.kind] += 1
     by_index: dict[int, list[CompactionRecord]] = {}
     for record in transcript.compactions:
         by_index.setdefault(record.index, []).append(record)
