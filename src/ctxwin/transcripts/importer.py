@@ -72,9 +72,8 @@ def write_transcript(log: JsonlSessionLog | Any, transcript: Transcript) -> dict
         log.branch(None)
 
     if transcript.model:
-        change = ModelChangeEntry(transcript.model, "import")
-        log.append(change.kind, change.to_payload(), timestamp=fallback)
-        counts[change.kind] += 1
+        log.append("model_change", ModelChangeEntry(transcript.model, "import").to_payload(), timestamp=fallback)
+        counts["model_change"] += 1
     by_index: dict[int, list[CompactionRecord]] = {}
     for record in transcript.compactions:
         by_index.setdefault(record.index, []).append(record)
