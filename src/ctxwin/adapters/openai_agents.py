@@ -14,7 +14,9 @@
   what the filter assumed; an overflow error from the provider is recovered from (`engine.recover`)
   and the smaller request retried, bounded; the provider's usage calibrates the engine's counts.
 
-Typical use::
+Typical use (both halves: the filter manages what is sent, `session.wrap(model)` recovers when the
+provider refuses a request as too long; a filter whose requests never pass through a wrapped model
+warns once, at its second call, that overflow errors will reach the caller)::
 
     session = CtxwinSession.open("runs/abc", model="gpt-4.1")
     agent = Agent(name="a", instructions="...", tools=[...], model=session.wrap(model))
@@ -35,6 +37,7 @@ import bisect
 import copy
 import dataclasses
 import json
+import warnings
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -396,8 +399,17 @@ class CtxwinInputFilter:
         self._agent = ""
         self._extras: dict[str, int] = {}  # agent name -> tokens of the extras its last request carried
         self._sent: ModelInputData | None = None
+        self._settled = False  # a CtxwinModel saw the last prepared request
+        self._warned = False
 
     def __call__(self, data: CallModelData[Any]) -> ModelInputData:
+        if self._sent is not None and not self._settled and not self._warned:
+            self._warned = True
+            warnings.warn(UnwrappedModelWarning(
+                "ctxwin: the requests this input filter prepares do not go through a CtxwinModel, so an "
+                "overflow error from the provider will reach you instead of being recovered; give the agent "
+                "model=session.wrap(model) (or CtxwinModel(model, input_filter))"), stacklevel=2)
+        self._settled = False
         model_data = data.model_data
         raw = model_data.input
         items = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw)
@@ -416,6 +428,7 @@ class CtxwinInputFilter:
         `handoffs` (what the runner hands the model). When the input is the one this filter prepared
         and the request carries more or less than it counted, the engine prepares again with the
         true overhead; any other input (the filter not in the run's config) goes as it is."""
+        self._settled = True
         sent = self._sent
         if sent is None or instructions != sent.instructions or input != sent.input:
             return instructions, input
@@ -451,6 +464,10 @@ class CtxwinInputFilter:
         the extras."""
         raw = (self.engine.counter.count_text(instructions) if instructions else 0) + extras_tokens
         return round(raw * self.engine.calibrator.factor)
+
+
+class UnwrappedModelWarning(UserWarning):
+    """The input filter runs without `CtxwinModel`: overflow errors are not recovered."""
 
 
 # -- where the SDK surfaces the provider's errors ---------------------------------------------------
@@ -523,5 +540,5 @@ class CtxwinModel(Model):
 
 
 __all__ = ["CLEAR_ENTRY", "ITEMS_META", "POP_ENTRY", "SDK_ONLY_FIELDS", "CtxwinInputFilter", "CtxwinModel",
-           "CtxwinSession", "agent_extras", "items_to_messages", "message_items", "messages_to_items", "plain_item",
-           "request_extras"]
+           "CtxwinSession", "UnwrappedModelWarning", "agent_extras", "items_to_messages", "message_items",
+           "messages_to_items", "plain_item", "request_extras"]

@@ -344,10 +344,12 @@ class CtxwinHistory:
         return self.process(messages, tools=_run_tools(ctx))
 
     def capability(self) -> ProcessHistory[Any]:
-        """`Agent(capabilities=[processor.capability()])`: `ProcessHistory` with this processor, which
-        also logs each model response as it arrives (a run's last answer is followed by no request,
-        so a bare processor would only see it on the next run) and calibrates the engine's counts
-        from its usage."""
+        """`Agent(capabilities=[processor.capability()])`: this processor as a capability that sends
+        its view without rewriting the run's history (`result.all_messages()` is the real history,
+        as with `CtxwinCapability`; a bare `ProcessHistory(processor)` replaces the history with the
+        view, as every history processor does), logs each model response as it arrives (a run's last
+        answer is followed by no request, so a bare processor would only see it on the next run) and
+        calibrates the engine's counts from its usage."""
         return _LoggingProcessHistory(self.with_context, history=self)
 
     def process(self, messages: list[ModelMessage], *, tools: Sequence[Any] = ()) -> list[ModelMessage]:
@@ -372,6 +374,14 @@ class CtxwinHistory:
 @dataclass
 class _LoggingProcessHistory(ProcessHistory[Any]):
     history: CtxwinHistory | None = field(default=None, repr=False)
+
+    async def before_model_request(self, ctx: RunContext[Any], request_context: ModelRequestContext
+                                   ) -> ModelRequestContext:
+        if self.history is None:
+            return await super().before_model_request(ctx, request_context)
+        # The request gets the view; the run's history (ctx.messages) stays as it is.
+        request_context.messages = self.history.with_context(ctx, list(request_context.messages))
+        return request_context
 
     async def after_model_request(self, ctx: RunContext[Any], *, request_context: ModelRequestContext,
                                   response: ModelResponse) -> ModelResponse:
