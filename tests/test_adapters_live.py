@@ -69,6 +69,12 @@ def check(fake: FakeProvider, text: str, calls: int, engine: ContextEngine, stre
     answered = [r for r in requests if r.status == 200]
     assert len(answered) == calls + 1  # every model call answered exactly once: no overflow reached the caller
     assert all(r.status in (200, 400) for r in requests)  # the refusals are the provider's overflow answers
+    # The window is learned from the first refusal (numbers in the error, else the refused request's
+    # own size), not found by shrinking again and again ...
+    assert len(requests) - len(answered) <= 2
+    # ... and the reserve is the output the framework asks for, not the registry's guess for a model
+    # it does not know (8,192): the requests use the window up to about that much.
+    assert max(r.input_tokens or 0 for r in answered) > WINDOW - MAX_TOKENS - 2_000
     logged = {r.call_id: r.text for m in engine.messages for r in m.tool_results}
     assert all(logged.get(f"call_{n:03d}") == file_content(f"src/mod_{n:03d}.py") for n in range(1, calls + 1))
 

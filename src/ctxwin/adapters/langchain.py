@@ -366,7 +366,7 @@ class CtxwinMiddleware(AgentMiddleware):
         canonical, originals = originals_of(request.messages, self._conversions_for(engine))
         engine.sync(canonical)
         engine.overhead_tokens = self._overhead(engine, request)
-        return engine.prepare(), originals
+        return engine.prepare(max_output=requested_output(request)), originals
 
     def _request(self, engine: ContextEngine, request: ModelRequest, prepared: Prepared,
                  originals: Mapping[str, Sequence[Sequence[BaseMessage]]]) -> ModelRequest:
@@ -439,6 +439,18 @@ class CtxwinMiddleware(AgentMiddleware):
 
     async def aafter_agent(self, state: Any, runtime: Any) -> None:
         self.after_agent(state, runtime)
+
+
+def requested_output(request: ModelRequest) -> int | None:
+    """The output this model call asks for (the reserve its request is budgeted with): a max-tokens
+    setting of the call, else the chat model's `max_tokens`; None when neither says (the engine's
+    default)."""
+    settings = request.model_settings or {}
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        value = settings.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return chat_model_limits(request.model).get("max_output")
 
 
 def chat_model_limits(model: Any) -> dict[str, Any]:

@@ -340,8 +340,9 @@ class CtxwinHistory:
         return self.process(messages)
 
     def with_context(self, ctx: RunContext[Any], messages: list[ModelMessage]) -> list[ModelMessage]:
-        """The RunContext form: the run's tool definitions are counted against the budget too."""
-        return self.process(messages, tools=_run_tools(ctx))
+        """The RunContext form: the run's tool definitions are counted against the budget too, and
+        the output its settings ask for (`max_tokens`) is reserved."""
+        return self.process(messages, tools=_run_tools(ctx), max_output=requested_output(ctx.model_settings))
 
     def capability(self) -> ProcessHistory[Any]:
         """`Agent(capabilities=[processor.capability()])`: this processor as a capability that sends
@@ -352,10 +353,11 @@ class CtxwinHistory:
         calibrates the engine's counts from its usage."""
         return _LoggingProcessHistory(self.with_context, history=self)
 
-    def process(self, messages: list[ModelMessage], *, tools: Sequence[Any] = ()) -> list[ModelMessage]:
+    def process(self, messages: list[ModelMessage], *, tools: Sequence[Any] = (),
+                max_output: int | None = None) -> list[ModelMessage]:
         self.log(messages)
         self.engine.overhead_tokens = _overhead(self.engine, _instructions(messages), tools)
-        self.last = self.engine.prepare()
+        self.last = self.engine.prepare(max_output=max_output)
         self._sent = _view(self.last, messages)
         return list(self._sent)
 
@@ -396,6 +398,13 @@ def _record_usage(engine: ContextEngine, response: ModelResponse) -> None:
         engine.record_usage({"context_tokens": response.usage.input_tokens})
 
 
+def requested_output(settings: Any) -> int | None:
+    """The output a request asks for (its settings' `max_tokens`), the reserve it is budgeted with;
+    None: the engine's default."""
+    value = settings.get("max_tokens") if isinstance(settings, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _run_tools(ctx: RunContext[Any]) -> list[Any]:
     manager = getattr(ctx, "tool_manager", None)
     try:
@@ -428,7 +437,7 @@ class CtxwinCapability(AbstractCapability[Any]):
         parameters = request_context.model_request_parameters
         tools = [*getattr(parameters, "function_tools", ()), *getattr(parameters, "output_tools", ())]
         self.engine.overhead_tokens = _overhead(self.engine, _instructions(history), tools)
-        self.last = self.engine.prepare()
+        self.last = self.engine.prepare(max_output=requested_output(request_context.model_settings))
         request_context.messages = _view(self.last, history)
         return request_context
 
