@@ -30,7 +30,7 @@ from ctxwin.errors import CtxwinError, Interrupted, ModelCallCancelled
 from ctxwin.memory.consolidate.schedule import SleepConfig, SleepTime, sleep_time
 from ctxwin.memory.flush import daily_notes
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
-from ctxwin.messages.providers._common import RAW_ARGUMENTS
+from ctxwin.messages.providers import RAW_ARGUMENTS
 from ctxwin.pipeline.view import Event
 from ctxwin.policies.model import Policy
 from ctxwin.providers import Completion, ProviderError

@@ -189,6 +189,9 @@ def compact_view(
     details = {"trigger": trigger, "span_messages": len(plan.span), "prefix_messages": len(plan.prefix),
                "kept_messages": len(plan.kept), "summary_tokens": summary.tokens,
                "identifier_guard": summary.details.get("identifier_guard", {})}
+    if "input_tokens" in summary.details:  # a model wrote it: what its calls cost (telemetry reports it)
+        details["summarizer_usage"] = {k: summary.details.get(k) for k in ("model", "calls", "input_tokens",
+                                                                           "output_tokens")}
     return Outcome(policy.strategy, summary, plan, before, after, reason, attachments, details)
 
 
