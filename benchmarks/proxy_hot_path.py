@@ -25,11 +25,14 @@ from typing import Any
 import orjson
 
 from ctxwin.proxy.apis import APIS
-from ctxwin.proxy.app import Exchange, Memo, Proxy
 from ctxwin.proxy.body import Body
 from ctxwin.proxy.config import ProxyConfig
+from ctxwin.proxy.exchange import Exchange, Memo
 from ctxwin.proxy.serve import GC_THRESHOLDS
 from ctxwin.proxy.sessions import MemorySessionStore, build_engine, engine_spec, session_key
+from ctxwin.proxy.state import Proxy
+from ctxwin.proxy.turn import Turn
+from ctxwin.proxy.upstream import Upstream
 from ctxwin.store.in_memory import MemorySessionLog
 
 MODEL = "claude-sonnet-4-5"
@@ -88,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     body, rounds = claude_code_body(args.tokens, WARMUP + args.requests)
     config = ProxyConfig(upstream="http://127.0.0.1:9", policy=args.policy)
-    proxy = Proxy(config, MemorySessionStore(), None)
+    proxy = Proxy(config, MemorySessionStore(), Upstream(config))
     api = APIS["anthropic"]
     headers: dict[str, str] = {}
     engine = None
@@ -117,7 +120,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if engine is None:
                 engine = build_engine(MemorySessionLog(key.id), engine_spec(request, config))
             exchange = Exchange(api, MODEL, started)
-            outgoing = proxy.manage(engine, api, request, conversation, memo, exchange)
+            # No HTTP request here: preparing never reads it (only sending does).
+            turn = Turn(proxy, api, None, engine, request, conversation, memo, exchange)  # type: ignore[arg-type]
+            outgoing = turn.prepare()
             elapsed = (time.perf_counter() - started) * 1000
             received.append(exchange.tokens_received)
             memo.retired = None  # freed while the upstream works, in the app

@@ -218,12 +218,9 @@ class Api:
             changes["tools"] = append_to_array(body.bytes_of("tools"), self.recall_bytes)
         return body.encode(changes), written
 
-    def recall_schema(self) -> dict[str, Any]:
-        return to_format(as_tool_schema({"name": RECALL_TOOL, "description": RECALL_DESCRIPTION,
-                                         "input_schema": RECALL_PARAMETERS}), self.schema_format)
-
     @property
     def recall_bytes(self) -> bytes:
+        """The `ctxwin_recall` tool's schema in this API's format, as JSON (written once per format)."""
         return _recall_bytes(self.schema_format)
 
     # ---------------------------------------------------------------------------------- answers
@@ -447,9 +444,9 @@ def _is_recall_item(item: Any) -> bool:
 
 
 @functools.cache
-def _recall_bytes(schema_format: str) -> bytes:
+def _recall_bytes(schema_format: SchemaFormat) -> bytes:
     schema = as_tool_schema({"name": RECALL_TOOL, "description": RECALL_DESCRIPTION, "input_schema": RECALL_PARAMETERS})
-    return orjson.dumps(to_format(schema, schema_format))  # type: ignore[arg-type]
+    return orjson.dumps(to_format(schema, schema_format))
 
 
 def overhead_key(conversation: Conversation) -> str:
