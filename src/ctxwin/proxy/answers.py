@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
@@ -27,9 +28,10 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from ctxwin.errors import CtxwinError, ProxyRefusal
+from ctxwin.errors import CtxwinError, ProxyRefusal, SessionLockedError
 from ctxwin.providers.base import SSE, Completion
 
+from .body import refuse_json
 from .editors import ChatEditor, Editor, completion_of, editor_for, error_event, is_error
 from .errors import error_response, refusal_response
 from .exchange import Outgoing
@@ -49,6 +51,12 @@ def failure_response(api: str, error: BaseException) -> Response | None:
         return refusal_response(api, error)
     if isinstance(error, ClientDisconnect):
         return Response(status_code=499)
+    if isinstance(error, RecursionError):  # a body nested deeper than a converter's recursion goes
+        return refusal_response(api, refuse_json(error))
+    if isinstance(error, OSError | sqlite3.OperationalError | SessionLockedError):
+        # Out of file descriptors or disk, or the session busy elsewhere: passes, so the caller's retry.
+        return error_response(api, 503, f"ctxwin proxy: cannot open or write the session now ({error}); "
+                                        "try again shortly")
     if isinstance(error, CtxwinError):  # a session that cannot be opened or managed as configured
         return error_response(api, 500, f"ctxwin proxy: {error}")
     return None

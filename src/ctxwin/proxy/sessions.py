@@ -41,6 +41,7 @@ from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.store.session import Session
 
 from .config import ProxyConfig
+from .limits import budget_for
 
 MAX_OPEN_ENGINES = 512
 """Engines one process keeps open; the least recently used beyond this is closed (its log stays)."""
@@ -241,6 +242,7 @@ class SessionStore(Protocol):
 class _Slot:
     engine: ContextEngine | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0  # requests holding or waiting for `lock`
 
 
 class MemorySessionStore:
@@ -257,7 +259,11 @@ class MemorySessionStore:
 
     @classmethod
     def for_config(cls, config: ProxyConfig) -> MemorySessionStore:
-        return cls(config.store_dir)
+        """The store of `config`; JSONL sessions kept open up to what the file limit allows beside
+        the connections (`limits.budget_for`)."""
+        if config.store_dir is None:
+            return cls(None)
+        return cls(config.store_dir, max_open=min(MAX_OPEN_ENGINES, budget_for(config).sessions))
 
     def _open_log(self, session_id: str) -> SessionLog:
         if self.store_dir is not None:
@@ -275,25 +281,44 @@ class MemorySessionStore:
         if slot is None:
             slot = self._slots[session_id] = _Slot()
         self._slots.move_to_end(session_id)
-        async with slot.lock:
-            if slot.engine is None:
-                # Opening takes the session's lock and replays its log from disk: off the event loop,
-                # so other sessions go on meanwhile.
-                slot.engine = await asyncio.to_thread(lambda: build_engine(self._open_log(session_id), spec))
-                self._known[session_id] = None
-            yield slot.engine
-        self._evict()
+        slot.users += 1
+        try:
+            async with slot.lock:
+                if slot.engine is None:
+                    # Opening takes the session's lock and replays its log from disk: off the event loop,
+                    # so other sessions go on meanwhile; an idle session is closed first when the cache is
+                    # full, so the descriptors the new one needs are free before it asks for them.
+                    closing = self._evict(room=1)
+                    slot.engine = await asyncio.to_thread(self._open, session_id, spec, closing)
+                    self._known[session_id] = None
+                yield slot.engine
+        finally:
+            slot.users -= 1
+        closing = self._evict()
+        if closing:
+            await asyncio.to_thread(_close_logs, closing)
 
-    def _evict(self) -> None:
-        """Closes the least recently used engines past `max_open` (their logs stay: in memory, the log
+    def _open(self, session_id: str, spec: EngineSpec, closing: list[SessionLog]) -> ContextEngine:
+        _close_logs(closing)
+        return build_engine(self._open_log(session_id), spec)
+
+    def _evict(self, room: int = 0) -> list[SessionLog]:
+        """Takes the least recently used idle sessions out of the cache until at most `max_open -
+        room` are open, and returns their logs to close (a JSONL session's files; in memory, the log
         object is kept, and the next request of the session opens an engine over it again)."""
-        while len(self._slots) > self.max_open:
-            session_id, slot = next(iter(self._slots.items()))
-            if slot.lock.locked():
-                return  # the oldest is in use: try again after the next lease
+        excess = sum(slot.engine is not None for slot in self._slots.values()) - (self.max_open - room)
+        closing: list[SessionLog] = []
+        for session_id, slot in list(self._slots.items()):
+            if excess <= 0:
+                break
+            if slot.users or slot.lock.locked():
+                continue  # in use, or wanted: never closed under a request
             del self._slots[session_id]
-            if slot.engine is not None and self.store_dir is not None:
-                slot.engine.session.close()
+            if slot.engine is not None:
+                excess -= 1
+                if self.store_dir is not None:
+                    closing.append(slot.engine.session)
+        return closing
 
     def session_ids(self) -> list[str]:
         return list(self._known)
@@ -320,6 +345,11 @@ class MemorySessionStore:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+
+
+def _close_logs(logs: list[SessionLog]) -> None:
+    for log in logs:
+        log.close()
 
 
 class _LiveEngines(Mapping[str, ContextEngine]):

@@ -23,6 +23,7 @@ from ctxwin.errors import ProxyRefusal
 from ctxwin.providers.base import SSE
 
 from .config import ProxyConfig
+from .limits import budget_for
 
 TOKEN_HEADER = "x-ctxwin-token"
 HOP_BY_HOP = frozenset({
@@ -76,13 +77,14 @@ class Upstream:
         self.limit = config.max_body_bytes
         self.token = config.auth_token
         self.transport = transport
+        self.max_connections = budget_for(config).connections  # one upstream connection per caller's, at most
         self.client: httpx.AsyncClient | None = None
 
     def open(self) -> httpx.AsyncClient:
         """The client for the app's life; the caller closes it (`async with`)."""
         timeout = httpx.Timeout(self.timeout, connect=min(CONNECT_TIMEOUT_S, self.timeout))
         self.client = httpx.AsyncClient(timeout=timeout, transport=self.transport, follow_redirects=False,
-                                        limits=httpx.Limits(max_connections=None,
+                                        limits=httpx.Limits(max_connections=self.max_connections,
                                                             max_keepalive_connections=MAX_KEEPALIVE))
         return self.client
 
