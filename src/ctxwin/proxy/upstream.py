@@ -35,6 +35,11 @@ HOP_BY_HOP = frozenset({
 RESPONSE_DROP = frozenset({*HOP_BY_HOP, "content-encoding", "content-length", "date", "server"})
 """Not relayed from the upstream's answer: what the proxy's own server writes (date, server, framing)."""
 MAX_KEEPALIVE = 64  # idle upstream connections kept for reuse
+MAX_LINE_BYTES = 16 * 2**20
+"""The longest line of a streamed answer the proxy reads (or `max_body_bytes`, when smaller). No API
+sends one near it: the largest events are a Responses `response.completed`, which repeats the whole
+answer, and a generated image in base64, a few MB. Past it the stream is refused at once, not after
+`max_body_bytes` of one line."""
 CONNECT_TIMEOUT_S = 10.0
 
 
@@ -144,12 +149,23 @@ class Upstream:
         finally:
             await response.aclose()
 
+    async def lines_bounded(self, response: httpx.Response, timing: Timing) -> AsyncGenerator[bytes, None]:
+        """`chunks`, refused with 502 as soon as one line passes `MAX_LINE_BYTES` (or the limit)."""
+        cap = min(self.limit, MAX_LINE_BYTES)
+        line = 0  # bytes since the last line break
+        async for chunk in self.chunks(response, timing):
+            end = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+            line = line + len(chunk) if end < 0 else len(chunk) - end - 1
+            if line > cap:
+                raise over_limit(cap, "stream line")
+            yield chunk
+
     async def events(self, response: httpx.Response, timing: Timing) -> AsyncGenerator[SSE, None]:
         """The server-sent events of a streamed answer as they arrive (`event` "" when the server named
-        none, which Chat's chunks never do), parsed by httpx-sse over `chunks` (so bounded, linear
-        however long a line is, and timed)."""
+        none, which Chat's chunks never do), parsed by httpx-sse over `lines_bounded` (so bounded,
+        linear however long a line is, and timed)."""
         counted = httpx.Response(response.status_code, headers={"content-type": "text/event-stream; charset=utf-8"},
-                                 stream=_Chunks(self, response, timing))
+                                 stream=_Chunks(self.lines_bounded(response, timing)))
         try:
             async for sse in EventSource(counted).aiter_sse():
                 # httpx-sse names an unnamed event "message", as the spec's default type: the same event
@@ -162,8 +178,8 @@ class Upstream:
 
 
 class _Chunks(httpx.AsyncByteStream):
-    def __init__(self, upstream: Upstream, response: httpx.Response, timing: Timing) -> None:
-        self._source = upstream.chunks(response, timing)
+    def __init__(self, source: AsyncGenerator[bytes, None]) -> None:
+        self._source = source
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self._source:

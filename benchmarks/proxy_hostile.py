@@ -1,0 +1,247 @@
+"""An upstream that streams one endless line, through `ctxwin proxy`: how soon the caller gets its 502
+error event, and what it does to every other session meanwhile (issue 26).
+
+Two processes on 127.0.0.1, both uvicorn: the `upstream` (this file, `--serve upstream`), which answers
+a request for the model `flood` with a stream whose one data line is `FLOOD_BYTES` long (1 MiB
+writes, no newline until the end) and any other request with a small fixed message; and the real
+`ctxwin proxy` (the CLI, its default `--max-body-bytes` of 64 MiB) in front of it. Measured:
+
+- `flood_to_error_ms_*`: from sending a flood request to having the proxy's error event, over `FLOODS`;
+- `other_*`: the latency of small requests of other sessions (alternately whole and streamed), in
+  rounds that alternate at rest and while floods run back to back, so both see the same machine;
+  `other_slowdown_p50` is the during/at-rest ratio of their medians (the target: under 2). Each is
+  paired with the same request sent straight to the upstream, which also serves the floods:
+  `other_added_*` is what the proxy adds, the upstream's own slowdown taken out.
+
+    python benchmarks/proxy_hostile.py [--quick]
+
+Prints one JSON object on its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+FLOOD_BYTES = 300 * 2**20
+CHUNK = 2**20  # what the upstream writes at a time (the proxy reads what the socket gives it)
+FLOODS = 10
+ROUNDS = 10  # alternating rest / flood
+REQUESTS_PER_ROUND = 20
+START_TIMEOUT_S = 60.0
+HEADERS = {"x-api-key": "bench-key", "anthropic-version": "2023-06-01"}
+START = (b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_flood","type":"message",'
+         b'"role":"assistant","model":"flood","content":[],"stop_reason":null,"stop_sequence":null,'
+         b'"usage":{"input_tokens":1,"output_tokens":0}}}\n\n')
+MESSAGE = {"id": "msg_ok", "type": "message", "role": "assistant", "model": "m", "stop_reason": "end_turn",
+           "stop_sequence": None, "content": [{"type": "text", "text": "Done."}],
+           "usage": {"input_tokens": 10, "output_tokens": 2}}
+
+
+# --------------------------------------------------------------------------------------------------
+# The upstream
+
+
+def small_stream() -> list[bytes]:
+    def event(kind: str, data: dict[str, Any]) -> bytes:
+        return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+    return [event("message_start", {"type": "message_start", "message": {**MESSAGE, "content": [],
+                                                                          "stop_reason": None}}),
+            event("content_block_start", {"type": "content_block_start", "index": 0,
+                                          "content_block": {"type": "text", "text": ""}}),
+            event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                          "delta": {"type": "text_delta", "text": "Done."}}),
+            event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                    "usage": {"output_tokens": 2}}),
+            event("message_stop", {"type": "message_stop"})]
+
+
+def upstream_app() -> Any:
+    """The upstream: `POST /v1/messages` as above."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response, StreamingResponse
+    from starlette.routing import Route
+
+    async def answer(request: Request) -> Response:
+        body = json.loads(await request.body())
+        if body.get("model") == "flood":
+            async def flood() -> AsyncIterator[bytes]:
+                yield START + b"data: "
+                chunk = b"x" * CHUNK
+                for _ in range(FLOOD_BYTES // CHUNK):
+                    yield chunk
+                yield b"\n\n"
+
+            # Framed by its length, not chunked: the upstream's own cost per byte stays small, so what is
+            # measured is the proxy's.
+            length = len(START) + 6 + (FLOOD_BYTES // CHUNK) * CHUNK + 2
+            return StreamingResponse(flood(), media_type="text/event-stream", headers={"content-length": str(length)})
+        if body.get("stream"):
+            async def events() -> AsyncIterator[bytes]:
+                for chunk in small_stream():
+                    yield chunk
+
+            return StreamingResponse(events(), media_type="text/event-stream")
+        return Response(json.dumps(MESSAGE), media_type="application/json")
+
+    return Starlette(routes=[Route("/v1/messages", answer, methods=["POST"])])
+
+
+# --------------------------------------------------------------------------------------------------
+# Processes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def process(argv: list[str], port: int) -> Iterator[str]:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if child.poll() is not None:
+                said = child.stderr.read().decode(errors="replace") if child.stderr else ""
+                raise RuntimeError(f"{argv} exited: {said}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"nothing listens on {port}") from None
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+# --------------------------------------------------------------------------------------------------
+# Measuring
+
+
+def flood_once(proxy: str) -> tuple[float, str]:
+    """(milliseconds to the end of the caller's answer, its last event's data)."""
+    body = {"model": "flood", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "go"}]}
+    started = time.perf_counter()
+    with httpx.stream("POST", f"{proxy}/v1/messages", json=body, headers={**HEADERS, "x-ctxwin-session": "flood"},
+                      timeout=120) as response:
+        text = "".join(response.iter_text())
+    elapsed = (time.perf_counter() - started) * 1000
+    last = [line[6:] for line in text.splitlines() if line.startswith("data: ")][-1]
+    return elapsed, last
+
+
+def small_once(client: httpx.Client, n: int) -> float:
+    stream = n % 2 == 1
+    body = {"model": "m", "max_tokens": 10, "stream": stream,
+            "messages": [{"role": "user", "content": f"request {n}"}]}
+    started = time.perf_counter()
+    with client.stream("POST", "/v1/messages", json=body, headers={"x-ctxwin-session": f"other-{n % 5}"}) as response:
+        response.read()
+        if response.status_code != 200:
+            raise RuntimeError(f"{response.status_code}: {response.text[:200]}")
+    return (time.perf_counter() - started) * 1000
+
+
+def measure(proxy: str, up: str, floods: int, rounds: int, per_round: int) -> dict[str, Any]:
+    errors: list[str] = []
+    flood_ms: list[float] = []
+    for _ in range(floods):
+        elapsed, last = flood_once(proxy)
+        flood_ms.append(elapsed)
+        if "over the proxy's limit" not in last:
+            errors.append(f"flood ended with {last[:200]}")
+    rest: list[float] = []
+    during: list[float] = []
+    added: dict[bool, list[float]] = {False: [], True: []}  # through the proxy minus direct, paired
+    with httpx.Client(base_url=proxy, headers=HEADERS, timeout=120) as client, \
+         httpx.Client(base_url=up, headers=HEADERS, timeout=120) as direct:
+        for n in range(per_round):  # warm-up: every session opened once
+            small_once(client, n)
+        for round_ in range(rounds):
+            flooding = round_ % 2 == 1
+            stop = threading.Event()
+
+            def floods_until_stopped(stop: threading.Event = stop) -> None:
+                while not stop.is_set():
+                    _elapsed, last = flood_once(proxy)
+                    if "over the proxy's limit" not in last:
+                        errors.append(f"flood ended with {last[:200]}")
+
+            flooder = threading.Thread(target=floods_until_stopped, daemon=True)
+            if flooding:
+                flooder.start()
+                time.sleep(0.1)  # the flood is under way
+            for n in range(per_round):
+                through, straight = small_once(client, n), small_once(direct, n)
+                (during if flooding else rest).append(through)
+                added[flooding].append(through - straight)
+            stop.set()
+            if flooding:
+                flooder.join()
+    rest_p50, during_p50 = statistics.median(rest), statistics.median(during)
+    added_rest, added_during = max(0.01, statistics.median(added[False])), statistics.median(added[True])
+    return {"flood_to_error_ms_p50": round(statistics.median(flood_ms), 1),
+            "flood_to_error_ms_max": round(max(flood_ms), 1), "floods": floods,
+            "other_p50_ms_at_rest": round(rest_p50, 2), "other_p50_ms_during_flood": round(during_p50, 2),
+            "other_p95_ms_at_rest": round(sorted(rest)[int(0.95 * (len(rest) - 1))], 2),
+            "other_p95_ms_during_flood": round(sorted(during)[int(0.95 * (len(during) - 1))], 2),
+            "other_slowdown_p50": round(during_p50 / rest_p50, 2), "other_requests": len(rest) + len(during),
+            "other_added_p50_ms_at_rest": round(statistics.median(added[False]), 2),
+            "other_added_p50_ms_during_flood": round(statistics.median(added[True]), 2),
+            "other_added_slowdown_p50": round(added_during / added_rest, 2),
+            "errors": len(errors), "error_examples": errors[:3]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer floods and rounds")
+    parser.add_argument("--serve", choices=("upstream",), help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        import uvicorn
+
+        uvicorn.run(upstream_app(), host="127.0.0.1", port=args.port, log_level="warning")
+        return
+    floods, rounds = (3, 4) if args.quick else (FLOODS, ROUNDS)
+    up_port, proxy_port = free_port(), free_port()
+    python, here = sys.executable, str(Path(__file__).resolve())
+    load_before = os.getloadavg()[0]
+    with process([python, here, "--serve", "upstream", "--port", str(up_port)], up_port) as up, \
+         process([python, "-m", "ctxwin.cli.main", "proxy", "--upstream", up, "--listen",
+                  f"127.0.0.1:{proxy_port}"], proxy_port) as proxy:
+        result = measure(proxy, up, floods, rounds, REQUESTS_PER_ROUND)
+    result |= {"flood_line_bytes": FLOOD_BYTES, "cpus": os.cpu_count(), "loadavg_1m_before": round(load_before, 2),
+               "loadavg_1m_after": round(os.getloadavg()[0], 2), "quick": args.quick}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
