@@ -102,7 +102,8 @@ async def handle(proxy: Proxy, request: Request, body: Body, conversation: Conve
         # The span stays open (and current, so the engine's spans nest under it) until the lease closes.
         exchange.span = lease.enter_context(telemetry.proxy_request_span(api=api.name, model=exchange.model,
                                                                          session_id=key.id))
-        engine = await lease.enter_async_context(proxy.store.lease(key.id, engine_spec(body, proxy.config)))
+        spec = engine_spec(body, proxy.config, proxy.current_policy())
+        engine = await lease.enter_async_context(proxy.store.lease(key.id, spec))
     except BaseException:
         await lease.aclose()
         raise
@@ -152,7 +153,8 @@ def count_tokens(proxy: Proxy) -> Callable[[Request], Any]:
             if not conversation.untouched:
                 key = session_key(request.headers, body, conversation.system_text,
                                   api.first_user_text(conversation.history))
-                async with proxy.store.lease(key.id, engine_spec(body, proxy.config)) as engine:
+                spec = engine_spec(body, proxy.config, proxy.current_policy())
+                async with proxy.store.lease(key.id, spec) as engine:
                     draft = Turn(proxy, api, request, draft_engine(engine), body, conversation, Memo(), exchange)
                     conversation.changes["stream"] = None  # count_tokens takes no stream flag
                     content = (await proxy.run(prepared, draft)).body
@@ -216,8 +218,9 @@ def dashboard_routes(proxy: Proxy) -> list[BaseRoute]:
         return []
     live = getattr(proxy.store, "live_engines", None)
     source = dashboard.source_for(proxy.config, sessions=live() if live is not None else None)
+    routes = dashboard.dashboard_routes(source, notices=lambda: [n.to_dict() for n in proxy.notices])
     return [Route(route.path, _guarded(proxy, route.endpoint), methods=sorted(route.methods or ("GET",)))
-            for route in dashboard.dashboard_routes(source) if isinstance(route, Route)]
+            for route in routes if isinstance(route, Route)]
 
 
 def _guarded(proxy: Proxy, endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:

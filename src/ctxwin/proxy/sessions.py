@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from ctxwin import policies, telemetry
 from ctxwin.engine import ContextEngine
+from ctxwin.policies.model import Policy
 from ctxwin.store.base import Entry, EntryKind, SessionLog, StoreProblem
 from ctxwin.store.blobs import FileBlobStore
 from ctxwin.store.in_memory import MemorySessionLog
@@ -131,21 +132,29 @@ def safe_id(value: str) -> str:
 class EngineSpec:
     """How to build a session's engine, from the first request that opens it. `max_output` is the
     output limit that request asked for (`max_tokens`), which the reserve is sized on; None takes
-    the model registry's."""
+    the model registry's. `policy`: a preset's name or a file (the engine follows it), or the policy
+    itself (the proxy's, which follows its file for every session)."""
 
     model: str | None
-    policy: str
+    policy: str | Policy
     window: int | None = None
     max_output: int | None = None
     reread_hint: bool = False  # placeholders say how to re-read a file (no recall tool offered)
+
+
+def session_policy(policy: Policy, *, reread_hint: bool) -> Policy:
+    """The policy a proxy session runs: with `reread_hint`, placeholders say how to re-read a file
+    (no recall tool is offered to get it back)."""
+    if not reread_hint or policy.mask.reread_hint:
+        return policy
+    return policy.model_copy(update={"mask": policy.mask.model_copy(update={"reread_hint": True})})
 
 
 def build_engine(log: SessionLog, spec: EngineSpec) -> ContextEngine:
     """The engine every store builds for a session log (one recipe, so workers agree)."""
     policy: Any = spec.policy
     if spec.reread_hint:
-        base = policies.get(spec.policy)
-        policy = base.model_copy(update={"mask": base.mask.model_copy(update={"reread_hint": True})})
+        policy = session_policy(policies.get(spec.policy), reread_hint=True)
     engine = ContextEngine(log, model=spec.model, policy=policy, window=spec.window, max_output=spec.max_output)
     telemetry.instrument(engine)  # spans for its prepare/compact/recover when telemetry is configured
     return engine
@@ -216,13 +225,15 @@ def draft_engine(engine: ContextEngine) -> ContextEngine:
 OUTPUT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
-def engine_spec(body: Mapping[str, Any], config: ProxyConfig) -> EngineSpec:
-    """The spec of the engine for a request's session (used only when the session is opened)."""
+def engine_spec(body: Mapping[str, Any], config: ProxyConfig, policy: Policy | None = None) -> EngineSpec:
+    """The spec of the engine for a request's session (used only when the session is opened);
+    `policy`: the proxy's current one (else `config.policy`)."""
     model = body.get("model")
     limit = next((body[k] for k in OUTPUT_LIMIT_FIELDS if isinstance(body.get(k), int) and not isinstance(body[k], bool)
                   and body[k] > 0), None)
-    return EngineSpec(model=model if isinstance(model, str) and model else None, policy=config.policy,
-                      window=config.window, max_output=limit, reread_hint=not config.recall_tool)
+    return EngineSpec(model=model if isinstance(model, str) and model else None,
+                      policy=policy if policy is not None else config.policy, window=config.window,
+                      max_output=limit, reread_hint=not config.recall_tool)
 
 
 class SessionStore(Protocol):

@@ -11,24 +11,43 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import hmac
-from collections import OrderedDict
+import sys
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 
-from ctxwin.errors import ProxyRefusal
+from ctxwin import policies
+from ctxwin.engine import ContextEngine
+from ctxwin.engine.policy_file import PolicyFile
+from ctxwin.errors import CtxwinError, ProxyRefusal
+from ctxwin.policies.model import Policy
 
 from .config import ProxyConfig
 from .exchange import Memo
-from .sessions import SessionStore
+from .sessions import SessionStore, session_policy
 from .upstream import TOKEN_HEADER, Upstream, is_bearer
 
 MAX_MEMOS = 256
 """Sessions whose previous request a process remembers (each holds that request's body, ~4 bytes a
 token: the memory bought for converting only what changed)."""
+MAX_NOTICES = 20  # notices the dashboard shows (the newest)
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something the operator of the proxy must know, shown on the dashboard (and said on stderr)."""
+
+    time: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"time": self.time, "message": self.message}
 
 
 def token_refusal(*, query: bool = False) -> ProxyRefusal:
@@ -46,6 +65,14 @@ class Proxy:
         self.store = store
         self.upstream = upstream
         self.memos: OrderedDict[str, Memo] = OrderedDict()
+        self.notices: deque[Notice] = deque(maxlen=MAX_NOTICES)
+        self._refused: str | None = None  # the last policy an engine could not take, as said
+        # A live policy file is followed here, once for every session (each engine is handed the
+        # policy object), not by each engine: a session opened while the file holds a refused edit
+        # starts on the last good policy, and the refusal is said once, not once per session.
+        self.policy_file = PolicyFile.watch(config.policy)
+        base = self.policy_file.policy if self.policy_file is not None else policies.get(config.policy)
+        self.policy = session_policy(base, reread_hint=not config.recall_tool)
         # Engines on disk (JSONL with fsync, PostgreSQL) block on I/O: their work runs in a thread so
         # the event loop keeps relaying other sessions' streams meanwhile.
         self.offload = config.store_dir is not None or config.postgres is not None
@@ -67,6 +94,35 @@ class Proxy:
                 self.memos.popitem(last=False)
         self.memos.move_to_end(session_id)
         return memo
+
+    def current_policy(self) -> Policy:
+        """The policy sessions are served with now: the live policy file's, when it was edited since
+        the last look (one `stat`; an edit that is refused is said once, and the last good policy
+        stays in force). Called on the event loop only, so one look at a time."""
+        watcher = self.policy_file
+        change = watcher.check() if watcher is not None else None
+        if watcher is not None and change is not None:
+            if change.policy is None:
+                self.notice(f"the edit of the policy file {watcher.path} was refused: {change.error}")
+            else:
+                watcher.policy = change.policy
+                self.policy = session_policy(change.policy, reread_hint=not self.config.recall_tool)
+        return self.policy
+
+    def adopt_policy(self, engine: ContextEngine) -> None:
+        """Gives a session's engine the current policy (for its new decisions; what it decided stays)."""
+        try:
+            engine.policy = self.policy
+        except CtxwinError as error:  # valid, but no budget fits this session's model with it
+            message = f"the edited policy {self.config.policy} does not fit model {engine.model}: {error}"
+            if message != self._refused:
+                self._refused = message
+                self.notice(message)
+
+    def notice(self, message: str) -> None:
+        """One line on stderr, and the dashboard's notices."""
+        self.notices.append(Notice(datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), message))
+        print(f"ctxwin proxy: {message}", file=sys.stderr, flush=True)
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """`fn(*args)`, in a thread when the engines block on I/O."""
@@ -111,4 +167,4 @@ class Proxy:
         return b"".join(chunks)
 
 
-__all__ = ["MAX_MEMOS", "Proxy", "token_refusal"]
+__all__ = ["MAX_MEMOS", "Notice", "Proxy", "token_refusal"]

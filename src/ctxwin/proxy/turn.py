@@ -126,6 +126,8 @@ class Turn:
         self.exchange.tokens_received = round((conversion.tokens + overhead_raw) * factor)
         if self.proxy.config.passthrough or conversation.untouched:
             return self.passthrough(overhead_raw, key, factor)
+        if engine.policy is not self.proxy.policy:  # the live policy file was edited since this engine's last request
+            self.proxy.adopt_policy(engine)
         self.sync(previous.messages)
         if self.recall_offered:
             overhead_raw += recall_overhead(self.api, counter)
