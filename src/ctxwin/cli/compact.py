@@ -10,6 +10,7 @@ import typer
 
 from ctxwin.cli.app import app, console, handle_errors, print_json
 from ctxwin.cli.reads import SessionReads
+from ctxwin.pipeline.events import kind_of
 
 
 @app.command("compact")
@@ -39,7 +40,8 @@ def compact_command(
 
 def _print_result(result: dict[str, Any]) -> None:
     if not result["compacted"]:
-        reasons = [e["reason"] for e in result["events"] if e["stage"] == "compaction"]
+        reasons = [e["reason"] for e in result["events"]
+                   if kind_of(e).is_compaction_failure or kind_of(e).is_checkpoint_request]
         console.print(f"Nothing compacted: {reasons[0] if reasons else 'the history is within the kept budget'}")
         return
     console.print(f"[bold]Compacted[/] with {result['strategy']}: {result['tokens_before']:,} -> "
