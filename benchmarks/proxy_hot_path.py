@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from ctxwin.pipeline.events import Masked, MiddleTruncated, ResultsClamped, RoundsDropped, UnansweredCollapsed
 from ctxwin.proxy.apis import APIS
 from ctxwin.proxy.body import Body
 from ctxwin.proxy.config import ProxyConfig
@@ -37,6 +38,8 @@ from ctxwin.store.in_memory import MemorySessionLog
 
 MODEL = "claude-sonnet-4-5"
 WARMUP = 5  # requests not counted: the first one converts and prepares everything
+DELIBERATE = (Masked, UnansweredCollapsed, RoundsDropped, ResultsClamped, MiddleTruncated)
+"""Events of a request that did more than add the new messages (a masking batch, a fit step; and compactions)."""
 
 
 def file_text(n: int) -> str:
@@ -128,8 +131,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             memo.retired = None  # freed while the upstream works, in the app
             if n >= WARMUP:
                 hot.append(elapsed)
-                stages = {e.stage for e in outgoing.prepared.events} if outgoing.prepared is not None else set()
-                (eventful if stages & {"compaction", "mask", "fit"} else steady).append(elapsed)
+                events = outgoing.prepared.events if outgoing.prepared is not None else []
+                deliberate = any(isinstance(e, DELIBERATE) or e.is_compaction for e in events)
+                (eventful if deliberate else steady).append(elapsed)
                 began = time.perf_counter()
                 orjson.loads(raw)
                 parse.append((time.perf_counter() - began) * 1000)
