@@ -65,6 +65,9 @@ RECALL_PARAMETERS: dict[str, Any] = {
         "offset": {"type": "integer", "minimum": 0, "description": "first character to return (default 0)"},
         "limit": {"type": "integer", "minimum": 1, "description": "characters to return (default 20000)"},
         "query": {"type": "string", "description": "words to search earlier content for (instead of ref)"},
+        "hops": {"type": "integer", "minimum": 1, "maximum": 5,
+                 "description": "with query: search again from what the first search found, this many times "
+                                "in all, for a question that chains facts (default 1)"},
     },
 }
 LEAD_ROLES = ("system", "developer")
