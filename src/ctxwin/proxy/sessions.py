@@ -246,6 +246,11 @@ class SessionStore(Protocol):
         """The sessions this store knows of (for the dashboard)."""
         ...
 
+    def settle(self, engine: ContextEngine) -> None:
+        """Makes what the leased `engine` wrote durable now (a store that batches a request's writes
+        commits them; called just before the caller has its answer)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -333,6 +338,9 @@ class MemorySessionStore:
 
     def session_ids(self) -> list[str]:
         return list(self._known)
+
+    def settle(self, engine: ContextEngine) -> None:
+        pass  # every append was durable when it returned (JSONL fsyncs it; in memory there is no disk)
 
     def busy(self) -> bool:
         """Whether a request holds a session now (its bookkeeping may still be on its way to the log)."""

@@ -15,13 +15,17 @@ sends next is what a worker that never cached would send. That rebuild is the pr
 moving between workers: about 60 ms for a 170k-token session here (an engine that could apply just
 the entries another process appended would make it proportional to those).
 
-Durability: every append is its own committed transaction, with `synchronous_commit = on`, before
-`append` returns (`PostgresSessionLog` in `fsync` durability), and a dead worker's connection takes
-its advisory locks with it, so the next lease, on any worker, reads everything committed. An entry
-is acknowledged once the response it belongs to reached the client; for that the app must write it
-before the response completes (`tests/test_proxy_workers.py` kills a worker at both moments). A
-lease that ends in an exception drops the cached engine, so a half-done request is never continued
-from memory, only from the log.
+Durability: a lease is one transaction (`PostgresSessionLog.begin`): what a request writes (the
+messages it synced, the decisions of its prepare, its calibration, its `ProxyRequestEntry`) is
+committed once, with `synchronous_commit = on`, when the app settles the request (`settle`, just
+before the caller has its answer's last bytes), instead of one fsync'd commit per entry. A dead
+worker's connection takes its advisory locks (and its uncommitted transaction) with it, so the next
+lease, on any worker, reads everything committed; a request whose answer never reached its caller
+may lose what it synced, which the agent's next request (its whole history again) syncs anew. An
+entry is acknowledged once the response it belongs to reached the client
+(`tests/test_proxy_workers.py` kills a worker at both moments). A lease that ends in an exception
+rolls back and drops the cached engine, so a half-done request is never continued from memory, only
+from the log.
 """
 
 from __future__ import annotations
@@ -179,6 +183,7 @@ class PostgresSessionStore:
                 if not try_advisory_lock(slot.log.conn, lock_key("writer", session_id), 0):
                     return None
                 if stored_tip(slot.log) == known_tip(slot.log):
+                    slot.log.begin()
                     return slot.engine
                 self.reopened += 1  # another worker advanced the session
             except psycopg.Error:
@@ -190,11 +195,20 @@ class PostgresSessionStore:
             return None
         try:
             slot.engine = build_engine(log, spec)
+            log.begin()
         except BaseException:
             log.close()
             raise
         slot.log = log
         return slot.engine
+
+    def settle(self, engine: ContextEngine) -> None:
+        """Commits what the request wrote so far (its one transaction): called just before the caller
+        has its answer, which is when its entries must be acknowledged."""
+        for slot in self._slots.values():
+            if slot.engine is engine and slot.log is not None:
+                slot.log.commit()
+                return
 
     def _release(self, session_id: str, slot: _Slot, ok: bool) -> None:
         """Lets the other workers have the session; keeps it open here unless the lease failed (the
@@ -203,6 +217,7 @@ class PostgresSessionStore:
 
         if ok and slot.log is not None:
             try:
+                slot.log.commit()
                 slot.log.conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key("writer", session_id),))
                 slot.used_at = time.monotonic()
                 return

@@ -268,6 +268,7 @@ class Turn:
         if self.exchange.pending_usage is not None:
             self.engine.record_usage(self.exchange.pending_usage)
         self.exchange.note(self.engine)
+        self.proxy.store.settle(self.engine)
 
 
 __all__ = ["MAX_RECOVERIES", "Answer", "Turn", "overhead_tokens", "parse_answer", "recall_overhead"]
