@@ -91,6 +91,7 @@ class Conversation:
     changes: dict[str, bytes | None] = field(default_factory=dict)
     """Fields set (None: dropped) in every body forwarded for this request, besides the history."""
     usage_hidden: bool = False  # Chat stream usage asked for by the proxy, not shown to the caller
+    overhead_key: str | None = None  # `overhead_key()`, once computed
     untouched: bool = False
     """Forward as it came: a Responses request that continues a stored response
     (`previous_response_id`) sends only what is new, and the rest of its history lives at the
@@ -453,7 +454,10 @@ def _recall_bytes(schema_format: SchemaFormat) -> bytes:
 
 
 def overhead_key(conversation: Conversation) -> str:
-    return hashlib.blake2b(conversation.overhead, digest_size=16).hexdigest()
+    """A digest of the system prompt and tools as sent (tens of KB: hashed once per request)."""
+    if conversation.overhead_key is None:
+        conversation.overhead_key = hashlib.blake2b(conversation.overhead, digest_size=16).hexdigest()
+    return conversation.overhead_key
 
 
 # -------------------------------------------------------------------------------------------------- segments
