@@ -26,7 +26,7 @@ from starlette.requests import Request
 
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.errors import ContextBudgetError, ContextOverflowError, ProviderError, ProxyRefusal
-from ctxwin.messages import Message
+from ctxwin.messages import Message, ToolCall
 from ctxwin.providers.base import Completion
 
 from . import recall as recall_tool
@@ -175,7 +175,7 @@ class Turn:
         prefix = (overhead_raw + sum(count(m) for m in messages[:shared])) if same_overhead else 0
         return Outgoing(self.body.raw, None, round(total * factor), prefix / total if total else 0.0)
 
-    def recall_round(self, completion: Completion, calls: list[Any], last: bool) -> Outgoing:
+    def recall_round(self, completion: Completion, calls: list[ToolCall], last: bool) -> Outgoing:
         """The next request after answering the model's recall calls; the `last` round's goes without the
         recall tool, so a model that keeps asking answers with what it has (`recall.MAX_ROUNDS`)."""
         self.engine.append(recall_tool.exchange(self.engine, completion, calls))
@@ -229,11 +229,13 @@ class Turn:
             except ProxyRefusal as refusal:
                 exchange.status = refusal.status
                 return await answer.fail(refusal)
-            managed = outgoing.prepared is not None and completion is not None
+            ours: list[ToolCall] = []
+            theirs: list[ToolCall] = []
             if completion is not None and completion.usage is not None:
                 exchange.usage = completion.usage
-                exchange.pending_usage = completion.usage if managed else None
-            ours, theirs = self.api.recall_calls(completion) if managed else ([], [])  # type: ignore[arg-type]
+            if outgoing.prepared is not None and completion is not None:  # managed: calibrate, answer recalls
+                exchange.pending_usage = completion.usage
+                ours, theirs = self.api.recall_calls(completion)
             if not ours or theirs or rounds >= recall_tool.MAX_ROUNDS:
                 # A mixed answer: the agent's own calls win, and the recall calls are dropped unanswered
                 # (the tool says so in its description); the model can ask again on its own next turn.
@@ -250,7 +252,7 @@ class Turn:
             asyncio.get_running_loop().call_soon(setattr, memo, "retired", None)
         return await self.proxy.upstream.send(self.request, content, self.exchange, stream=stream)
 
-    def next_request(self, completion: Completion, calls: list[Any], last: bool) -> Outgoing:
+    def next_request(self, completion: Completion, calls: list[ToolCall], last: bool) -> Outgoing:
         """After a recall answer: calibrate on it, then the request that carries the recall results."""
         if self.exchange.pending_usage is not None:
             self.engine.record_usage(self.exchange.pending_usage)
