@@ -18,6 +18,7 @@ from rich.table import Table
 from ctxwin.agent import Agent, LoopEvent
 from ctxwin.cli.app import app, console, handle_errors
 from ctxwin.cli.run import (
+    AgentsOption,
     AllowShellOption,
     ApiKeyOption,
     ApiOption,
@@ -208,9 +209,9 @@ def chat(
     max_output: MaxOutputOption = None, policy: PolicyOption = "ctxwin",
     max_steps: int = typer.Option(100, "--max-steps", help="Model calls one turn may make."),
     allow_shell: AllowShellOption = False, api_key: ApiKeyOption = None, subagents: SubagentsOption = True,
-    stream: StreamOption = True,
+    stream: StreamOption = True, agents: AgentsOption = None,
 ) -> None:
     """Chat with the agent in the terminal."""
     opts = options(base_url, api, model, session, workspace, window, max_output, policy, max_steps, allow_shell,
-                   api_key, subagents, stream)
+                   api_key, subagents, stream, agents)
     Repl(opts, sessions).loop()
