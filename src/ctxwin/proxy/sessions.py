@@ -225,15 +225,21 @@ def draft_engine(engine: ContextEngine) -> ContextEngine:
 OUTPUT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
+def output_limit(body: Mapping[str, Any]) -> int | None:
+    """The output a request asks room for (`max_tokens`, `max_completion_tokens`, `max_output_tokens`);
+    None when it names none."""
+    return next((body[k] for k in OUTPUT_LIMIT_FIELDS if isinstance(body.get(k), int) and not isinstance(body[k], bool)
+                 and body[k] > 0), None)
+
+
 def engine_spec(body: Mapping[str, Any], config: ProxyConfig, policy: Policy | None = None) -> EngineSpec:
-    """The spec of the engine for a request's session (used only when the session is opened);
-    `policy`: the proxy's current one (else `config.policy`)."""
+    """The spec of the engine for a request's session (used only when the session is opened; each
+    request's own output limit is its reserve, `Turn.prepare`); `policy`: the proxy's current one
+    (else `config.policy`)."""
     model = body.get("model")
-    limit = next((body[k] for k in OUTPUT_LIMIT_FIELDS if isinstance(body.get(k), int) and not isinstance(body[k], bool)
-                  and body[k] > 0), None)
     return EngineSpec(model=model if isinstance(model, str) and model else None,
                       policy=policy if policy is not None else config.policy, window=config.window,
-                      max_output=limit, reread_hint=not config.recall_tool)
+                      max_output=output_limit(body), reread_hint=not config.recall_tool)
 
 
 class SessionStore(Protocol):

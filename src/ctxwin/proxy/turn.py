@@ -33,6 +33,7 @@ from . import recall as recall_tool
 from .apis import Api, Conversation, overhead_key
 from .body import Body
 from .exchange import Exchange, Memo, Outgoing, compactions
+from .sessions import output_limit
 from .state import Proxy
 
 MAX_RECOVERIES = 3
@@ -109,6 +110,11 @@ class Turn:
     def recall_offered(self) -> bool:
         return self.proxy.config.recall_tool and self.body.present("tools")
 
+    @property
+    def max_output(self) -> int | None:
+        """This request's own output limit: the reserve its prepare budgets for (None: the engine's)."""
+        return output_limit(self.body)
+
     # ------------------------------------------------------------------------------------------ preparing
 
     def prepare(self) -> Outgoing:
@@ -132,7 +138,7 @@ class Turn:
         if self.recall_offered:
             overhead_raw += recall_overhead(self.api, counter)
         engine.overhead_tokens = round(overhead_raw * factor)
-        return self.outgoing(engine.prepare(), self.recall_offered)
+        return self.outgoing(engine.prepare(max_output=self.max_output), self.recall_offered)
 
     def sync(self, old: list[Message]) -> None:
         """The history into the engine: what is new appended when it only extends `old` (the previous
@@ -179,7 +185,7 @@ class Turn:
         """The next request after answering the model's recall calls; the `last` round's goes without the
         recall tool, so a model that keeps asking answers with what it has (`recall.MAX_ROUNDS`)."""
         self.engine.append(recall_tool.exchange(self.engine, completion, calls))
-        return self.outgoing(self.engine.prepare(), not last)
+        return self.outgoing(self.engine.prepare(max_output=self.max_output), not last)
 
     async def recover(self, response: httpx.Response, raw: bytes) -> Outgoing | None:
         """The smaller request to retry with after an overflow error, or None to give the caller the error."""
