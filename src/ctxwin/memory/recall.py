@@ -29,9 +29,13 @@ DEFAULT_LIMIT = 5
 def resolve_ref(log: SessionLog, ref: str) -> str:
     """The text a ref names, byte for byte as logged: `entry:<id>` (the message's text, or its tool
     results joined, or the message as JSON) or `entry:<id>#<call id>` (that tool result, or a call's
-    arguments as JSON)."""
+    arguments as JSON); either may end in `@<this log's session id>`."""
     if not ref.startswith("entry:"):
         raise InputError(f"not an entry ref: {ref!r}", "refs look like entry:<id> or entry:<id>#<call id>")
+    ref, at, session = ref.partition("@")  # entry:<id>@<session>: a consolidated memory's ref names its session
+    if at and session != log.session_id:
+        raise InputError(f"{ref}@{session} is an entry of session {session}, not of {log.session_id}",
+                         "read it with memory_get, which finds the session under the sessions folder")
     entry_id, _, call_id = ref[len("entry:"):].partition("#")
     try:
         entry = log.get(entry_id)

@@ -73,7 +73,10 @@ def managed(proxy: Proxy, api: Api) -> Callable[[Request], Any]:
         except ValueError as error:
             raise ProxyRefusal(400, str(error), "send the conversation as the API documents it") from None
         exchange = Exchange(api, str(body.get("model") or ""), started, streamed=body.get("stream") is True)
-        return await handle(proxy, request, body, conversation, exchange)
+        response = await handle(proxy, request, body, conversation, exchange)
+        if proxy.sleep is not None:
+            proxy.sleep.activity()  # sleep-time consolidation's idle clock starts again, the request logged
+        return response
 
     return shaped(api.name, endpoint)
 

@@ -50,3 +50,7 @@ class ProxyConfig:
     max_connections: int | None = None
     """Connections a worker keeps open at once (more are answered 503); None: as many as its file
     descriptor limit allows (`proxy.limits.fd_budget`)."""
+    memory_workspace: Path | None = None
+    """With `consolidate_idle`: the workspace whose memory (MEMORY.md, memory/wiki/) is consolidated from
+    the stored sessions (`store_dir`) and its notes once the proxy has been idle that many seconds."""
+    consolidate_idle: float | None = None

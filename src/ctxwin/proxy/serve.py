@@ -32,6 +32,7 @@ from ctxwin.proxy.limits import Limits
 
 CONFIG_ENV = "CTXWIN_PROXY_CONFIG"
 """The environment variable that carries the config (JSON) from `serve` to every worker."""
+PATH_FIELDS = ("store_dir", "memory_workspace")  # ProxyConfig's paths, strings in its JSON
 TOKEN_ENV = "CTXWIN_PROXY_TOKEN"
 """Where `ctxwin proxy` also reads the auth token, so it need not appear on the command line."""
 FACTORY = "ctxwin.proxy.serve:app_from_env"
@@ -133,8 +134,9 @@ def config_from_json(text: str) -> ProxyConfig:
     known = {f.name for f in fields(ProxyConfig)}
     if not isinstance(data, dict) or not set(data) <= known or "upstream" not in data:
         raise InputError(f"{CONFIG_ENV} does not hold a proxy config", "start workers with `ctxwin proxy`")
-    if data.get("store_dir") is not None:
-        data["store_dir"] = Path(data["store_dir"])
+    for name in PATH_FIELDS:
+        if data.get(name) is not None:
+            data[name] = Path(data[name])
     return ProxyConfig(**data)
 
 

@@ -26,6 +26,7 @@ from ctxwin import policies
 from ctxwin.engine import ContextEngine
 from ctxwin.engine.policy_file import PolicyFile
 from ctxwin.errors import CtxwinError, ProxyRefusal
+from ctxwin.memory.consolidate.schedule import SleepConfig, sleep_time
 from ctxwin.policies.model import Policy
 
 from .config import ProxyConfig
@@ -76,6 +77,9 @@ class Proxy:
         # Engines on disk (JSONL with fsync, PostgreSQL) block on I/O: their work runs in a thread so
         # the event loop keeps relaying other sessions' streams meanwhile.
         self.offload = config.store_dir is not None or config.postgres is not None
+        idle = config.consolidate_idle
+        sleep = SleepConfig(idle_seconds=idle, after_session=False) if idle else None  # off unless configured
+        self.sleep = sleep_time(config.memory_workspace, sleep, sessions=config.store_dir)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -85,6 +89,8 @@ class Proxy:
             finally:
                 self.upstream.client = None
                 await self.store.aclose()
+                if self.sleep is not None:
+                    self.sleep.close()
 
     def memo(self, session_id: str) -> Memo:
         memo = self.memos.get(session_id)
