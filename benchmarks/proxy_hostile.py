@@ -23,26 +23,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
+from proxy import free_port, server  # benchmarks/proxy.py: the same way of starting a server process
+
 FLOOD_BYTES = 300 * 2**20
 CHUNK = 2**20  # what the upstream writes at a time (the proxy reads what the socket gives it)
 FLOODS = 10
 ROUNDS = 10  # alternating rest / flood
 REQUESTS_PER_ROUND = 20
-START_TIMEOUT_S = 60.0
 HEADERS = {"x-api-key": "bench-key", "anthropic-version": "2023-06-01"}
 START = (b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_flood","type":"message",'
          b'"role":"assistant","model":"flood","content":[],"stop_reason":null,"stop_sequence":null,'
@@ -102,43 +99,6 @@ def upstream_app() -> Any:
         return Response(json.dumps(MESSAGE), media_type="application/json")
 
     return Starlette(routes=[Route("/v1/messages", answer, methods=["POST"])])
-
-
-# --------------------------------------------------------------------------------------------------
-# Processes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def process(argv: list[str], port: int) -> Iterator[str]:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if child.poll() is not None:
-                said = child.stderr.read().decode(errors="replace") if child.stderr else ""
-                raise RuntimeError(f"{argv} exited: {said}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"nothing listens on {port}") from None
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        child.terminate()
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -234,9 +194,9 @@ def main() -> None:
     up_port, proxy_port = free_port(), free_port()
     python, here = sys.executable, str(Path(__file__).resolve())
     load_before = os.getloadavg()[0]
-    with process([python, here, "--serve", "upstream", "--port", str(up_port)], up_port) as up, \
-         process([python, "-m", "ctxwin.cli.main", "proxy", "--upstream", up, "--listen",
-                  f"127.0.0.1:{proxy_port}"], proxy_port) as proxy:
+    with server([python, here, "--serve", "upstream", "--port", str(up_port)], up_port) as (up, _), \
+         server([python, "-m", "ctxwin.cli.main", "proxy", "--upstream", up, "--listen",
+                 f"127.0.0.1:{proxy_port}"], proxy_port) as (proxy, _):
         result = measure(proxy, up, floods, rounds, REQUESTS_PER_ROUND)
     result |= {"flood_line_bytes": FLOOD_BYTES, "cpus": os.cpu_count(), "loadavg_1m_before": round(load_before, 2),
                "loadavg_1m_after": round(os.getloadavg()[0], 2), "quick": args.quick}

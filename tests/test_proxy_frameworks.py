@@ -12,7 +12,6 @@ ends with the model's final answer, every call of it answered once.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import re
 import warnings
@@ -25,10 +24,10 @@ from agent_fake import ScriptedFake, Turn
 from ctxwin.messages import Message
 from ctxwin.testing import FakeProvider
 from proxy_server import Served, proxy_for
+from test_proxy_sdk import file_content  # the same files: 60 numbered lines, about 1,300 tokens a read
 
 WINDOW = 16_000
 MAX_TOKENS = 600
-FILE_LINES = 60  # about 1,300 tokens a read: the task outgrows the window after about ten reads
 SHORT, LONG = 16, 60
 OPENAI_MODEL = "acme-coder-1"  # names the registry does not know
 ANTHROPIC_MODEL = "acme-claude-1"
@@ -37,14 +36,6 @@ TASK = "Read the project's files one by one."
 MOD = re.compile(r"src/mod_(\d{3})\.py")
 GENERATION = ("/messages", "/chat/completions", "/responses")
 READ_SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
-
-
-def file_content(path: str) -> str:
-    seed = hashlib.sha256(path.encode()).hexdigest()
-    lines = [f"FILE {path}", f"NEEDLE {seed[:16]}"]
-    lines += [f"{n:04d} def step_{n}_{seed[n % 40:n % 40 + 8]}(value): return value * {n} + 0x{seed[:6]}"
-              for n in range(FILE_LINES)]
-    return "\n".join(lines)
 
 
 def reader(calls: int) -> Callable[[str, list[Message]], Turn]:
