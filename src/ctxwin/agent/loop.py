@@ -24,14 +24,13 @@ from ctxwin.agent.events import LoopEvent, RunResult, RunStats, loop_event
 from ctxwin.agent.model import Model
 from ctxwin.agent.processes import child_groups, kill_tool_processes
 from ctxwin.agent.tree import Cancel, ChildRecord, tree_totals
-from ctxwin.compaction.checkpoint import META as CHECKPOINT_META
-from ctxwin.compaction.checkpoint import REQUEST as CHECKPOINT_REQUEST
+from ctxwin.compaction.checkpoint import request_message as checkpoint_request
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.errors import CtxwinError, Interrupted, ModelCallCancelled
 from ctxwin.memory.consolidate.schedule import SleepConfig, SleepTime, sleep_time
 from ctxwin.memory.flush import daily_notes
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
-from ctxwin.messages.providers._common import RAW_ARGUMENTS
+from ctxwin.messages.providers import RAW_ARGUMENTS
 from ctxwin.pipeline.view import Event
 from ctxwin.policies.model import Policy
 from ctxwin.providers import Completion, ProviderError
@@ -386,8 +385,7 @@ class Agent:
         """Ask the agent for its own state summary now (`/checkpoint`); the checkpoint policy uses it
         at the next compaction."""
         tokens = self.last_prepared.tokens if self.last_prepared is not None else 0
-        self.engine.append(Message("user", (Text(CHECKPOINT_REQUEST.format(tokens=tokens)),),
-                                   meta={"ctxwin": CHECKPOINT_META}))
+        self.engine.append(checkpoint_request(tokens))
 
     def _check(self, call: ToolCall) -> ToolOutput | None:
         """An error output for a call that must not run (unknown tool, arguments that are not a JSON
