@@ -103,8 +103,9 @@ async def handle(proxy: Proxy, request: Request, body: Body, conversation: Conve
     lease = contextlib.AsyncExitStack()  # closed when the request is over, however it ends
     try:
         # The span stays open (and current, so the engine's spans nest under it) until the lease closes.
+        # The caller's W3C trace context (traceparent) makes it a child of the caller's span.
         exchange.span = lease.enter_context(telemetry.proxy_request_span(api=api.name, model=exchange.model,
-                                                                         session_id=key.id))
+                                                                         session_id=key.id, headers=request.headers))
         spec = engine_spec(body, proxy.config, proxy.current_policy())
         engine = await lease.enter_async_context(proxy.store.lease(key.id, spec))
     except BaseException:

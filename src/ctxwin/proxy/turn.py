@@ -35,6 +35,7 @@ from .body import Body
 from .exchange import Exchange, Memo, Outgoing, compactions
 from .sessions import output_limit
 from .state import Proxy
+from .upstream import forward_headers
 
 MAX_RECOVERIES = 3
 """Overflow recoveries per request before the upstream's error goes to the caller (the engine bounds
@@ -237,6 +238,8 @@ class Turn:
                 return await answer.fail(refusal)
             ours: list[ToolCall] = []
             theirs: list[ToolCall] = []
+            if completion is not None:
+                exchange.span.response(completion.raw)  # gen_ai.response.id, .model, .finish_reasons
             if completion is not None and completion.usage is not None:
                 exchange.usage = completion.usage
             if outgoing.prepared is not None and completion is not None:  # managed: calibrate, answer recalls
@@ -256,7 +259,9 @@ class Turn:
         memo = self.memo
         if memo.retired is not None:  # freed while the upstream works
             asyncio.get_running_loop().call_soon(setattr, memo, "retired", None)
-        return await self.proxy.upstream.send(self.request, content, self.exchange, stream=stream)
+        headers = forward_headers(self.request.headers, self.proxy.config.auth_token)
+        self.exchange.span.inject(headers)  # the trace goes on upstream, under this request's span
+        return await self.proxy.upstream.send(self.request, content, self.exchange, stream=stream, headers=headers)
 
     def next_request(self, completion: Completion, calls: list[ToolCall], last: bool) -> Outgoing:
         """After a recall answer: calibrate on it, then the request that carries the recall results."""
