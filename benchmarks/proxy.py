@@ -44,6 +44,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -136,12 +137,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
+def wait_listening(port: int, process: subprocess.Popen[bytes], errors: Any) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
+            errors.seek(0)
             raise RuntimeError(f"server on port {port} exited with {process.returncode}: "
-                               f"{process.stderr.read().decode(errors='replace') if process.stderr else ''}")
+                               f"{errors.read().decode(errors='replace')}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return
@@ -160,17 +162,24 @@ def cpu_seconds(pid: int) -> float:
 def server(argv: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[tuple[str, int]]:
     environment = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                    **(env or {})}
-    process = subprocess.Popen(argv, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_listening(port, process)
-        yield f"http://127.0.0.1:{port}", process.pid
-    finally:
-        process.terminate()
+    # Its stderr goes to a file, not a pipe nobody reads: a server that writes more than a pipe holds
+    # (64 KB of warnings over a long run) would block in the middle of a request.
+    with tempfile.TemporaryFile() as errors:
+        process = subprocess.Popen(argv, env=environment, stdout=subprocess.DEVNULL, stderr=errors)
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            wait_listening(port, process, errors)
+            yield f"http://127.0.0.1:{port}", process.pid
+        finally:
+            stop(process)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def serve_here(kind: str, port: int) -> None:

@@ -7,11 +7,13 @@ writes, no newline until the end) and any other request with a small fixed messa
 `ctxwin proxy` (the CLI, its default `--max-body-bytes` of 64 MiB) in front of it. Measured:
 
 - `flood_to_error_ms_*`: from sending a flood request to having the proxy's error event, over `FLOODS`;
-- `other_*`: the latency of small requests of other sessions (alternately whole and streamed), in
-  rounds that alternate at rest and while floods run back to back, so both see the same machine;
-  `other_slowdown_p50` is the during/at-rest ratio of their medians (the target: under 2). Each is
-  paired with the same request sent straight to the upstream, which also serves the floods:
-  `other_added_*` is what the proxy adds, the upstream's own slowdown taken out.
+- `other_*`: the latency of small requests of other sessions (alternately whole and streamed), sent
+  one after another while floods run `FLOOD_GAP_S` apart: a request that ran wholly during a flood
+  counts as "during", one that ran wholly between two as "at rest" (the others are not counted), so
+  both come from the same minutes of the same machine; `other_slowdown_p50` is the ratio of their
+  medians (the target: under 2). Each is paired with the same request sent straight to the upstream,
+  which also serves the floods: `other_added_*` is what the proxy adds, the upstream's own slowdown
+  taken out.
 
     python benchmarks/proxy_hostile.py [--quick]
 
@@ -37,9 +39,9 @@ from proxy import free_port, server  # benchmarks/proxy.py: the same way of star
 
 FLOOD_BYTES = 300 * 2**20
 CHUNK = 2**20  # what the upstream writes at a time (the proxy reads what the socket gives it)
-FLOODS = 10
-ROUNDS = 10  # alternating rest / flood
-REQUESTS_PER_ROUND = 20
+FLOODS = 10  # timed one by one, nothing else running
+REQUESTS = 100  # of other sessions, at least this many wholly during floods and as many between them
+FLOOD_GAP_S = 0.3  # between two floods of the measuring phase
 HEADERS = {"x-api-key": "bench-key", "anthropic-version": "2023-06-01"}
 START = (b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_flood","type":"message",'
          b'"role":"assistant","model":"flood","content":[],"stop_reason":null,"stop_sequence":null,'
@@ -129,7 +131,32 @@ def small_once(client: httpx.Client, n: int) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def measure(proxy: str, up: str, floods: int, rounds: int, per_round: int) -> dict[str, Any]:
+class Flooder:
+    """Floods one after another, `FLOOD_GAP_S` apart, until stopped; says whether one is in flight
+    (and which), so a request of another session can be told to have run wholly during a flood or
+    wholly between two."""
+
+    def __init__(self, proxy: str, errors: list[str]) -> None:
+        self.proxy, self.errors = proxy, errors
+        self.active, self.started = False, 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.started += 1
+            self.active = True
+            _elapsed, last = flood_once(self.proxy)
+            self.active = False
+            if "over the proxy's limit" not in last:
+                self.errors.append(f"flood ended with {last[:200]}")
+            self.stop.wait(FLOOD_GAP_S)
+
+    def state(self) -> tuple[bool, int]:
+        return self.active, self.started
+
+
+def measure(proxy: str, up: str, floods: int, requests: int) -> dict[str, Any]:
     errors: list[str] = []
     flood_ms: list[float] = []
     for _ in range(floods):
@@ -137,38 +164,33 @@ def measure(proxy: str, up: str, floods: int, rounds: int, per_round: int) -> di
         flood_ms.append(elapsed)
         if "over the proxy's limit" not in last:
             errors.append(f"flood ended with {last[:200]}")
-    rest: list[float] = []
-    during: list[float] = []
+    latency: dict[bool, list[float]] = {False: [], True: []}  # by: a flood ran through the whole request
     added: dict[bool, list[float]] = {False: [], True: []}  # through the proxy minus direct, paired
+    flooder = Flooder(proxy, errors)
     with httpx.Client(base_url=proxy, headers=HEADERS, timeout=120) as client, \
          httpx.Client(base_url=up, headers=HEADERS, timeout=120) as direct:
-        for n in range(per_round):  # warm-up: every session opened once
+        for n in range(20):  # warm-up: every session opened once
             small_once(client, n)
-        for round_ in range(rounds):
-            flooding = round_ % 2 == 1
-            stop = threading.Event()
-
-            def floods_until_stopped(stop: threading.Event = stop) -> None:
-                while not stop.is_set():
-                    _elapsed, last = flood_once(proxy)
-                    if "over the proxy's limit" not in last:
-                        errors.append(f"flood ended with {last[:200]}")
-
-            flooder = threading.Thread(target=floods_until_stopped, daemon=True)
-            if flooding:
-                flooder.start()
-                time.sleep(0.1)  # the flood is under way
-            for n in range(per_round):
-                through, straight = small_once(client, n), small_once(direct, n)
-                (during if flooding else rest).append(through)
-                added[flooding].append(through - straight)
-            stop.set()
-            if flooding:
-                flooder.join()
+        flooder.thread.start()
+        try:
+            n = 0
+            while min(len(latency[False]), len(latency[True])) < requests and n < 50 * requests:
+                before = flooder.state()
+                through = small_once(client, n)
+                after = flooder.state()
+                straight = small_once(direct, n)
+                n += 1
+                if before == after:  # wholly during one flood, or wholly between two: else not counted
+                    latency[before[0]].append(through)
+                    added[before[0]].append(through - straight)
+        finally:
+            flooder.stop.set()
+            flooder.thread.join()
+    rest, during = latency[False], latency[True]
     rest_p50, during_p50 = statistics.median(rest), statistics.median(during)
     added_rest, added_during = max(0.01, statistics.median(added[False])), statistics.median(added[True])
     return {"flood_to_error_ms_p50": round(statistics.median(flood_ms), 1),
-            "flood_to_error_ms_max": round(max(flood_ms), 1), "floods": floods,
+            "flood_to_error_ms_max": round(max(flood_ms), 1), "floods": floods + flooder.started,
             "other_p50_ms_at_rest": round(rest_p50, 2), "other_p50_ms_during_flood": round(during_p50, 2),
             "other_p95_ms_at_rest": round(sorted(rest)[int(0.95 * (len(rest) - 1))], 2),
             "other_p95_ms_during_flood": round(sorted(during)[int(0.95 * (len(during) - 1))], 2),
@@ -190,14 +212,14 @@ def main() -> None:
 
         uvicorn.run(upstream_app(), host="127.0.0.1", port=args.port, log_level="warning")
         return
-    floods, rounds = (3, 4) if args.quick else (FLOODS, ROUNDS)
+    floods, requests = (3, 30) if args.quick else (FLOODS, REQUESTS)
     up_port, proxy_port = free_port(), free_port()
     python, here = sys.executable, str(Path(__file__).resolve())
     load_before = os.getloadavg()[0]
     with server([python, here, "--serve", "upstream", "--port", str(up_port)], up_port) as (up, _), \
          server([python, "-m", "ctxwin.cli.main", "proxy", "--upstream", up, "--listen",
                  f"127.0.0.1:{proxy_port}"], proxy_port) as (proxy, _):
-        result = measure(proxy, up, floods, rounds, REQUESTS_PER_ROUND)
+        result = measure(proxy, up, floods, requests)
     result |= {"flood_line_bytes": FLOOD_BYTES, "cpus": os.cpu_count(), "loadavg_1m_before": round(load_before, 2),
                "loadavg_1m_after": round(os.getloadavg()[0], 2), "quick": args.quick}
     print(json.dumps(result))

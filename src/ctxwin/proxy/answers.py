@@ -128,13 +128,14 @@ class StreamedAnswer:
         events: list[SSE] = []
         kept = 0  # what this answer's events hold (read for its usage and calls once it ends)
         try:
-            async for sse in self.turn.proxy.upstream.events(response, exchange):
-                events.append(sse)
-                kept += len(sse.data)
-                if kept > limit:
-                    raise over_limit(limit, "streamed answer")
-                for chunk in self.editor.feed(sse):
-                    await self._write(chunk)
+            async with contextlib.aclosing(self.turn.proxy.upstream.events(response, exchange)) as source:
+                async for sse in source:
+                    events.append(sse)
+                    kept += len(sse.data)
+                    if kept > limit:
+                        raise over_limit(limit, "streamed answer")
+                    for chunk in self.editor.feed(sse):
+                        await self._write(chunk)
         except (ValueError, KeyError, TypeError, AttributeError):  # orjson.JSONDecodeError is a ValueError
             raise ProxyRefusal(502, NOT_JSON) from None
         completion: Completion | None = completion_of(self.turn.api, events)

@@ -20,6 +20,7 @@ import ipaddress
 import json
 import os
 import socket
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -29,6 +30,7 @@ from urllib.parse import urlsplit
 from ctxwin.errors import InputError
 from ctxwin.proxy.config import DEFAULT_LISTEN, MIN_TOKEN_CHARS, ProxyConfig
 from ctxwin.proxy.limits import Limits
+from ctxwin.tokens.registry import UnknownModelWarning
 
 CONFIG_ENV = "CTXWIN_PROXY_CONFIG"
 """The environment variable that carries the config (JSON) from `serve` to every worker."""
@@ -158,6 +160,10 @@ def tune_process(config: ProxyConfig) -> None:
     from ctxwin.proxy.protocol import LimitedProtocol  # uvicorn's: an extra, loaded by what serves
 
     LimitedProtocol.limits = Limits.of(config)
+    # A model the registry does not know is said once per model, not for every session opened on it
+    # (the default "once per place" is forgotten whenever a warnings filter changes, which
+    # tokens.counter_for does on every call: a proxy then wrote it for each new session).
+    warnings.filterwarnings("once", category=UnknownModelWarning)
     tune_gc()
 
 

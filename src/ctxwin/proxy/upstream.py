@@ -10,6 +10,7 @@ cannot make the proxy buffer more than the limit, however it frames its events.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -120,14 +121,17 @@ class Upstream:
     async def read(self, response: httpx.Response, timing: Timing) -> bytes:
         """The whole answer, refused with 502 past the limit (read no further than that)."""
         chunks: list[bytes] = []
-        async for chunk in self.chunks(response, timing):
-            chunks.append(chunk)
+        async with contextlib.aclosing(self.chunks(response, timing)) as source:
+            async for chunk in source:
+                chunks.append(chunk)
         return b"".join(chunks)
 
     async def chunks(self, response: httpx.Response, timing: Timing) -> AsyncGenerator[bytes, None]:
         """The answer's bytes as they arrive (decoded), their waiting counted as upstream time; a 502
         past the limit (the response closed: nothing more is read), a break or a stall a 502 / 504."""
         size = 0
+        # Every generator here is closed where it ends, never left to the collector: an async
+        # generator it finalizes runs its cleanup at a moment no request chose.
         source = response.aiter_bytes()
         try:
             while True:
@@ -147,18 +151,20 @@ class Upstream:
         except httpx.HTTPError as error:
             raise ProxyRefusal(502, f"the upstream broke off its answer: {type(error).__name__}", "try again") from None
         finally:
+            await source.aclose()  # type: ignore[attr-defined]  # httpx's aiter_bytes is an async generator
             await response.aclose()
 
     async def lines_bounded(self, response: httpx.Response, timing: Timing) -> AsyncGenerator[bytes, None]:
         """`chunks`, refused with 502 as soon as one line passes `MAX_LINE_BYTES` (or the limit)."""
         cap = min(self.limit, MAX_LINE_BYTES)
         line = 0  # bytes since the last line break
-        async for chunk in self.chunks(response, timing):
-            end = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
-            line = line + len(chunk) if end < 0 else len(chunk) - end - 1
-            if line > cap:
-                raise over_limit(cap, "stream line")
-            yield chunk
+        async with contextlib.aclosing(self.chunks(response, timing)) as chunks:
+            async for chunk in chunks:
+                end = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+                line = line + len(chunk) if end < 0 else len(chunk) - end - 1
+                if line > cap:
+                    raise over_limit(cap, "stream line")
+                yield chunk
 
     async def events(self, response: httpx.Response, timing: Timing) -> AsyncGenerator[SSE, None]:
         """The server-sent events of a streamed answer as they arrive (`event` "" when the server named
@@ -167,13 +173,15 @@ class Upstream:
         counted = httpx.Response(response.status_code, headers={"content-type": "text/event-stream; charset=utf-8"},
                                  stream=_Chunks(self.lines_bounded(response, timing)))
         try:
-            async for sse in EventSource(counted).aiter_sse():
-                # httpx-sse names an unnamed event "message", as the spec's default type: the same event
-                # for a browser, but relayed as it came, without an `event:` line.
-                yield SSE("" if sse.event == "message" else sse.event, sse.data)
+            async with contextlib.aclosing(EventSource(counted).aiter_sse()) as events:
+                async for sse in events:
+                    # httpx-sse names an unnamed event "message", as the spec's default type: the same
+                    # event for a browser, but relayed as it came, without an `event:` line.
+                    yield SSE("" if sse.event == "message" else sse.event, sse.data)
         except SSEError as error:
             raise ProxyRefusal(502, f"the upstream's stream is not server-sent events: {error}", "try again") from None
         finally:
+            await counted.aclose()
             await response.aclose()
 
 
