@@ -169,3 +169,25 @@ def test_cli_queries_print_a_json_line_each_with_refs_memory_get_reads(tmp_path:
     with MemoryIndex.open(tmp_path / "i.sqlite", HashEmbedder()) as index:
         got = MemoryTools(root, index).run("memory_get", {"path": hit["ref"]})
     assert "support group" in got.text and got.text in hit["text"]
+
+
+def test_relative_dates_cross_month_and_year_boundaries_and_the_calendars_ends(tmp_path: Path) -> None:
+    new_year = date(2024, 1, 1)  # a Monday
+    labels = [r.label() for r in resolve_relative("yesterday, last month, last week, last year, last Sunday",
+                                                  new_year)]
+    assert labels == ["yesterday = 2023-12-31", "last month = December 2023", "last week = 2023-12-25..2023-12-31",
+                      "last year = 2023", "last Sunday = 2023-12-31"]
+    assert [r.label() for r in resolve_relative("next month, tomorrow", date(2023, 12, 31))] == [
+        "next month = January 2024", "tomorrow = 2024-01-01"]
+    assert [r.label() for r in resolve_relative("two months ago", date(2024, 3, 31))] == ["two months ago = January 2024"]
+    # Before year 1 or after 9999 there is no day: nothing is resolved, nothing raises.
+    assert resolve_relative("see you tomorrow, next year", date(9999, 12, 31)) == []
+    assert resolve_relative("yesterday, a year ago", date(1, 1, 1)) == []
+    assert query_spans("what happened in May 0000 or on 0000-05-01") == []
+    root = _workspace(tmp_path)
+    (root / "memory" / "9999-12-31.md").write_text("See you tomorrow, next year.\n")
+    with MemoryIndex.open(tmp_path / "i.sqlite", HashEmbedder()) as index:
+        assert not index.index_workspace(root).problems
+        assert index.search("what happened in May 0000", k=3) is not None
+        out = MemoryTools(root, index).run("memory_search", {"query": "what happened in May 0000"})
+        assert not out.is_error
