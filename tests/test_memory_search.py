@@ -18,7 +18,7 @@ from ctxwin.memory import HashEmbedder, MemoryIndex, MemoryTools, conversation_s
 from ctxwin.memory.chunks import file_chunks, identifier_keys
 from ctxwin.memory.dates import query_spans, resolve_relative
 from ctxwin.memory.hops import link_terms, merge
-from ctxwin.memory.snippets import unit_text
+from ctxwin.memory.snippets import query_stems, shown, unit_text
 from ctxwin.memory.units import text_units
 from ctxwin.messages import user
 from ctxwin.store.in_memory import MemorySessionLog
@@ -111,6 +111,22 @@ def test_a_long_unit_shows_its_matching_lines_first_and_nothing_else() -> None:
     shown, lines = unit_text(text, frozenset({"stag", "port"}), 120)
     assert "the staging port is 8443" in shown and len(shown) <= 120 and lines[0] == 41
     assert shown.startswith("…")
+
+
+_LINE = st.lists(st.sampled_from(["port", "staging", "Caroline", "é", "数据", " ", "x", "🎉", "-"]), max_size=60).map(
+    "".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_LINE, st.text(max_size=300).map(lambda t: t.replace("\n", " "))), min_size=1,
+                max_size=40), st.integers(min_value=16, max_value=1_500), st.sampled_from(["staging port", "x", "数据"]))
+def test_a_shown_unit_never_exceeds_its_room(lines: list[str], room: int, query: str) -> None:
+    # The `…` lines between picked lines count too (they made a unit up to 5 characters too long).
+    text = "\n".join(lines)
+    stems = query_stems(query)
+    body, numbers = unit_text(text, stems, room)
+    assert len(body) <= room and all(1 <= n <= len(lines) for n in numbers)
+    assert len(shown(text, text, text, stems, room).text) <= room
 
 
 @settings(max_examples=25, deadline=None)

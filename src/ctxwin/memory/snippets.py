@@ -91,16 +91,20 @@ def unit_text(text: str, stems: frozenset[str], room: int) -> tuple[str, tuple[i
     order = sorted((i for i in range(len(lines)) if scores[i] > 0), key=lambda i: (-scores[i], i))
     if not order:  # found by meaning alone: its first lines
         order = list(range(len(lines)))
+    # What a line costs once shown: itself, its newline, and a `…` line with its newline before it
+    # (there is at most one gap more than lines: the trailing one, reserved up front). So the
+    # shown text never exceeds `room`, however the picked lines fall.
+    gap = len(GAP) + 1
     picked: dict[int, str] = {}
-    used = 0
+    used = len(GAP)
     for i in order:
-        cost = len(lines[i]) + 1 + len(GAP)
+        cost = len(lines[i]) + 1 + gap
         if used + cost <= room:
             picked[i] = lines[i]
             used += cost
         elif not picked:
-            picked[i] = _cut(lines[i], stems, room)
-            used += len(picked[i])
+            picked[i] = _cut(lines[i], stems, room - used - 2 * gap)
+            used += len(picked[i]) + 1 + gap
         if room - used < MIN_RESULT_CHARS // 2:
             break
     out: list[str] = []
