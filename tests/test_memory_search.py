@@ -6,8 +6,11 @@ CLI's JSON lines with refs that memory_get resolves."""
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +18,8 @@ from typer.testing import CliRunner
 
 from ctxwin.cli.main import app
 from ctxwin.memory import HashEmbedder, MemoryIndex, MemoryTools, conversation_search
+from ctxwin.memory import chunks as chunks_module
+from ctxwin.memory import units as units_module
 from ctxwin.memory.chunks import file_chunks, identifier_keys
 from ctxwin.memory.dates import query_spans, resolve_relative
 from ctxwin.memory.hops import link_terms, merge
@@ -119,7 +124,8 @@ _LINE = st.lists(st.sampled_from(["port", "staging", "Caroline", "é", "数据",
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(_LINE, st.text(max_size=300).map(lambda t: t.replace("\n", " "))), min_size=1,
-                max_size=40), st.integers(min_value=16, max_value=1_500), st.sampled_from(["staging port", "x", "数据"]))
+                max_size=40), st.integers(min_value=16, max_value=1_500),
+       st.sampled_from(["staging port", "x", "数据"]))
 def test_a_shown_unit_never_exceeds_its_room(lines: list[str], room: int, query: str) -> None:
     # The `…` lines between picked lines count too (they made a unit up to 5 characters too long).
     text = "\n".join(lines)
@@ -195,7 +201,8 @@ def test_relative_dates_cross_month_and_year_boundaries_and_the_calendars_ends(t
                       "last year = 2023", "last Sunday = 2023-12-31"]
     assert [r.label() for r in resolve_relative("next month, tomorrow", date(2023, 12, 31))] == [
         "next month = January 2024", "tomorrow = 2024-01-01"]
-    assert [r.label() for r in resolve_relative("two months ago", date(2024, 3, 31))] == ["two months ago = January 2024"]
+    assert [r.label() for r in resolve_relative("two months ago", date(2024, 3, 31))] == [
+        "two months ago = January 2024"]
     # Before year 1 or after 9999 there is no day: nothing is resolved, nothing raises.
     assert resolve_relative("see you tomorrow, next year", date(9999, 12, 31)) == []
     assert resolve_relative("yesterday, a year ago", date(1, 1, 1)) == []
@@ -207,3 +214,45 @@ def test_relative_dates_cross_month_and_year_boundaries_and_the_calendars_ends(t
         assert index.search("what happened in May 0000", k=3) is not None
         out = MemoryTools(root, index).run("memory_search", {"query": "what happened in May 0000"})
         assert not out.is_error
+
+
+class _Counting:
+    """A compiled pattern whose matches are counted as they are read."""
+
+    def __init__(self, pattern: object) -> None:
+        self.pattern = pattern
+        self.read = 0
+
+    def finditer(self, text: str) -> Iterator[Any]:
+        for match in self.pattern.finditer(text):  # type: ignore[attr-defined]
+            self.read += 1
+            yield match
+
+
+def test_identifier_keys_read_no_more_matches_than_they_keep(monkeypatch) -> None:
+    # Every appended message goes through this: a tool output of 100,000 paths must not be scanned whole.
+    counting = _Counting(chunks_module.IDENTIFIER)
+    monkeypatch.setattr(chunks_module, "IDENTIFIER", counting)
+    keys = chunks_module.identifier_keys(" ".join(f"src/mod{n}.py" for n in range(100_000)))
+    assert len(keys) == chunks_module.MAX_KEYS and counting.read == chunks_module.MAX_KEYS
+
+
+def test_units_of_a_long_list_cost_linear_work(monkeypatch) -> None:
+    calls = 0
+    real = units_module.speaker_of
+
+    def counted(line: str) -> str | None:
+        nonlocal calls
+        calls += 1
+        return real(line)
+
+    monkeypatch.setattr(units_module, "speaker_of", counted)
+    lines = 96_000
+    text = "\n".join(f"- item number {n} of the list" for n in range(lines))
+    started = time.process_time()
+    units = units_module.text_units(text)
+    spent = time.process_time() - started
+    assert len(units) == lines and calls <= 2 * lines  # each line's speaker read at most twice
+    # CPU time, not wall time, with a wide margin both ways: linear work is about 1 s here; the list
+    # membership tests that were there (quadratic) took about 40 s. Not a timing test: a bound on work.
+    assert spent < 15

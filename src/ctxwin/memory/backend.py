@@ -25,7 +25,7 @@ import numpy as np
 import re2
 
 from ctxwin.errors import MemoryIndexError
-from ctxwin.memory.chunks import _SEPARATORS, IDENTIFIER, Chunk
+from ctxwin.memory.chunks import IDENTIFIER, Chunk, whole_key
 from ctxwin.memory.snippets import STOPWORDS
 from ctxwin.memory.vectors import VectorScan
 from ctxwin.paths import re2_options
@@ -91,7 +91,7 @@ def identifiers(query: str) -> list[str]:
 
 def whole_identifiers(query: str) -> list[str]:
     """The query's identifiers as the fields hold them whole (`pers-0001` is `pers0001`)."""
-    return list(dict.fromkeys(_SEPARATORS.sub("", m).lower() for m in IDENTIFIER.findall(query)))
+    return list(dict.fromkeys(whole_key(m) for m in IDENTIFIER.findall(query)))
 
 
 def fts_query(terms: Sequence[str], phrases: Sequence[str] = ()) -> str | None:
