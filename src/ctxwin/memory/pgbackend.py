@@ -18,7 +18,7 @@ import numpy as np
 import re2
 
 from ctxwin.errors import InputError, MemoryIndexError
-from ctxwin.memory.backend import FIELDS_WEIGHT, Filters, cjk_runs, whole_identifiers
+from ctxwin.memory.backend import FIELDS_WEIGHT, SCHEMA_VERSION, Filters, cjk_runs, whole_identifiers
 from ctxwin.memory.chunks import IDENTIFIER, Chunk
 from ctxwin.memory.vectors import VectorScan
 from ctxwin.paths import re2_options
@@ -90,12 +90,35 @@ class PostgresBackend:
         with self.conn.transaction():
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
             self.conn.execute(_SCHEMA)
+            self.recreated = self._check_version()
         self.pgvector = self._setup_pgvector() if use_pgvector in (None, True) else False
         if use_pgvector and not self.pgvector:
             raise MemoryIndexError("this PostgreSQL server has no pgvector extension",
                                    "install pgvector on the server, or pass use_pgvector=None to fall back")
         self._scan = VectorScan(dims)
         self._scan_version: tuple[int, str] | None = None
+
+    def _check_version(self) -> bool:
+        """Forgets this index's rows when another chunking wrote them (the version in its meta differs,
+        or rows without one: written before versions were kept): the shared tables take the new
+        columns, but old chunks would stay (their files' hashes are unchanged) with empty fields.
+        The caller reindexes from the files and logs (`recreated`). Under the schema lock."""
+        row = self.conn.execute("SELECT value FROM ctxwin_memory_meta WHERE name = %s AND key = 'schema'",
+                                (self.name,)).fetchone()
+        stale = False
+        if row is None:
+            stale = self.conn.execute("SELECT 1 FROM ctxwin_memory_chunks WHERE name = %s LIMIT 1",
+                                      (self.name,)).fetchone() is not None
+        elif row[0] != SCHEMA_VERSION:
+            stale = True
+        if stale:
+            for table in ("ctxwin_memory_chunks", "ctxwin_memory_files", "ctxwin_memory_meta"):
+                self.conn.execute(f"DELETE FROM {table} WHERE name = %s", (self.name,))
+            self._bump()
+        if row is None or stale:
+            self.conn.execute("INSERT INTO ctxwin_memory_meta VALUES (%s, 'schema', %s) ON CONFLICT (name, key) "
+                              "DO UPDATE SET value = excluded.value", (self.name, SCHEMA_VERSION))
+        return stale
 
     def _setup_pgvector(self) -> bool:
         """Creates the extension and the vector column when the server has pgvector."""
@@ -206,7 +229,7 @@ class PostgresBackend:
         with self.conn.transaction():
             self.conn.execute("DELETE FROM ctxwin_memory_chunks WHERE name = %s", (self.name,))
             self.conn.execute("DELETE FROM ctxwin_memory_files WHERE name = %s", (self.name,))
-            self.conn.execute("DELETE FROM ctxwin_memory_meta WHERE name = %s", (self.name,))
+            self.conn.execute("DELETE FROM ctxwin_memory_meta WHERE name = %s AND key <> 'schema'", (self.name,))
             self._bump()
 
     # -- reads
