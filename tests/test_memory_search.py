@@ -256,3 +256,19 @@ def test_units_of_a_long_list_cost_linear_work(monkeypatch) -> None:
     # CPU time, not wall time, with a wide margin both ways: linear work is about 1 s here; the list
     # membership tests that were there (quadratic) took about 40 s. Not a timing test: a bound on work.
     assert spent < 15
+
+
+def test_a_long_question_keeps_the_short_name_it_quotes(tmp_path: Path) -> None:
+    # Only the 16 longest words of a query were counted: a long question lost 'Rex' to its longer
+    # words, and found every address but the pet.
+    question = ("Among all people who live in the same state as the owner of the pet named 'Rex', who owns the most "
+                "vehicles? If there's a tie, who has the most credit cards? If still tied, who has the highest "
+                "total bank balance, counting every account?")
+    root = _workspace(tmp_path)
+    (root / "memory" / "counts.md").write_text("\n\n".join(  # the long words are common, 'Rex' is rare
+        f"Account {n} of the owner named there: vehicles, credit cards, bank balance, in the same state."
+        for n in range(40)))
+    with MemoryIndex.open(tmp_path / "i.sqlite", HashEmbedder()) as index:
+        index.index_workspace(root)
+        hits = index.search(question, k=1, mode="bm25", context=False)
+    assert hits and "name: Rex" in hits[0].text
