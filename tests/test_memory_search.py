@@ -23,7 +23,7 @@ from ctxwin.memory import units as units_module
 from ctxwin.memory.chunks import file_chunks, identifier_keys
 from ctxwin.memory.dates import query_spans, resolve_relative
 from ctxwin.memory.hops import link_terms, merge
-from ctxwin.memory.snippets import query_stems, shown, unit_text
+from ctxwin.memory.snippets import query_stems, shown, stem, unit_text
 from ctxwin.memory.units import text_units
 from ctxwin.messages import user
 from ctxwin.store.in_memory import MemorySessionLog
@@ -272,3 +272,11 @@ def test_a_long_question_keeps_the_short_name_it_quotes(tmp_path: Path) -> None:
         index.index_workspace(root)
         hits = index.search(question, k=1, mode="bm25", context=False)
     assert hits and "name: Rex" in hits[0].text
+
+
+def test_a_word_and_its_plural_share_a_stem() -> None:
+    # `vehicles` lost its `es` and `vehicle` nothing: a line of vehicles never matched "vehicle".
+    pairs = [("vehicle", "vehicles"), ("state", "states"), ("box", "boxes"), ("match", "matches"), ("city", "cities"),
+             ("paint", "painted"), ("glass", "glasses"), ("price", "priced")]
+    assert all(stem(a) == stem(b) for a, b in pairs), [(stem(a), stem(b)) for a, b in pairs]
+    assert unit_text("a\n" * 200 + "vehicle_id: veh-0001", query_stems("how many vehicles"), 40)[1] == (201,)
