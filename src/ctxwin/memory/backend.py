@@ -150,6 +150,16 @@ class Backend(Protocol):
 
     def text_search(self, query: str, k: int, filters: Filters) -> dict[int, float]: ...
 
+    def holding(self, phrases: Sequence[str], k: int, filters: Filters) -> dict[int, float]:
+        """The `k` chunks that hold any of `phrases` in their text or fields, by BM25: each phrase is
+        words as `query_terms` gives them (a whole identifier, `whole_key`, is one word). For the
+        search agent's links, where `text_search`'s word budget would keep only the rarest few."""
+        ...
+
+    def count_holding(self, phrase: str, limit: int) -> int:
+        """How many chunks hold `phrase` (as in `holding`), counted up to `limit`."""
+        ...
+
     def vector_search(self, query: np.ndarray, k: int, filters: Filters) -> list[tuple[int, float]]: ...
 
     def vector_scores(self, query: np.ndarray, keys: Sequence[int]) -> dict[int, float]: ...
@@ -388,6 +398,24 @@ class SqliteBackend:
             for key, relevance in rows:
                 found[key] = max(found.get(key, 0.0), float(relevance))
         return found
+
+    def holding(self, phrases: Sequence[str], k: int, filters: Filters) -> dict[int, float]:
+        expression = fts_query([p for p in phrases if p.strip()])
+        if expression is None:
+            return {}
+        where, params = _where(filters)
+        rank = f"bm25(chunks_fts, 1.0, {float(self.fields_weight)!r})"
+        sql = (f"SELECT c.key, -{rank} FROM chunks_fts JOIN chunks c ON c.key = chunks_fts.rowid "
+               f"WHERE chunks_fts MATCH ?{where} ORDER BY {rank} LIMIT ?") if where else \
+            f"SELECT rowid, -{rank} FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY {rank} LIMIT ?"
+        return {int(key): float(relevance) for key, relevance in self.conn.execute(sql, [expression, *params, k])}
+
+    def count_holding(self, phrase: str, limit: int) -> int:
+        expression = fts_query([phrase]) if phrase.strip() else None
+        if expression is None:
+            return 0
+        return int(self.conn.execute("SELECT count(*) FROM (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? "
+                                     "LIMIT ?)", (expression, limit)).fetchone()[0])
 
     def _doc_counts(self, terms: Sequence[str]) -> dict[str, int]:
         """Chunks holding each word, counted up to `POSTINGS_BUDGET + 1` (all a query plan needs to

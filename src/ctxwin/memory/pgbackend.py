@@ -50,6 +50,16 @@ def _tokens(query: str) -> list[str]:
     return list(dict.fromkeys(t.lower() for t in _TOKEN.findall(query)))
 
 
+def _phrases(phrases: Sequence[str]) -> str | None:
+    """A tsquery matching any of the phrases (each its words in order)."""
+    parts = []
+    for phrase in phrases:
+        words = [w for w in _tokens(phrase) if w]
+        if words:
+            parts.append("(" + " <-> ".join("'" + w.replace("'", "''").replace("\\", "") + "'" for w in words) + ")")
+    return " | ".join(parts) or None
+
+
 def _chunk(r: Sequence[Any]) -> Chunk:
     return Chunk(id=r[1], source=r[2], path=r[3], start_line=r[4], end_line=r[5], hash=r[6], ref=r[7], role=r[8],
                  timestamp=r[9], text=r[10], speaker=r[11], fields=r[12] or "")
@@ -244,6 +254,26 @@ class PostgresBackend:
         with self.conn.transaction():
             self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield
+
+    def holding(self, phrases: Sequence[str], k: int, filters: Filters) -> dict[int, float]:
+        expression = _phrases(phrases)
+        if expression is None:
+            return {}
+        where, params = _where(filters)
+        rows = self.conn.execute(
+            f"SELECT key, ts_rank_cd(tsv, q) + {FIELDS_WEIGHT!r} * ts_rank_cd(ftsv, q) FROM ctxwin_memory_chunks, "
+            f"to_tsquery('simple', %s) q WHERE name = %s AND (tsv @@ q OR ftsv @@ q){where} ORDER BY 2 DESC, key "
+            "LIMIT %s", [expression, self.name, *params, k])
+        return {int(key): float(rank) for key, rank in rows}
+
+    def count_holding(self, phrase: str, limit: int) -> int:
+        expression = _phrases([phrase])
+        if expression is None:
+            return 0
+        row = self.conn.execute("SELECT count(*) FROM (SELECT 1 FROM ctxwin_memory_chunks, to_tsquery('simple', %s) q "
+                                "WHERE name = %s AND (tsv @@ q OR ftsv @@ q) LIMIT %s) s",
+                                (expression, self.name, limit)).fetchone()
+        return int(row[0]) if row else 0
 
     def text_search(self, query: str, k: int, filters: Filters) -> dict[int, float]:
         where, params = _where(filters)
