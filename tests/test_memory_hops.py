@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 from pathlib import Path
 
 import pytest
@@ -93,9 +94,17 @@ def test_entities_are_ranked_by_the_rare_question_words_their_units_hold() -> No
     assert head_key("### veh-0001 (owner: pers-0003)") is None
 
 
-def test_a_four_hop_question_finds_the_entity_it_asks_for(tmp_path: Path) -> None:
+def _index(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> MemoryIndex:
+    if backend == "sqlite":
+        return MemoryIndex.open(tmp_path / "i.sqlite", HashEmbedder())
+    return MemoryIndex.postgres(request.getfixturevalue("postgres_dsn"), uuid.uuid4().hex, HashEmbedder())
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_four_hop_question_finds_the_entity_it_asks_for(tmp_path: Path, backend: str,
+                                                           request: pytest.FixtureRequest) -> None:
     root = records(tmp_path / "ws")
-    with MemoryIndex.open(tmp_path / "i.sqlite", HashEmbedder()) as index:
+    with _index(backend, tmp_path, request) as index:
         index.index_workspace(root)
         plain = index.search(QUESTION, k=3, context=False)
         chained = index.search(QUESTION, k=3, context=False, hops=4)
