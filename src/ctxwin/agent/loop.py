@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,13 +23,14 @@ from ctxwin import policies
 from ctxwin.agent.events import LoopEvent, RunResult, RunStats, loop_event
 from ctxwin.agent.model import Model
 from ctxwin.agent.processes import child_groups, kill_tool_processes
-from ctxwin.compaction.checkpoint import META as CHECKPOINT_META
-from ctxwin.compaction.checkpoint import REQUEST as CHECKPOINT_REQUEST
+from ctxwin.agent.tree import Cancel, ChildRecord, tree_totals
+from ctxwin.compaction.checkpoint import request_message as checkpoint_request
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.errors import CtxwinError, Interrupted, ModelCallCancelled
+from ctxwin.memory.consolidate.schedule import SleepConfig, SleepTime, sleep_time
 from ctxwin.memory.flush import daily_notes
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
-from ctxwin.messages.providers._common import RAW_ARGUMENTS
+from ctxwin.messages.providers import RAW_ARGUMENTS
 from ctxwin.pipeline.view import Event
 from ctxwin.policies.model import Policy
 from ctxwin.providers import Completion, ProviderError
@@ -39,6 +40,9 @@ from ctxwin.tokens.breakdown import Breakdown, usage_breakdown
 from ctxwin.tokens.registry import ModelInfo
 from ctxwin.tools import TOOLS, ToolError, ToolOutput, ToolSpec, Workspace
 from ctxwin.tools.registry import available, validate_args
+
+if TYPE_CHECKING:
+    from ctxwin.agent.subagents import SubAgents
 
 EventSink = Callable[["LoopEvent"], None]
 A = TypeVar("A", bound="Agent")
@@ -71,6 +75,9 @@ class AgentConfig(BaseModel):
     memory_flush: bool = False
     """Before an automatic compaction, append notes on the span leaving the view to the workspace's
     memory/YYYY-MM-DD.md (OpenClaw's pre-compaction flush; the engine calls it)."""
+    consolidate: SleepConfig | None = None
+    """Sleep-time consolidation of the workspace's memory (`ctxwin.memory.consolidate`) on a background
+    thread, when idle and after `agent.sleep.session_ended()`; None: off."""
 
 
 def tool_schema(spec: ToolSpec) -> dict[str, Any]:
@@ -94,18 +101,34 @@ def tool_table(ws: Workspace | None, names: Sequence[str] | None = None,
 class Agent:
     """The loop over one engine. `model` sends prepared requests; `workspace` is where tools run;
     `extra_tools` are the caller's own `ToolSpec`s (offered besides the registry's). `on_event`
-    receives every `LoopEvent`. Set `cancel` (a threading.Event) to stop the current step."""
+    receives every `LoopEvent`. Set `cancel` to stop the current step (`interrupt()` does): a `Cancel`,
+    or a plain threading.Event this agent's own cancel then follows.
+
+    A sub-agent is built with its `parent`: its id is `agent_id` (the root's is `main`), its depth one
+    more than its parent's, its cancel a child of its parent's (an interrupt of any ancestor stops
+    it), and what it spends counts against every ancestor's `max_cost_usd`. `children` records every
+    sub-agent it started, so `totals()` sums the whole tree."""
 
     def __init__(self, engine: ContextEngine, model: Model, *, workspace: Workspace | None = None,
                  config: AgentConfig | None = None, extra_tools: Sequence[ToolSpec] = (),
-                 on_event: EventSink | None = None, cancel: threading.Event | None = None) -> None:
+                 on_event: EventSink | None = None, cancel: threading.Event | None = None,
+                 parent: Agent | None = None, agent_id: str | None = None) -> None:
         self.engine = engine
         self.model = model
         self.workspace = workspace
         self.config = config or AgentConfig()
         self.tools = tool_table(workspace, self.config.tools, extra_tools)
         self.on_event = on_event
-        self.cancel = cancel or threading.Event()
+        self.parent = parent
+        self.depth: int = parent.depth + 1 if parent is not None else 0
+        self.id: str = agent_id or (f"{parent.id}.child" if parent is not None else "main")
+        if isinstance(cancel, Cancel):
+            self.cancel = cancel
+        else:
+            self.cancel = Cancel(cancel) if cancel is not None else \
+                parent.cancel.child() if parent is not None else Cancel()
+        self.children: list[ChildRecord] = []
+        self.subagents: SubAgents | None = None  # set by SubAgents.attach: background results come in through it
         self.stats = RunStats(window=engine.window)
         self.last_prepared: Prepared | None = None
         self.last_completion: Completion | None = None
@@ -116,12 +139,17 @@ class Agent:
         self._repeat: tuple[str, int] = ("", 0)
         self._groups_before: set[int] = set()
         self._running_tools = False
+        self._tree_lock = threading.Lock()  # children charge its run and record themselves from their threads
+        self.sleep: SleepTime | None = None  # sleep-time consolidation, when configured (create_agent)
 
     # ---------------------------------------------------------------- events
 
     def emit(self, kind: str, event: Event | None = None, **data: Any) -> None:
+        """Report `kind` to `on_event`, as this agent (a sub-agent's events carry its id and depth; the
+        root's, "" and 0, print as they always did)."""
         if self.on_event is not None:
-            self.on_event(loop_event(kind, self.stats.turns, self._step, event, **data))
+            self.on_event(loop_event(kind, self.stats.turns, self._step, event,
+                                     agent_id=self.id if self.parent is not None else "", depth=self.depth, **data))
 
     # ---------------------------------------------------------------- run -> step -> query -> execute
 
@@ -134,6 +162,8 @@ class Agent:
             self.engine.append(message)
             self.stats.turns += 1
             self.emit("user", text=message.text)
+        if self.sleep is not None:
+            self.sleep.begin()  # never idle (for sleep-time consolidation) while a turn runs
         self._step = 0
         self._run_cost = 0.0
         self.cancel.clear()
@@ -146,6 +176,8 @@ class Agent:
                     self.emit("limit", limit=limit)
                     return RunResult(limit, self.last_text(), self._step)
                 if self.step():
+                    if self.subagents is not None and self.subagents.await_background():
+                        continue  # a background sub-agent finished: its result is the next call's
                     self.emit("done", text=self.last_text())
                     return RunResult("done", self.last_text(), self._step)
                 if self._repeat[1] >= self.config.max_repeats + 2:
@@ -160,6 +192,9 @@ class Agent:
             self.stats.errors.append(text)
             self.emit("error", error=text, status=getattr(error, "status_code", None))
             return RunResult("error", text, self._step)
+        finally:
+            if self.sleep is not None:
+                self.sleep.end()
 
     def resume(self) -> RunResult | None:
         """Continue from the last logged message: run pending tool calls, or call the model after a
@@ -178,6 +213,8 @@ class Agent:
         """One model call and the tools it asked for. True when the model answered without tools."""
         if self.cancel.is_set():
             raise Interrupted
+        if self.subagents is not None:
+            self.subagents.deliver()  # finished background sub-agents: their results before the call
         self._step += 1
         self.stats.steps += 1
         completion = self.query()
@@ -295,9 +332,17 @@ class Agent:
     def limit_reached(self) -> str | None:
         if self._step >= self.config.max_steps:
             return "max_steps"
-        if self.config.max_cost_usd is not None and self._run_cost >= self.config.max_cost_usd:
-            return "max_cost"
+        agent: Agent | None = self  # this run's cost limit, and every ancestor's over its whole tree
+        while agent is not None:
+            if agent.config.max_cost_usd is not None and agent._run_cost >= agent.config.max_cost_usd:
+                return "max_cost"
+            agent = agent.parent
         return None
+
+    def totals(self) -> dict[str, Any]:
+        """This agent's `RunStats` summed with every descendant's (calls, tokens, cost ...), with one
+        row per agent under `agents` (what `ctxwin run --json` prints last)."""
+        return tree_totals(self.id, self.stats, self.children)
 
     def last_text(self) -> str:
         for message in reversed(self.engine.messages):
@@ -315,8 +360,10 @@ class Agent:
             self.engine.append(Message("tool", results))
 
     def interrupt(self) -> None:
-        """Stop the current step (Ctrl-C): the loop stops at once, and the tool processes running now
-        (each in its own process group, children of this process) are killed with their children."""
+        """Stop the current step (Ctrl-C): the loop stops at once, and so does every sub-agent under it
+        (running, waiting for a slot, or in the background: none starts after this); the tool
+        processes running now (each in its own process group, children of this process) are killed
+        with their children."""
         self.cancel.set()
         if self._running_tools:
             kill_tool_processes(spare=self._groups_before)
@@ -338,8 +385,7 @@ class Agent:
         """Ask the agent for its own state summary now (`/checkpoint`); the checkpoint policy uses it
         at the next compaction."""
         tokens = self.last_prepared.tokens if self.last_prepared is not None else 0
-        self.engine.append(Message("user", (Text(CHECKPOINT_REQUEST.format(tokens=tokens)),),
-                                   meta={"ctxwin": CHECKPOINT_META}))
+        self.engine.append(checkpoint_request(tokens))
 
     def _check(self, call: ToolCall) -> ToolOutput | None:
         """An error output for a call that must not run (unknown tool, arguments that are not a JSON
@@ -378,7 +424,11 @@ class Agent:
         cost = (usage.context_tokens * self.config.input_usd_per_mtok
                 + usage.output_tokens * self.config.output_usd_per_mtok) / 1e6
         self.stats.cost_usd += cost
-        self._run_cost += cost
+        agent: Agent | None = self
+        while agent is not None:  # the run of every ancestor pays for what its sub-agents spend
+            with agent._tree_lock:
+                agent._run_cost += cost
+            agent = agent.parent
 
     def _report(self, prepared: Prepared) -> None:
         inside = self._after_tool()  # the view ends in a tool result: we are inside a tool loop
@@ -421,6 +471,8 @@ def create_agent(model: Model, *, session: SessionLog | None = None, workspace: 
     agent = (agent_type or Agent)(engine, model, workspace=workspace, config=config, extra_tools=extra_tools,
                                   on_event=on_event, cancel=cancel)
     built.append(agent)
+    agent.sleep = sleep_time(workspace.roots[0] if workspace else None, config.consolidate,
+                             sessions=getattr(getattr(session, "directory", None), "parent", None))
     return agent  # type: ignore[return-value]
 
 

@@ -1,11 +1,17 @@
 """`ctxwin run "TASK"`: the agent loop headless, on any OpenAI- or Anthropic-compatible endpoint. A thin
 wrapper over `ctxwin.agent.create_agent(...).run(task)`: it prints each loop event (or, with `--json`,
-one JSON event a line), then the run's totals (with `--json`, the last line)."""
+one JSON event a line), then the run's totals over the agent and its sub-agents (with `--json`, the
+last line). Ctrl-C (SIGINT) once interrupts the run and every sub-agent, answering what is open, and
+prints the totals; twice exits at once (the log is valid either way: `--resume` continues it)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,10 +20,11 @@ import typer
 from rich.markup import escape
 
 from ctxwin import telemetry
-from ctxwin.agent import Agent, AgentConfig, HttpModel, LoopEvent, create_agent
+from ctxwin.agent import Agent, AgentConfig, AgentDefinition, HttpModel, LoopEvent, create_agent, load_definitions
 from ctxwin.agent.subagents import SubAgents
-from ctxwin.cli.app import app, console, handle_errors
+from ctxwin.cli.app import app, console, err_console, handle_errors
 from ctxwin.errors import InputError
+from ctxwin.memory.consolidate.schedule import SleepConfig
 from ctxwin.providers import APIS, client_for
 from ctxwin.store import Session
 from ctxwin.tools import Workspace
@@ -39,6 +46,10 @@ ApiKeyOption = Annotated[str | None, typer.Option(
     "--api-key", help="Key (default: ANTHROPIC_API_KEY / OPENAI_API_KEY).", show_default=False)]
 SubagentsOption = Annotated[bool, typer.Option("--subagents/--no-subagents", help="Offer the task tool.")]
 StreamOption = Annotated[bool, typer.Option("--stream/--no-stream", help="Stream the model's answers (SSE).")]
+AgentsOption = Annotated[Path | None, typer.Option(
+    "--agents", help="A folder of agent definitions for the task tool (Claude Code's .claude/agents/*.md format).",
+    show_default=False)]
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process Ctrl-C stopped
 
 
 @dataclass
@@ -58,12 +69,15 @@ class AgentOptions:
     api_key: str | None
     subagents: bool
     stream: bool = False
+    agents: Path | None = None
+    consolidate: SleepConfig | None = None  # sleep-time consolidation of the workspace's memory (chat)
 
     def build(self, on_event: Any, session: Path | None = None) -> Agent:
         if self.api not in APIS:
             raise InputError(f"unknown --api {self.api!r}", f"use one of {', '.join(APIS)}")
         if not self.workspace.is_dir():
             raise InputError(f"workspace {self.workspace} is not a folder", "give --workspace an existing folder")
+        definitions = agent_definitions(self.agents) if self.agents is not None else []
         folder = session or self.session
         log = Session.open(folder) if folder is not None else None
         client = client_for(self.api, self.base_url, self.model, api_key=self.api_key)  # type: ignore[arg-type]
@@ -75,10 +89,13 @@ class AgentOptions:
                              stream=self.stream)
 
         children = Path(folder).parent / "children" if folder else None
-        tools = SubAgents(sessions_root=children, models=other_model) if self.subagents else None
-        agent = create_agent(model, session=log, workspace=ws, config=AgentConfig(max_steps=self.max_steps),
+        # Persistent agents live with the workspace they work on, whatever session calls them.
+        tools = SubAgents(definitions=definitions, sessions_root=children, models=other_model,
+                          state_root=self.workspace / ".ctxwin" / "agents") if self.subagents else None
+        config = AgentConfig(max_steps=self.max_steps, consolidate=self.consolidate)
+        agent = create_agent(model, session=log, workspace=ws, config=config,
                              policy=self.policy, window=self.window, max_output=self.max_output,
-                             extra_tools=[tools.tool()] if tools else [], on_event=on_event)
+                             extra_tools=tools.tools() if tools else [], on_event=on_event)
         if tools is not None:
             tools.attach(agent)
         telemetry.instrument_agent(agent)  # spans when CTXWIN_OTEL=1 (or the app's provider); else nothing
@@ -87,14 +104,51 @@ class AgentOptions:
 
 def options(base_url: str, api: str, model: str | None, session: Path | None, workspace: Path, window: int | None,
             max_output: int | None, policy: str, max_steps: int, allow_shell: bool, api_key: str | None,
-            subagents: bool, stream: bool = False) -> AgentOptions:
+            subagents: bool, stream: bool = False, agents: Path | None = None) -> AgentOptions:
     default = "claude-sonnet-4-5" if api == "anthropic" else "gpt-4o"
     return AgentOptions(base_url, api, model or default, session, workspace, window, max_output, policy, max_steps,
-                        allow_shell, api_key, subagents, stream)
+                        allow_shell, api_key, subagents, stream, agents)
+
+
+def agent_definitions(folder: Path) -> list[AgentDefinition]:
+    """`--agents DIR`: the definitions, with what loading left out said on stderr (never on stdout,
+    which `--json` keeps to events)."""
+    definitions = load_definitions(folder)
+    for definition in definitions:
+        for note in definition.notes:
+            err_console.print(escape(f"agents: {definition.source}: {note}"), style="yellow", highlight=False)
+    return definitions
+
+
+@contextlib.contextmanager
+def sigint_interrupts(agent: Agent) -> Iterator[None]:
+    """While the run goes: the first SIGINT interrupts it (the agent and every sub-agent stop, the open
+    calls are answered, the run returns `interrupted`); the second exits at once, with what the log
+    has acknowledged kept (every append is durable when it returns) and nothing waited for."""
+    hits = [0]
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        hits[0] += 1
+        if hits[0] > 1:
+            os.write(2, b"ctxwin: interrupted again: exiting now (the session resumes with --resume)\n")
+            os._exit(EXIT_INTERRUPTED)
+        os.write(2, b"ctxwin: interrupting (Ctrl-C again exits at once)\n")
+        agent.interrupt()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def describe(event: LoopEvent) -> str | None:
-    """One line for a person, or None for events not worth a line."""
+    """One line for a person, or None for events not worth a line (a sub-agent's named by its id)."""
+    line = _line(event)
+    return f"[{event.agent}] {line.lstrip()}" if line is not None and event.agent else line
+
+
+def _line(event: LoopEvent) -> str | None:
     d = event.data
     if event.kind == "model_call":
         return f"step {event.step}: calling the model ({d['tokens']:,} / {d['budget']:,} tokens)"
@@ -113,7 +167,8 @@ def describe(event: LoopEvent) -> str | None:
 
 
 def summary(agent: Agent, stop: str) -> dict[str, Any]:
-    return {**agent.stats.to_dict(), "stop": stop}
+    """The run's totals over the agent and its sub-agents (one row each under `agents`)."""
+    return {**agent.totals(), "stop": stop}
 
 
 @app.command("run")
@@ -129,7 +184,7 @@ def run(
     max_output: MaxOutputOption = None, policy: PolicyOption = "ctxwin",
     max_steps: int = typer.Option(100, "--max-steps", help="Model calls before the run stops."),
     allow_shell: AllowShellOption = False, api_key: ApiKeyOption = None, subagents: SubagentsOption = True,
-    stream: StreamOption = False,
+    stream: StreamOption = False, agents: AgentsOption = None,
     resume: bool = typer.Option(False, "--resume", help="Continue the session from its last message."),
     as_json: bool = typer.Option(False, "--json", help="One JSON event a line; the totals on the last line."),
 ) -> None:
@@ -149,10 +204,11 @@ def run(
             console.print(escape(line), highlight=False)
 
     opts = options(base_url, api, model, session, workspace, window, max_output, policy, max_steps, allow_shell,
-                   api_key, subagents, stream)
+                   api_key, subagents, stream, agents)
     agent = opts.build(show)
     try:
-        result = agent.resume() if resume and task is None else agent.run(task)
+        with sigint_interrupts(agent):
+            result = agent.resume() if resume and task is None else agent.run(task)
         stop = result.stop if result is not None else "nothing_to_resume"
     finally:
         agent.engine.session.close()
@@ -166,3 +222,5 @@ def run(
             console.print(escape(f"error: {error}"), highlight=False)
     if stop == "error":
         raise typer.Exit(1)
+    if stop == "interrupted":
+        raise typer.Exit(EXIT_INTERRUPTED)
