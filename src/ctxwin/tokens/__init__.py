@@ -31,11 +31,9 @@ def counter_for(model: str | None = None, *, exact: bool | None = None) -> Token
     else `EstimatorCounter` with the model's tokenizer family (cl100k ratios for no or an unknown
     model). `exact=False` forces the estimator (faster: 50+ MB/s against ~5-8 MB/s); `exact=True`
     asks for a real tokenizer and raises ValueError when the model has none."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UnknownModelWarning)  # the breakdown and health say it instead
-        info = model_info(model)
+    # The breakdown and health say a model is unknown; not warning here needs no filter change, which
+    # would reset every "once" registry and repeat the engine's own warning for each new engine.
+    info = model_info(model, warn=False)
     if exact is not False and info.encoding:
         return TiktokenCounter(info.encoding)
     if exact:

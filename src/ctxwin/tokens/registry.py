@@ -182,10 +182,11 @@ def _lookup(name: str, table: Mapping[str, ModelInfo]) -> ModelInfo | None:
 
 
 def model_info(name: str | None, overrides: Mapping[str, Mapping[str, Any]] | None = None,
-               overrides_file: str | Path | None = None) -> ModelInfo:
+               overrides_file: str | Path | None = None, *, warn: bool = True) -> ModelInfo:
     """What ctxwin knows of a model. Overrides (the mapping, then the TOML file, then the file named
     by CTXWIN_MODELS) take precedence over the built-in table, field by field. An unknown name gives
-    `UNKNOWN`'s conservative limits and a `UnknownModelWarning`; no name gives them silently."""
+    `UNKNOWN`'s conservative limits and (unless `warn` is false) a `UnknownModelWarning`; no name gives
+    them silently."""
     if not name:
         return UNKNOWN
     canonical, one_m = canonical_name(name)
@@ -194,6 +195,8 @@ def model_info(name: str | None, overrides: Mapping[str, Mapping[str, Any]] | No
         table.update(_apply_overrides(source, table))
     info = table.get(canonical) or _lookup(canonical, table)
     if info is None:
+        if not warn:
+            return replace(UNKNOWN, name=name)
         warnings.warn(
             f"unknown model {name!r}: assuming a {DEFAULT_CONTEXT_WINDOW:,}-token window and {DEFAULT_MAX_OUTPUT:,} "
             f"output tokens; add it to a models TOML file (${ENV_OVERRIDES}) to set its limits",
