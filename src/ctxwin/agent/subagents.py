@@ -54,6 +54,7 @@ from ctxwin.pipeline import bootstrap
 from ctxwin.policies.model import BootstrapPolicy
 from ctxwin.store import Session
 from ctxwin.store.base import SessionLog
+from ctxwin.store.blobs import DIR_MODE
 from ctxwin.store.entries import CalibrationEntry, MessageEntry
 from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.tools import ToolError, ToolOutput, ToolSpec, Workspace
@@ -605,7 +606,7 @@ class SubAgents:
             return MemorySessionLog(), f"memory:child-{number}"  # type: ignore[return-value]  # (see above)
         else:
             parent_id = getattr(parent.engine.session, "session_id", "session")
-            folder = self.sessions_root / f"{parent_id}.{label or 'task'}.{number}"
+            folder = _new_folder(self.sessions_root, f"{parent_id}.{label or 'task'}.{number}")
             log = Session.open(folder, meta={"parent": str(parent_id), "call_id": label})
         return log, str(folder)
 
@@ -824,6 +825,22 @@ def _memory_tools(folder: Path) -> tuple[Any, list[ToolSpec]]:
         return run
 
     return index, [ToolSpec(n, SPECS[n].description, SPECS[n].parameters, runner(n)) for n in MEMORY_TOOLS]
+
+
+def _new_folder(root: Path, name: str) -> Path:
+    """A folder no session is in yet for a new child: `root/name`, or `name-2`, `name-3` ... when an
+    earlier run left one there (a resumed parent calls the same task again, in a process whose child
+    numbers start at 1 again). Made here, so two writers never take the same one."""
+    root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    attempt = 1
+    while True:
+        folder = root / (name if attempt == 1 else f"{name}-{attempt}")
+        try:
+            folder.mkdir(mode=DIR_MODE)  # a session's own mode: its owner alone reads the conversation
+        except FileExistsError:
+            attempt += 1
+            continue
+        return folder
 
 
 def _read_skill(ws: Workspace | None, path: str) -> str:
