@@ -237,3 +237,31 @@ def test_a_background_fork_forks_from_where_it_was_asked_for_though_it_starts_la
     assert not any(c.name == "read" for m in fork for c in m.tool_calls)  # nothing the parent did after
     delivered = results(requests[-1])["ctxwin_bg_2"]
     assert "(fork) stopped: done" in delivered and delivered.endswith("fork done")
+
+
+def test_a_cancel_just_before_a_background_child_runs_is_not_cleared_by_its_run(tmp_path: Path) -> None:
+    # task_cancel sets the job's own cancel; the child's run clears its cancel as every run does (a
+    # new turn after Ctrl-C): that must not clear the job's, or a cancel that lands just before the
+    # run starts (here: while its start is reported) is lost and the child runs to its end.
+    root = workspace(tmp_path)
+    asked: list[str] = []
+
+    def script(api_name: str, messages: list[Message]) -> Turn:
+        asked.append(kind_of(messages))
+        return Turn(text="finished anyway")
+
+    class CancelAtStart(list[LoopEvent]):
+        def append(self, event: LoopEvent) -> None:
+            super().append(event)
+            if event.kind == "subagent" and event.data.get("action") == "start":
+                subagents.cancel("bg-1", timeout=0)
+
+    events = CancelAtStart()
+    with ScriptedFake(script, context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        agent, subagents = setup(fake, "openai", root, tmp_path, events)
+        handle = subagents.start("job a")
+        (job,) = subagents.wait([handle], timeout=30)
+        agent.engine.session.close()
+    assert job.done.is_set() and job.result is not None
+    assert job.result.stop == "interrupted" and asked == []  # stopped before its first model call
+    assert job.state() == "finished" and job.cancel.is_set()

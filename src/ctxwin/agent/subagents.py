@@ -632,10 +632,13 @@ class SubAgents:
             parent.engine.session.append("custom", {**link, "child": ref})
             session.append("custom", {**link, "type": "subagent_parent",
                                       "parent": str(getattr(parent.engine.session, "directory", "memory"))})
+            # The child's own cancel under the one it was given: its run clears its own at the start (as
+            # every run does), never the one given (a background job's, which task_cancel sets).
+            own = cancel.child()
             if context == "fork":
-                child: Agent = self._fork(parent, plan, session, task, call_id, cancel, child_id)
+                child: Agent = self._fork(parent, plan, session, task, call_id, own, child_id)
             else:
-                child, memory = self._isolated(parent, session, definition, task, plan.model, cancel, child_id)
+                child, memory = self._isolated(parent, session, definition, task, plan.model, own, child_id)
             record = ChildRecord(child_id, child.depth, definition.name, context, ref, child.stats, child.children,
                                  background=on_record is not None)
             with parent._tree_lock:
