@@ -316,6 +316,25 @@ def test_model_failures_fall_back_to_the_rules(tmp_path: Path) -> None:
     assert "SQLite instead of PostgreSQL" in (root / "MEMORY.md").read_text()
 
 
+def test_the_model_breaker_and_its_problems_are_one_runs(tmp_path: Path) -> None:
+    # One ModelExtractor serves every run of a SleepTime (a chat, a proxy): an outage that opened the
+    # breaker in one run must not keep the model out of every later run, nor its problems be reported
+    # again by each of them.
+    root = fixture(tmp_path)
+    down = threading.Event()
+    down.set()
+    with FakeProvider(model=lambda request: server_error() if down.is_set() else facts_model(request)) as fake:
+        client = OpenAIChatClient(fake.openai_base_url, "test-key", "gpt-test", retry=RetryPolicy(attempts=1))
+        extractor = ModelExtractor(client, batch_chars=300, max_failures=2)
+        first = consolidate(root, extractor=extractor)
+        assert extractor.calls == 2 and any("rules used" in p for p in first.problems)
+        down.clear()  # the provider is back
+        note(root, "2026-11-21", "- The staging port is now 10443.\n")
+        second = consolidate(root, extractor=extractor)
+    assert extractor.calls == 3 and second.problems == []  # the model read the new note; nothing of the outage
+    assert "10443" in (root / "MEMORY.md").read_text()
+
+
 def test_a_model_fact_citing_no_statement_is_dropped() -> None:
     from ctxwin.memory.consolidate.extract import Unit
     from ctxwin.memory.consolidate.llm import parse_answer
