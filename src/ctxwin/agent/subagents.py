@@ -435,6 +435,21 @@ class SubAgents:
         job.done.wait(timeout)
         return job
 
+    def close(self, timeout: float = 10.0) -> list[str]:
+        """The parent is done with its background children (a `ctxwin run` that ends on a limit, a
+        chat session left): each one still running is cancelled, with everything under it, and waited
+        for up to `timeout` seconds in all, so that it stops spending, its log ends as an interrupted
+        run instead of being cut off with the process, and the tree's totals are final. Their results
+        stay in `background`. Returns the handles it cancelled."""
+        with self._changed:
+            running = [j for j in self.background.values() if not j.done.is_set()]
+        for job in running:
+            job.cancel.set()
+        deadline = time.monotonic() + timeout
+        for job in running:
+            job.done.wait(max(0.0, deadline - time.monotonic()))
+        return [j.handle for j in running]
+
     def deliver(self) -> int:
         """Log the results of background children that finished and were not collected yet, each as a
         `task_wait` call and its result (marked in the call's meta), so the parent's next request
