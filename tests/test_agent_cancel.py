@@ -191,6 +191,25 @@ def test_a_cancel_reaches_every_descendant_and_clearing_one_keeps_what_it_inheri
     assert linked.wait(5)
 
 
+def test_a_sigint_landing_while_the_main_thread_links_a_child_cancel_does_not_hang() -> None:
+    # ctxwin run's SIGINT handler calls agent.interrupt() -> cancel.set() on the main thread, which
+    # may be holding the cancel's own lock at that moment (a task spawned from the main thread links
+    # its child's cancel under it). A fresh process, so a hang is a timeout, not a stuck test run.
+    code = (
+        "import os, signal\n"
+        "from ctxwin.agent.tree import Cancel\n"
+        "root = Cancel()\n"
+        "signal.signal(signal.SIGUSR1, lambda *_: root.set())\n"
+        "with root._links:\n"
+        "    os.kill(os.getpid(), signal.SIGUSR1)\n"
+        "    child = root.child()\n"
+        "print(root.is_set(), child.is_set())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["child", "set", "clear"]), st.integers(0, 50)), max_size=40))
 def test_a_cancel_is_set_exactly_when_it_or_an_ancestor_was_set_and_it_was_not_cleared_since(
