@@ -701,35 +701,43 @@ class SubAgents:
             memory, specs = _memory_tools(folder)
             extra += specs
             names = None if names is None else [*names, *MEMORY_TOOLS]
-        tools = tool_table(ws, names, extra)
-        model = self._model(parent, resolve_model(model_name or definition.model, parent.model.model))
-        policy = parent.engine.policy
-        today = date.fromtimestamp(parent.engine.clock())
-        flush = None
-        if folder is not None:
-            from ctxwin.memory.flush import daily_notes
+        try:
+            tools = tool_table(ws, names, extra)
+            model = self._model(parent, resolve_model(model_name or definition.model, parent.model.model))
+            policy = parent.engine.policy
+            today = date.fromtimestamp(parent.engine.clock())
+            flush = None
+            if folder is not None:
+                from ctxwin.memory.flush import daily_notes
 
-            notes = daily_notes(folder, clock=parent.engine.clock)
+                notes = daily_notes(folder, clock=parent.engine.clock)
 
-            def flush(span: list[Message]) -> None:  # before a compaction: notes in its memory folder
-                notes(span)
-        engine = ContextEngine(session, model=model.model, policy=policy, window=parent.engine.window,
-                               max_output=parent.engine.max_output,
-                               system=child_system(definition, ws, policy.bootstrap, folder, today),
-                               tools=[tool_schema(s) for s in tools.values()], memory_flush=flush)
-        config = parent.config.model_copy(update={"max_steps": definition.max_steps, "tools": names})
-        child = Agent(engine, model, workspace=ws, config=config, extra_tools=extra, on_event=parent.on_event,
-                      cancel=cancel, parent=parent, agent_id=child_id)
-        if subagents is not None:
-            subagents.attach(child)
-        resumed = bool(engine.messages)
-        if resumed:  # a persistent agent's earlier call may have stopped with calls open
-            child.answer_pending("the previous call was stopped")
-        else:
-            for skill in definition.skills:
-                name = Path(skill).parent.name if Path(skill).name == "SKILL.md" else skill
-                engine.append(Message("user", (Text(f"<skill name=\"{name}\">\n{_read_skill(ws, skill)}\n</skill>"),)))
-        engine.append(Message("user", (Text(f"Task: {task}"),)))
+                def flush(span: list[Message]) -> None:  # before a compaction: notes in its memory folder
+                    notes(span)
+            engine = ContextEngine(session, model=model.model, policy=policy, window=parent.engine.window,
+                                   max_output=parent.engine.max_output,
+                                   system=child_system(definition, ws, policy.bootstrap, folder, today),
+                                   tools=[tool_schema(s) for s in tools.values()], memory_flush=flush)
+            config = parent.config.model_copy(update={"max_steps": definition.max_steps, "tools": names})
+            child = Agent(engine, model, workspace=ws, config=config, extra_tools=extra, on_event=parent.on_event,
+                          cancel=cancel, parent=parent, agent_id=child_id)
+            if subagents is not None:
+                subagents.attach(child)
+            resumed = bool(engine.messages)
+            if resumed:  # a persistent agent's earlier call may have stopped with calls open
+                child.answer_pending("the previous call was stopped")
+            else:
+                # Every skill read before one is logged: a skill that cannot be read leaves no part of them
+                # (a persistent agent's next call would take a half-loaded session as resumed).
+                skills = [(Path(path).parent.name if Path(path).name == "SKILL.md" else path, _read_skill(ws, path))
+                          for path in definition.skills]
+                for name, text in skills:
+                    engine.append(Message("user", (Text(f"<skill name=\"{name}\">\n{text}\n</skill>"),)))
+            engine.append(Message("user", (Text(f"Task: {task}"),)))
+        except BaseException:
+            if memory is not None:  # its index is closed by the caller only once the child exists
+                memory.close()
+            raise
         return child, memory
 
     def _fork(self, parent: Agent, plan: _Plan, session: SessionLog, directive: str, call_id: str | None,
