@@ -433,6 +433,22 @@ def test_sleep_time_skips_while_another_process_consolidates(tmp_path: Path) -> 
         sleep.close()
 
 
+def test_the_cli_says_what_to_do_while_another_consolidation_runs(tmp_path: Path) -> None:
+    from ctxwin.store.jsonl import FileLock
+
+    root = fixture(tmp_path)
+    (root / "memory" / STATE_DIR).mkdir(parents=True)
+    held = FileLock(root / "memory" / STATE_DIR / "lock")
+    held.acquire(0, "held by the test", "")
+    try:
+        result = CliRunner().invoke(app, ["memory", "consolidate", "--workspace", str(root)])
+    finally:
+        held.release()
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1 and "is being consolidated" in said and "run again once it has finished" in said
+    assert "lock timeout" not in said  # no option of that name: the hint names only what a CLI user can do
+
+
 def test_a_damaged_state_says_what_to_do(tmp_path: Path) -> None:
     root = fixture(tmp_path)
     consolidate(root)

@@ -259,7 +259,8 @@ def consolidate(workspace: str | Path, *, sessions: str | Path | None = None, si
         state_dir(root).mkdir(parents=True, exist_ok=True)
         lock = FileLock(state_dir(root) / LOCK_FILE)
         lock.acquire(lock_timeout, f"the memory of {root} is being consolidated",
-                     "wait for that run to finish (it never takes long without a model), or pass a lock timeout")
+                     "it never takes long without a model: run again once it has finished (from Python, "
+                     "consolidate(..., lock_timeout=SECONDS) waits for it)")
         try:
             _run(root, folder, day, dry_run, max_chars, chosen, report)
         finally:
