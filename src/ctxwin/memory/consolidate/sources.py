@@ -132,8 +132,8 @@ def note_text(rel: str, data: bytes) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise InputError(f"{rel} is not valid UTF-8 (line {line}, byte {error.start:,})",
+        where = data.count(b"\n", 0, error.start) + 1
+        raise InputError(f"{rel} is not valid UTF-8 (line {where}, byte {error.start:,})",
                          f"save it as UTF-8; {hint}") from None
     for number, line in enumerate(text.split("\n"), start=1):
         if len(line) > MAX_NOTE_LINE_CHARS:
