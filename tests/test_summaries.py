@@ -386,3 +386,40 @@ def test_compact_view_passes_the_facts_to_the_extractive_summary_and_the_guard()
     with_facts = compact_view(items, policy, ctx, facts=facts, **run)  # type: ignore[arg-type]
     without = compact_view(items, policy, ctx, **run)  # type: ignore[arg-type]
     assert with_facts.summary.text == without.summary.text and with_facts.entry() == without.entry()
+
+
+# --------------------------------------------------------------------------------------------------
+# Shortcuts of the scans: the same answers as the regexes they stand in for
+
+
+ERROR_PIECES = ["error", "ERROR", "Fail", "fatal", "PANIC", "exception", "npm ERR!", "Uncaught", "unhandled", "assert",
+                "denied", "not found", "No such", "** (", "EXIT", "E  ", "e   x", "✗", "×", "✘", "❌", "ı", "ſ", "İ",
+                "\u212a", " ", "\t", "\n", "\r\n", "\x85", "\u2028", "\\n", "word", "x", ":", "12", "src/a.ts(3,1): "]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(ERROR_PIECES), max_size=30).map("".join))
+def test_the_candidate_lines_are_the_lines_the_candidate_regex_matches(text: str) -> None:
+    from ctxwin.compaction.extractive import errors
+
+    lines = "\n".join(errors._prepared(text).splitlines()).split("\n")
+    expected = [line.strip() for line in lines if line.strip() and errors._CANDIDATE.search(line)]
+    assert errors._candidate_lines(text) == expected
+
+
+IDENTIFIER_PIECES = ["http", "https://x.io/a", "://", "0123abcd-1234-5678-9abc-def012345678", "-", "localhost", ":8080",
+                     ":", "C:\\Users\\a.txt", "\\", "/repo/src/a.py", "/", "a.py", ".", "`code`", "`", "#123", "#",
+                     "v1.2", "snake_case", "camelCase", "1234567", "deadbeef1", " ", "\n", "word"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(IDENTIFIER_PIECES), max_size=20).map("".join))
+def test_an_identifier_pass_skips_only_texts_its_pattern_cannot_match(text: str) -> None:
+    from ctxwin.compaction import identifiers
+
+    finders = (*identifiers._STRICT_PASSES, *identifiers._USER_PASSES, *identifiers._OTHER_PASSES,
+               identifiers._URLS, identifiers._ERROR_CODES)
+    assert any(f.needs for f in finders)
+    for finder in finders:
+        if finder.pattern.search(text) is not None:
+            assert finder.needs in text, (finder.pattern.pattern, text)
