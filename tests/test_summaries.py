@@ -423,3 +423,46 @@ def test_an_identifier_pass_skips_only_texts_its_pattern_cannot_match(text: str)
     for finder in finders:
         if finder.pattern.search(text) is not None:
             assert finder.needs in text, (finder.pattern.pattern, text)
+
+
+# --------------------------------------------------------------------------------------------------
+# Prefix stability: a summary does not depend on what its log's (random) entry ids are
+
+
+def ids_alike(count: int, costly: bool) -> list[str]:
+    """`count` entry ids of 8 characters: letters only (cheap to tokenize), or digits and letters
+    alternating (dear), as random hex ids can be either."""
+    if costly:
+        return ["".join(d + c for d, c in zip(f"{n:04d}", "abcd", strict=True)) for n in range(count)]
+    return ["aaaa" + "".join(chr(97 + (n // 26 ** k) % 26) for k in range(4)) for n in range(count)]
+
+
+def test_the_summary_is_the_same_whatever_the_entry_ids() -> None:
+    from ctxwin.compaction.compact import compact_view
+    from ctxwin.pipeline.view import Item, StageContext
+
+    counter = counter_for("claude-sonnet-4-5")
+    messages: list[Message] = [user("run every step")]
+    for n in range(40):
+        messages += [bash(f"c{n}", f"make step_{n:02d} TARGET=build/{n}" + " -j4" * (n % 3)),
+                     tool_result(f"c{n}", f"line of output {n}\n" * (30 + 7 * (n % 5))
+                                 + (f"error: step {n} broke in src/mod_{n}/file_{n}.py" if n % 4 == 0 else ""))]
+        if n % 7 == 0:
+            messages.append(user(f"also check file_{n}.py please"))
+    messages += [assistant("All steps ran. Next I will look at helperFunction_3."), user("thanks, now the docs")]
+    messages = assign_ids(messages)
+    ctx = StageContext(counter=counter, window=50_000, budget=40_000,
+                       calls={c.id: c for m in messages for c in m.tool_calls})
+    run = {"summarizer": None, "previous": None, "focus": None, "pins": set(), "force": True}
+    for budget in (346, 760, 1_200):
+        policy = policies.get("pi").compaction.model_copy(update={"keep_recent_tokens": 10,
+                                                                  "summary_max_tokens": budget})
+        texts = set()
+        for costly in (False, True):
+            ids = ids_alike(len(messages), costly)
+            items = [Item(i, m, counter.count_message(m)) for i, m in zip(ids, messages, strict=True)]
+            text = compact_view(items, policy, ctx, **run).summary.text  # type: ignore[arg-type]
+            for number, entry_id in enumerate(ids):
+                text = text.replace(entry_id, f"<{number}>")
+            texts.add(text)
+        assert len(texts) == 1, budget
