@@ -321,7 +321,10 @@ def test_two_real_pi_compactions_in_a_row() -> None:
     _, modified = extract_file_ops(evicted)
     assert all(survives(p, text) for p in modified)
     asks = [t for t in (user_text(m) for m in evicted) if t]
-    assert sum(normalize(a[:80]) in text for a in asks) / len(asks) >= 0.9
+    shown = sum(normalize(a[:80]) in text for a in asks)
+    # Most on the page (the notes' ways back take their share of this tight budget), the rest behind the ref.
+    assert shown / len(asks) >= 0.8
+    assert shown == len(asks) or f'recall("entry:{s2.details["anchor"]}#user-messages")' in s2.text
     assert re.search(r"^## Goal\n- alright, read", s2.text, re.M)  # the first goal carried through
 
 
@@ -437,7 +440,7 @@ def test_under_pressure_the_recent_and_the_referenced_stay_and_the_rest_is_count
     span += [assistant("Next I will look at target_03 again."),
              bash("z", "grep -n target_03 Makefile"), tool_result("z", "3: target_03:")]
     span = assign_ids(span)
-    summary = summarize(span, 270)  # (room for the state of the work, then as many commands as before)
+    summary = summarize(span, 320)  # (room for the state of the work and the references' ref, then commands)
     *commands, note = summary.sections[COMMANDS]
     assert "`grep -n target_03 Makefile`" in commands and "`make target_39`" in commands  # the most recent
     assert "`make target_03`" in commands  # old, but the end of the history refers to it

@@ -466,3 +466,33 @@ def test_the_summary_is_the_same_whatever_the_entry_ids() -> None:
                 text = text.replace(entry_id, f"<{number}>")
             texts.add(text)
         assert len(texts) == 1, budget
+
+
+def forty_steps() -> list[Message]:
+    """40 commands (every fourth failing), a few asks: more than a small summary holds."""
+    messages: list[Message] = [user("run every step")]
+    for n in range(40):
+        messages += [bash(f"c{n}", f"make step_{n:02d} TARGET=build/{n}" + " -j4" * (n % 3)),
+                     tool_result(f"c{n}", f"line of output {n}\n" * (30 + 7 * (n % 5))
+                                 + (f"error: step {n} broke in src/mod_{n}/file_{n}.py" if n % 4 == 0 else ""))]
+        if n % 7 == 0:
+            messages.append(user(f"also check file_{n}.py please"))
+    messages += [assistant("All steps ran. Next I will look at helperFunction_3."), user("thanks, now the docs")]
+    return assign_ids(messages)
+
+
+def test_every_list_the_budget_cut_ends_with_its_ref_even_when_the_budget_is_tight() -> None:
+    from ctxwin.compaction.extractive.fit import WHAT
+    from ctxwin.compaction.extractive.sections import SLUGS
+
+    span = forty_steps()
+    counter = counter_for("claude-sonnet-4-5")
+    cuts = 0
+    for budget in (550, 800, 1_200, 2_000):  # (below ~500 tokens even the notes may not all fit)
+        summary = SUMMARIZER.summarize(span, budget_tokens=budget, counter=counter)
+        cut = [key for key in summary.details["omitted"] if key in WHAT]
+        cuts += len(cut)
+        for key in cut:
+            assert f'recall("entry:{span[-1].id}#{SLUGS[key]}")' in summary.text, (budget, key)
+        assert summary.tokens <= budget and summary.text.startswith("## State of the work")
+    assert cuts >= 8
