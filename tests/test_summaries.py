@@ -141,6 +141,35 @@ def test_a_failed_edit_is_fixed_by_a_later_edit_not_by_a_read() -> None:
     assert group.startswith("`mix test` — fixed: passed later, after editing lib/b.ex:")
 
 
+def test_a_command_not_seen_passing_says_what_happened_since_it_failed() -> None:
+    # Neither is "fixed" (no same command passed), nor is either known to fail now: the summary says
+    # what is known, a longer form of the command passed, the file the errors name was edited.
+    span = assign_ids([
+        user("push it, then fix the types"),
+        bash("c1", "git push 2>&1"), tool_result("c1", "fatal: The current branch x has no upstream branch.",
+                                                 is_error=True),
+        bash("c2", "git push --set-upstream origin x 2>&1"),
+        tool_result("c2", "branch 'x' set up to track 'origin/x'."),
+        bash("c3", "npx tsc --noEmit"), tool_result("c3", "src/a.ts(3,1): error TS2304: Cannot find name 'join'.\n"
+                                                          "Exit code 2", is_error=True),
+        edit("c4", "/repo/src/a.ts"), tool_result("c4", "ok"),
+        assistant("Both done."),
+    ])
+    summary = SUMMARIZER.summarize(span, budget_tokens=2_000, counter=COUNTER)
+    push, tsc = summary.sections[ERRORS]
+    assert push.startswith("`git push` — not fixed in this span; a later `git push --set-upstream origin x` passed:")
+    assert tsc.startswith("`npx tsc --noEmit` — not fixed in this span; edited since: src/a.ts:")
+    (state,) = summary.sections[STATE]
+    assert ("Failed when last run: `git push`: fatal: The current branch x has no upstream branch (a later "
+            "`git push --set-upstream origin x` passed); `npx tsc --noEmit`: error TS2304: Cannot find name 'join' "
+            "(edited since: src/a.ts).") in state
+    # The same across two compactions: the longer form passes in the next span.
+    first = SUMMARIZER.summarize(span[:3], budget_tokens=2_000, counter=COUNTER)
+    later = SUMMARIZER.summarize(span[3:5], previous=first, budget_tokens=2_000, counter=COUNTER)
+    (group,) = later.sections[ERRORS]
+    assert group.startswith("`git push` — not fixed in this span; a later `git push --set-upstream origin x` passed:")
+
+
 def compacted_engine(log: SessionLog | None = None) -> tuple[ContextEngine, list[Message]]:
     """An engine that compacted 60 distinct commands into a summary too small for them."""
     policy = policies.from_dict({"name": "tight", "compaction": {
@@ -205,7 +234,7 @@ def test_the_summary_opens_with_the_state_of_the_work_and_repeats_no_line() -> N
     summary = SUMMARIZER.summarize(span, budget_tokens=2_000, counter=COUNTER)
     assert summary.text.startswith("## State of the work\nThe user asked: \u201cAdd retries to the client\u201d.")
     (state,) = summary.sections[STATE]
-    assert "Failing, not fixed in this history: `pytest -q`: E   AssertionError: expected 3 (+1 more)." in state
+    assert "Failed when last run: `pytest -q`: E   AssertionError: expected 3 (+1 more)." in state
     assert state.endswith("Next: Next I will fix the loop in client.py.")
     bullets = [line for line in summary.text.splitlines() if line.startswith("- ")]
     assert len(bullets) == len(set(bullets))
