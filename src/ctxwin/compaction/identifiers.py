@@ -15,7 +15,7 @@ import json
 import re
 import shlex
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -314,22 +314,29 @@ def _is_hash(token: str) -> bool:
     return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
 
 
-def _finder(pattern: re.Pattern[str], keep: Callable[[str], bool] | None = None,
-            group: int = 0) -> Callable[[str, list[str]], str]:
+@dataclass(frozen=True)
+class _Finder:
     """A pass that appends matches to `out` and blanks them in the text, so later, looser patterns
-    do not match inside them (the digits of a UUID are not a number)."""
+    do not match inside them (the digits of a UUID are not a number). `needs`: a piece of text every
+    match of `pattern` holds (a text without it is not scanned)."""
 
-    def run(text: str, out: list[str]) -> str:
+    pattern: re.Pattern[str]
+    keep: Callable[[str], bool] | None = None
+    group: int = 0
+    needs: str = ""
+
+    def __call__(self, text: str, out: list[str]) -> str:
+        if self.needs not in text:
+            return text
+
         def repl(match: re.Match[str]) -> str:
-            token = _clean(match.group(group))
-            if token and len(token) <= MAX_IDENTIFIER_CHARS and (keep is None or keep(token)):
+            token = _clean(match.group(self.group))
+            if token and len(token) <= MAX_IDENTIFIER_CHARS and (self.keep is None or self.keep(token)):
                 out.append(token)
                 return " " * len(match.group(0))
             return match.group(0)
 
-        return pattern.sub(repl, text)
-
-    return run
+        return self.pattern.sub(repl, text)
 
 
 def _is_path(token: str) -> bool:
@@ -345,14 +352,28 @@ def _number_keep(min_digits: int) -> Callable[[str], bool]:
     return lambda token: sum(c.isdigit() for c in token) >= min_digits
 
 
-_STRICT_PASSES = (
-    _finder(_URL),
-    _finder(_UUID),
-    _finder(_HOSTPORT),
-    _finder(_WIN_PATH),
-    _finder(_PATH, _is_path),
-    _finder(_HEX, _is_hash),
+_STRICT_PASSES: tuple[_Finder, ...] = (
+    _Finder(_URL, needs="://"),
+    _Finder(_UUID, needs="-"),
+    _Finder(_HOSTPORT, needs=":"),
+    _Finder(_WIN_PATH, needs=":\\"),
+    _Finder(_PATH, _is_path, needs="/"),
+    _Finder(_HEX, _is_hash),
 )
+_ERROR_CODES = _Finder(_ERROR_CODE)
+_USER_PASSES: tuple[_Finder, ...] = (
+    _Finder(_BACKTICK, group=1, needs="`"),
+    _Finder(_FILENAME, needs="."),
+    _Finder(_ISSUE, needs="#"),
+    _Finder(_DOTTED_ID, lambda t: any(c.isalpha() for c in t)),
+    _Finder(_SYMBOL),
+    _Finder(_NUMBER, _number_keep(MIN_USER_NUMBER_DIGITS)),
+)
+_OTHER_PASSES: tuple[_Finder, ...] = (
+    _Finder(_FILENAME, needs="."),
+    _Finder(_NUMBER, _number_keep(MIN_OTHER_NUMBER_DIGITS)),
+)
+_URLS = _Finder(_URL, needs="://")
 
 
 def _scan(text: str, *, user: bool, error: bool = False) -> list[str]:
@@ -362,17 +383,9 @@ def _scan(text: str, *, user: bool, error: bool = False) -> list[str]:
     for run in _STRICT_PASSES:
         text = run(text, out)
     if user or error:
-        text = _finder(_ERROR_CODE)(text, out)
-    if user:
-        text = _finder(_BACKTICK, group=1)(text, out)
-        text = _finder(_FILENAME)(text, out)
-        text = _finder(_ISSUE)(text, out)
-        text = _finder(_DOTTED_ID, lambda t: any(c.isalpha() for c in t))(text, out)
-        text = _finder(_SYMBOL)(text, out)
-        _finder(_NUMBER, _number_keep(MIN_USER_NUMBER_DIGITS))(text, out)
-    else:
-        text = _finder(_FILENAME)(text, out)
-        _finder(_NUMBER, _number_keep(MIN_OTHER_NUMBER_DIGITS))(text, out)
+        text = _ERROR_CODES(text, out)
+    for run in _USER_PASSES if user else _OTHER_PASSES:
+        text = run(text, out)
     return out
 
 
@@ -458,10 +471,10 @@ def _result_identifiers(result: ToolResult) -> list[str]:
     head = text[:MAX_RESULT_SCAN_CHARS]
     out = [m for m in _GIT_COMMIT.findall(head)]
     if is_failure(result):
-        _finder(_ERROR_CODE)(head, out)
+        _ERROR_CODES(head, out)
     if len(text) <= MAX_RESULT_SCAN_CHARS:
         urls: list[str] = []
-        _finder(_URL)(text, urls)
+        _URLS(text, urls)
         out.extend(urls)
     return out
 

@@ -51,10 +51,18 @@ def message_names(message: Message) -> list[tuple[str, float]]:
     out = []
     for text, factor in texts:
         for found in _REFERENCE.findall(decoded(text[:RECENT_TEXT_CHARS])):
-            token = found.rstrip(".-").lstrip("-")  # `../core/a.ts` keeps its `../`; a sentence's dot goes
-            if is_name(token):
-                out.append((token, factor * kind_factor(token)))
+            name = _name(found)
+            if name is not None:
+                out.append((name[0], factor * name[1]))
     return out
+
+
+@lru_cache(maxsize=65_536)
+def _name(found: str) -> tuple[str, float] | None:
+    """A `_REFERENCE` match as a name and its kind factor, or None when it is no name (one cached call
+    per occurrence: a span repeats the same words thousands of times)."""
+    token = found.rstrip(".-").lstrip("-")  # `../core/a.ts` keeps its `../`; a sentence's dot goes
+    return (token, kind_factor(token)) if is_name(token) else None
 
 
 def kind_factor(token: str) -> float:
