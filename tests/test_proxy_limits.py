@@ -206,6 +206,18 @@ def test_a_token_that_could_be_guessed_is_refused_before_serving(token: str) -> 
         check_serving(ProxyConfig("http://u", auth_token=token), Listen("0.0.0.0", 1), 1)
 
 
+@pytest.mark.parametrize("token", ["тестовый-токен-длинный-1", "a-long-token-\u00e9\u00e9\u00e9\u00e9\u00e9",
+                                   "a-long-token-with\na-newline", "a-long-token-with-a-NUL\x00-inside",
+                                   "a-long-token-\x7f-with-DEL"])
+def test_a_token_no_client_could_send_is_refused_before_serving(token: str) -> None:
+    """HTTP header values carry bytes (clients encode them as ASCII; the server decodes Latin-1), so a
+    token outside printable ASCII could never match in `x-ctxwin-token` or `Authorization`: refused
+    with what to use instead, not accepted and then answered 401 forever."""
+    with pytest.raises(InputError, match="printable ASCII"):
+        check_serving(ProxyConfig("http://u", auth_token=token), Listen("0.0.0.0", 1), 1)
+    check_serving(ProxyConfig("http://u", auth_token="a long token with ~!@#$%^&*() inside"), Listen("0.0.0.0", 1), 1)
+
+
 def test_a_worker_refuses_a_short_token_too(monkeypatch: pytest.MonkeyPatch) -> None:
     from ctxwin.proxy.serve import CONFIG_ENV, app_from_env
 
