@@ -5,10 +5,11 @@ driven by `Turn.send`.
 A streamed answer is served by `TurnResponse`, an ASGI response that runs the whole turn while it
 streams: until the first event is relayed nothing has been sent, so an error before it (an overflow
 that cannot be recovered, any other status, an unreachable upstream) is an ordinary response in the
-API's shape; from the first event on, an upstream that breaks off, sends an event that is not JSON
-or more than `max_body_bytes` gets the caller an error event in its API's shape and the entry a
-502. A caller that goes away mid-stream cancels the upstream request (entry status 499); what was
-synced stays logged. The response holds the session's lease until the stream ends, however it ends.
+API's shape; from the first event on, an upstream that breaks off, ends its stream before its
+answer's end, sends an event that is not JSON or more than `max_body_bytes` gets the caller an
+error event in its API's shape and the entry a 502. A caller that goes away mid-stream cancels the
+upstream request (entry status 499); what was synced stays logged. The response holds the session's
+lease until the stream ends, however it ends.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .upstream import over_limit, response_headers
 
 log = logging.getLogger("ctxwin.proxy")
 NOT_JSON = "the upstream sent a stream event that is not the API's JSON"
+CUT_SHORT = "the upstream's stream ended before its answer did"
 STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
@@ -141,6 +143,10 @@ class StreamedAnswer:
         completion: Completion | None = completion_of(self.turn.api, events)
         if completion is None and any(is_error(sse) for sse in events):
             exchange.status = 502  # the caller got the upstream's error event: not a success
+        elif completion is None:
+            # The HTTP stream ended (cleanly, or a close-delimited one cut) before the answer's own end:
+            # half an answer must not pass for a whole one, to the caller or in the entry.
+            raise ProxyRefusal(502, CUT_SHORT, "try again")
         return completion
 
     async def as_it_came(self, response: httpx.Response, raw: bytes) -> None:
