@@ -3,6 +3,8 @@
 
     CtxwinError
     ├── InputError                 a file, argument or message ctxwin cannot use as given (exit 2)
+    │   ├── ArgumentError          an argument of an unusable value: an unknown name, a number out of range
+    │   ├── MessageFormatError     a message or provider payload not in the shape its format documents
     │   ├── EntryFormatError       a stored log entry without the shape its kind promises
     │   ├── BlobNotFoundError      a handle that names no blob
     │   ├── BlobCorruptedError     stored bytes that no longer match their hash (never served)
@@ -60,6 +62,18 @@ class InputError(CtxwinError):
     """A file or argument ctxwin cannot use as given (malformed, binary, empty, wrong format)."""
 
     exit_code = 2
+
+
+class ArgumentError(InputError, ValueError):
+    """An argument whose value ctxwin cannot use: an unknown name (a tokenizer, a pricing scheme, a
+    summary style), a number out of range, a value of the wrong type. Also a `ValueError`, which is
+    what these raised before this leaf existed, so code written against the built-in still catches it."""
+
+
+class MessageFormatError(InputError, ValueError):
+    """A message, a block or a provider payload that is not in the shape its format documents: not a
+    JSON object where one is needed, an unknown role or block type, a field of the wrong type, a block
+    its role cannot hold. Also a `ValueError`, as the converters raised before this leaf existed."""
 
 
 # --- the engine and its stages

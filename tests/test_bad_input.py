@@ -1,0 +1,248 @@
+"""Bad input at every public entry point gets a `CtxwinError`, never a built-in exception (issue 22.4).
+
+The README promises that every error ctxwin raises derives from `CtxwinError`, so a harness can catch
+one class; STYLE.md 8 says no `ValueError` or `KeyError` leaks from the public API. Hypothesis feeds
+each entry point values that are wrong in every way a caller can get them wrong (wrong types, JSON of
+the wrong shape, near-miss provider messages with fields of the wrong type, out-of-range numbers,
+paths that are no paths) and lets any exception that is not a `CtxwinError` fail the test. Accepting
+a value is fine: the property is about how a refusal is raised, not whether it is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctxwin import ContextEngine, Message, Session, Text, policies
+from ctxwin.errors import ArgumentError, CtxwinError, InputError, MessageFormatError
+from ctxwin.messages import message_from_dict
+from ctxwin.messages import providers as convert
+from ctxwin.messages.pairing import repair, validate
+
+EXAMPLES = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+# -- values ---------------------------------------------------------------------------------------
+
+SCALARS = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
+           | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12))
+JUNK = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=8)
+NOT_TEXT = SCALARS.filter(lambda v: not isinstance(v, str)) | st.lists(SCALARS, max_size=2) \
+    | st.dictionaries(st.text(max_size=4), SCALARS, max_size=2)
+
+ROLES = ("user", "assistant", "system", "tool", "developer", "robot", "")
+TYPES = ("text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking", "image_url", "input_text",
+         "output_text", "input_image", "function_call", "function_call_output", "message", "reasoning", "refusal",
+         "document", "custom_tool_call", "custom", "function", "file", "input_audio")
+FIELDS = ("text", "id", "name", "input", "content", "tool_use_id", "call_id", "arguments", "source", "image_url",
+          "output", "thinking", "signature", "data", "role", "tool_calls", "tool_call_id", "function", "summary",
+          "is_error", "cache_control", "url", "media_type", "detail", "status", "encrypted_content", "type")
+
+
+def _with_fields(required: dict[str, st.SearchStrategy[Any]]) -> st.SearchStrategy[dict[str, Any]]:
+    """A dict with `required` and any of the known field names, each a plausible or a junk value."""
+    value = st.text(max_size=12) | JUNK
+    return st.fixed_dictionaries(required, optional={name: value for name in FIELDS if name not in required})
+
+
+BLOCK = _with_fields({"type": st.sampled_from(TYPES) | JUNK})
+CALL = _with_fields({"type": st.sampled_from(("function", "custom")) | JUNK,
+                     "function": _with_fields({"name": st.text(max_size=8) | JUNK}) | JUNK})
+MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(ROLES) | JUNK},
+    optional={"content": st.text(max_size=12) | st.lists(BLOCK | JUNK, max_size=3) | JUNK,
+              "tool_calls": st.lists(CALL | JUNK, max_size=2) | JUNK,
+              "tool_call_id": st.text(max_size=8) | JUNK, "name": st.text(max_size=8) | JUNK})
+ITEM = BLOCK | MESSAGE  # a Responses input item is a typed dict; a message item has a role too
+CONVERSATION = st.lists(ITEM | JUNK, max_size=4) | JUNK
+PATHISH = JUNK | st.text(max_size=12) | st.builds(lambda b: b, st.binary(max_size=6))
+
+
+def only_ctxwin_errors(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`call(...)`'s result, None when it refused with a `CtxwinError`; anything else propagates
+    (and fails the test, with the value hypothesis found)."""
+    try:
+        return call(*args, **kwargs)
+    except CtxwinError as error:
+        assert str(error), f"{type(error).__name__} without a message"
+        return None
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Relative paths a test feeds resolve under its own folder, never the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
+# -- the converters -------------------------------------------------------------------------------
+
+
+@EXAMPLES
+@given(CONVERSATION, st.none() | st.text(max_size=8) | st.lists(BLOCK | JUNK, max_size=2) | JUNK)
+def test_from_anthropic_refuses_bad_payloads_with_ctxwin_errors(messages: Any, system: Any) -> None:
+    only_ctxwin_errors(convert.from_anthropic, messages, system=system)
+
+
+@EXAMPLES
+@given(CONVERSATION)
+def test_from_openai_chat_refuses_bad_payloads_with_ctxwin_errors(messages: Any) -> None:
+    only_ctxwin_errors(convert.from_openai_chat, messages)
+
+
+@EXAMPLES
+@given(CONVERSATION)
+def test_from_openai_responses_refuses_bad_payloads_with_ctxwin_errors(items: Any) -> None:
+    only_ctxwin_errors(convert.from_openai_responses, items)
+
+
+@EXAMPLES
+@given(ITEM | JUNK)
+def test_a_provider_dict_of_unknown_shape_is_a_message_format_error(item: Any) -> None:
+    only_ctxwin_errors(convert.from_provider_dict, item)
+
+
+@EXAMPLES
+@given(st.fixed_dictionaries({"role": st.sampled_from(ROLES) | JUNK},
+                             optional={"blocks": st.lists(BLOCK | JUNK, max_size=3) | JUNK, "id": JUNK,
+                                       "meta": JUNK}) | JUNK)
+def test_a_stored_message_dict_of_the_wrong_shape_is_refused(data: Any) -> None:
+    only_ctxwin_errors(message_from_dict, data)
+
+
+def test_the_refusals_say_what_to_pass_and_stay_value_errors() -> None:
+    """The leaves name the right thing and keep the built-in, so `except ValueError` code still works."""
+    with pytest.raises(MessageFormatError, match="content must be a string or a list"):
+        convert.from_anthropic([{"role": "user", "content": 5}])
+    with pytest.raises(MessageFormatError, match="list of messages"):
+        convert.from_openai_chat(5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown role 'robot'"):
+        convert.from_openai_chat([{"role": "robot", "content": "x"}])
+    with pytest.raises(ArgumentError, match="expected one of"):
+        validate([], "gemini")  # type: ignore[arg-type]
+    assert issubclass(MessageFormatError, InputError) and issubclass(ArgumentError, ValueError)
+
+
+# -- the engine -----------------------------------------------------------------------------------
+
+MODEL = "claude-sonnet-4-5"
+GOOD = [Message("user", (Text("hello"),))]
+
+
+@EXAMPLES
+@given(MESSAGE | st.lists(MESSAGE | JUNK, max_size=3) | JUNK)
+def test_append_and_sync_refuse_bad_messages_with_ctxwin_errors(value: Any) -> None:
+    engine = ContextEngine(model=MODEL)
+    only_ctxwin_errors(engine.append, value)
+    only_ctxwin_errors(engine.sync, value)
+    engine.prepare()  # nothing half-appended breaks the next request
+
+
+def test_append_of_a_number_as_content_says_what_to_send() -> None:
+    """The example in the issue: a bare ValueError before."""
+    engine = ContextEngine(model=MODEL)
+    with pytest.raises(MessageFormatError) as refused:
+        engine.append({"role": "user", "content": 5})
+    assert "content" in str(refused.value) and "string" in str(refused.value)
+    assert engine.session.path() == []  # nothing lost, nothing half-written
+
+
+CONSTRUCTOR_ARGUMENTS = ("model", "policy", "window", "max_output", "system", "tools", "workspace",
+                         "overhead_tokens", "counter", "clock", "summarizer", "memory_flush", "session")
+
+
+@EXAMPLES
+@given(st.sampled_from(CONSTRUCTOR_ARGUMENTS), JUNK)
+def test_engine_arguments_are_refused_with_ctxwin_errors(name: str, value: Any) -> None:
+    engine = only_ctxwin_errors(ContextEngine, **{"model": MODEL, name: value})
+    if engine is not None:  # accepted: then it must work, not fail later with a stray TypeError
+        engine.append(GOOD)
+        only_ctxwin_errors(engine.prepare)  # a window of 1 token fits nothing: a ContextBudgetError
+
+
+@EXAMPLES
+@given(JUNK, JUNK, JUNK)
+def test_engine_calls_refuse_bad_arguments_with_ctxwin_errors(first: Any, second: Any, third: Any) -> None:
+    engine = ContextEngine(model=MODEL)
+    engine.append(GOOD)
+    only_ctxwin_errors(engine.prepare, max_output=first)
+    only_ctxwin_errors(engine.compact, first, max_output=second)
+    only_ctxwin_errors(engine.recover, first, max_output=second)
+    only_ctxwin_errors(engine.recall, first, second, third)
+    only_ctxwin_errors(engine.mark, first)
+    only_ctxwin_errors(engine.rewind, first)
+    only_ctxwin_errors(engine.pin, first)
+    only_ctxwin_errors(engine.record_usage, first)
+    only_ctxwin_errors(engine.is_overflow_error, first)
+    engine.prepare()
+
+
+# -- stores, policies, transcripts ----------------------------------------------------------------
+
+
+@EXAMPLES
+@given(PATHISH)
+def test_session_open_refuses_what_is_not_a_session_folder(value: Any) -> None:
+    log = only_ctxwin_errors(Session.open, value)
+    if log is not None:
+        log.close()
+
+
+def test_an_empty_path_is_no_session_folder(tmp_path: Path) -> None:
+    """"" would be the current folder: a session log and its lock written wherever the process runs."""
+    with pytest.raises(InputError, match="empty"):
+        Session.open("")
+    assert list(tmp_path.iterdir()) == []
+
+
+@EXAMPLES
+@given(JUNK | st.sampled_from(("pi:", ":aggressive", "nope.toml", "a/b", "pi:nope", "ctxwin:light:")))
+def test_policies_get_refuses_unknown_policies_with_ctxwin_errors(value: Any) -> None:
+    only_ctxwin_errors(policies.get, value)
+
+
+@EXAMPLES
+@given(st.dictionaries(st.sampled_from(("base", "mask", "spill", "compaction", "fit", "bootstrap", "prune",
+                                        "dedup", "result_budget", "name", "batch", "strategy")), JUNK, max_size=3))
+def test_a_policy_of_bad_values_is_refused_with_ctxwin_errors(data: dict[str, Any]) -> None:
+    only_ctxwin_errors(policies.from_dict, data)
+
+
+@EXAMPLES
+@given(PATHISH)
+def test_load_transcript_refuses_what_is_not_a_transcript_path(value: Any) -> None:
+    from ctxwin.transcripts import load_transcript
+
+    only_ctxwin_errors(load_transcript, value)
+
+
+@EXAMPLES
+@given(st.lists(JUNK | MESSAGE, max_size=4), st.sampled_from(("x.jsonl", "x.json")))
+def test_load_transcript_refuses_files_of_junk_with_ctxwin_errors(records: list[Any], name: str) -> None:
+    import json
+    import uuid
+
+    from ctxwin.transcripts import load_transcript
+
+    def dumps(value: Any) -> str:
+        return json.dumps(value, allow_nan=True)
+
+    path = Path(f"{uuid.uuid4().hex}-{name}")
+    path.write_text("\n".join(map(dumps, records)) if name.endswith("l") else dumps(records), "utf-8")
+    only_ctxwin_errors(load_transcript, path)
+
+
+def test_finite_numbers_only_is_what_the_hint_says() -> None:
+    """A NaN window is a number of tokens no more than a string is."""
+    with pytest.raises(InputError, match="positive"):
+        ContextEngine(model=MODEL, window=math.nan)  # type: ignore[arg-type]
+
+
+def test_repair_takes_a_known_provider() -> None:
+    with pytest.raises(ArgumentError, match="anthropic"):
+        repair([], "gemini")  # type: ignore[arg-type]
