@@ -32,6 +32,7 @@ from ctxwin.cli.run import (
     describe,
     options,
 )
+from ctxwin.memory.consolidate.schedule import CLOSE_WAIT_S, SleepConfig
 from ctxwin.store import DEFAULT_ROOT
 from ctxwin.tokens.breakdown import LABELS
 
@@ -131,6 +132,7 @@ class Repl:
             console.print(escape(f"compacted: {before:,} -> {after.tokens:,} tokens"), highlight=False)
             self.status()
         elif name == "new":
+            self.end_session(agent)
             agent.engine.session.close()
             self.agent = self._open(self._fresh())
             self.status()
@@ -159,6 +161,7 @@ class Repl:
             console.print(escape(agent.engine.health()), highlight=False)
         elif name == "resume":
             if arg:
+                self.end_session(agent)
                 agent.engine.session.close()
                 self.agent = self._open(Path(arg))
             self.turn(None, resume=True)
@@ -194,7 +197,16 @@ class Repl:
                     break
                 continue
             self.turn(line)
+        self.end_session(self.agent, wait=CLOSE_WAIT_S)
         self.agent.engine.session.close()
+
+    @staticmethod
+    def end_session(agent: Agent, wait: float | None = 0) -> None:
+        """With --consolidate (/new, /resume DIR, leaving): the ended session's memory is consolidated in
+        the background (waited for up to `wait` seconds, so that leaving the chat does not cut it short)."""
+        if agent.sleep is not None:
+            agent.sleep.session_ended()
+            agent.sleep.close(wait)
 
 
 @app.command("chat")
@@ -210,8 +222,14 @@ def chat(
     max_steps: int = typer.Option(100, "--max-steps", help="Model calls one turn may make."),
     allow_shell: AllowShellOption = False, api_key: ApiKeyOption = None, subagents: SubagentsOption = True,
     stream: StreamOption = True, agents: AgentsOption = None,
+    consolidate: bool = typer.Option(False, "--consolidate", help="After each session (/new, /quit), consolidate "
+                                     "the workspace's memory into MEMORY.md and memory/wiki/ in the background."),
+    consolidate_idle: float | None = typer.Option(None, "--consolidate-idle", min=1, help="Also consolidate after "
+                                                  "this many seconds without a turn.", show_default=False),
 ) -> None:
     """Chat with the agent in the terminal."""
     opts = options(base_url, api, model, session, workspace, window, max_output, policy, max_steps, allow_shell,
                    api_key, subagents, stream, agents)
+    if consolidate or consolidate_idle is not None:
+        opts.consolidate = SleepConfig(after_session=consolidate, idle_seconds=consolidate_idle)
     Repl(opts, sessions).loop()

@@ -24,6 +24,7 @@ from ctxwin.agent import Agent, AgentConfig, AgentDefinition, HttpModel, LoopEve
 from ctxwin.agent.subagents import SubAgents
 from ctxwin.cli.app import app, console, err_console, handle_errors
 from ctxwin.errors import InputError
+from ctxwin.memory.consolidate.schedule import SleepConfig
 from ctxwin.providers import APIS, client_for
 from ctxwin.store import Session
 from ctxwin.tools import Workspace
@@ -69,6 +70,7 @@ class AgentOptions:
     subagents: bool
     stream: bool = False
     agents: Path | None = None
+    consolidate: SleepConfig | None = None  # sleep-time consolidation of the workspace's memory (chat)
 
     def build(self, on_event: Any, session: Path | None = None) -> Agent:
         if self.api not in APIS:
@@ -90,7 +92,8 @@ class AgentOptions:
         # Persistent agents live with the workspace they work on, whatever session calls them.
         tools = SubAgents(definitions=definitions, sessions_root=children, models=other_model,
                           state_root=self.workspace / ".ctxwin" / "agents") if self.subagents else None
-        agent = create_agent(model, session=log, workspace=ws, config=AgentConfig(max_steps=self.max_steps),
+        config = AgentConfig(max_steps=self.max_steps, consolidate=self.consolidate)
+        agent = create_agent(model, session=log, workspace=ws, config=config,
                              policy=self.policy, window=self.window, max_output=self.max_output,
                              extra_tools=tools.tools() if tools else [], on_event=on_event)
         if tools is not None:

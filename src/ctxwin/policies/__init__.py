@@ -19,14 +19,17 @@ from ctxwin.errors import ArgumentError, InputError
 from ctxwin.policies.levels import LEVELS, at_level
 from ctxwin.policies.model import (
     COMPACTION_MODELS,
+    COMPACTION_SECTIONS,
     STRATEGIES,
     BootstrapPolicy,
     CheckpointCompaction,
     ClaudeCodeCompaction,
     CompactionPolicy,
+    CompactionSection,
     CtxwinCompaction,
     DedupPolicy,
     FitPolicy,
+    KeepsRecentSection,
     LettaCompaction,
     MaskPolicy,
     OpenClawCompaction,
@@ -177,6 +180,7 @@ def _toml_value(value: Any) -> str:
 
 __all__ = [
     "COMPACTION_MODELS",
+    "COMPACTION_SECTIONS",
     "DEFAULT",
     "LEVELS",
     "STRATEGIES",
@@ -184,9 +188,11 @@ __all__ = [
     "CheckpointCompaction",
     "ClaudeCodeCompaction",
     "CompactionPolicy",
+    "CompactionSection",
     "CtxwinCompaction",
     "DedupPolicy",
     "FitPolicy",
+    "KeepsRecentSection",
     "LettaCompaction",
     "MaskPolicy",
     "OpenClawCompaction",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
+from ctxwin.messages.providers import arguments_object
 from ctxwin.tokens.base import TokenCounter
 
 MAX_SUMMARY_LINE_CHARS = 200  # first lines of user messages are cut to this in the summary
@@ -107,8 +108,6 @@ class OutCall:
     def input(self) -> dict[str, Any]:
         """The arguments as Anthropic's `tool_use.input`, which is always an object: raw arguments that
         are not a JSON object are wrapped the way ctxwin's converters read them back."""
-        from ctxwin.messages.providers._common import arguments_object
-
         return dict(arguments_object(self.arguments))
 
 
