@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from ctxwin.errors import InputError
 from ctxwin.providers.anthropic import ANTHROPIC_BASE_URL, AnthropicClient
-from ctxwin.providers.base import RetryPolicy
 from ctxwin.providers.openai import OPENAI_BASE_URL, OpenAIChatClient, OpenAIResponsesClient
+from ctxwin.providers.retry import RetryPolicy
 
 ApiName = Literal["anthropic", "openai", "openai-responses"]
 APIS: tuple[ApiName, ...] = ("anthropic", "openai", "openai-responses")
