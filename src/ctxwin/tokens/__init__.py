@@ -10,7 +10,6 @@ Imports: errors, files, messages.
 
 from __future__ import annotations
 
-from ctxwin.errors import ArgumentError
 from ctxwin.tokens.base import TokenCounter
 from ctxwin.tokens.breakdown import CATEGORIES, PRESSURE_LEVELS, Breakdown, Category, usage_breakdown
 from ctxwin.tokens.cache import CachedCounter
@@ -40,8 +39,7 @@ def counter_for(model: str | None = None, *, exact: bool | None = None) -> Token
     if exact is not False and info.encoding:
         return TiktokenCounter(info.encoding)
     if exact:
-        raise ArgumentError(f"no public tokenizer for {model!r} (family {info.family})",
-                            "use the estimator (exact=None or False) and calibrate it from usage")
+        raise ValueError(f"no public tokenizer for {model!r} (family {info.family}); use the estimator and calibrate")
     return EstimatorCounter(info.family if model else "cl100k")
 
 
