@@ -246,3 +246,97 @@ def test_finite_numbers_only_is_what_the_hint_says() -> None:
 def test_repair_takes_a_known_provider() -> None:
     with pytest.raises(ArgumentError, match="anthropic"):
         repair([], "gemini")  # type: ignore[arg-type]
+
+
+# -- the tools, the memory tools, MCP -------------------------------------------------------------
+
+TOOL_ARGUMENTS = ("path", "pattern", "offset", "limit", "glob", "context", "command", "timeout", "query", "ref",
+                  "max_results", "min_score", "hops", "max_chars", "from", "lines", "roles", "start_date",
+                  "end_date", "all_sessions", "file_text", "old_str", "new_str", "insert_line", "insert_text",
+                  "view_range", "old_path", "new_path", "names", "ignore_case", "column", "pages")
+ARGUMENTS = st.dictionaries(st.sampled_from(TOOL_ARGUMENTS), st.text(max_size=10) | JUNK, max_size=4) | JUNK
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A workspace with a file, a session with one message and blobs, a memory folder, and the MCP
+    toolset serving all of them (the memory index over the hash embedder: no model download)."""
+    from ctxwin.mcp import McpConfig, Toolset
+
+    base = tmp_path_factory.mktemp("served")
+    (base / "repo").mkdir()
+    (base / "repo" / "a.txt").write_text("hello\nworld\n")
+    (base / "mem" / "memory").mkdir(parents=True)
+    (base / "mem" / "MEMORY.md").write_text("# Memory\nThe staging proxy listens on port 8443.\n")
+    (base / "mem" / "memory" / "2026-01-01.md").write_text("Deployed version 1.2.3.\n")
+    with Session.open(base / "sessions" / "s1") as log:
+        log.append("message", GOOD[0].to_dict())
+    toolset = Toolset(McpConfig(roots=(base / "repo",), session=base / "sessions" / "s1", memory=base / "mem",
+                                embedder="hash"))
+    yield toolset
+    toolset.close()
+
+
+@EXAMPLES
+@given(st.sampled_from(("read", "grep", "find", "ls", "read_spilled", "grep_spilled", "query_json")),
+       JUNK, JUNK, JUNK)
+def test_the_tool_functions_refuse_bad_arguments_with_ctxwin_errors(served: Any, name: str, first: Any,
+                                                                    second: Any, third: Any) -> None:
+    """Called directly, as a harness may (the registry's `run` answers every refusal as an output)."""
+    import ctxwin.tools
+
+    only_ctxwin_errors(getattr(ctxwin.tools, name), served.workspace, first, second, third)
+
+
+@EXAMPLES
+@given(JUNK | st.lists(JUNK, max_size=2), JUNK)
+def test_a_workspace_of_bad_roots_is_refused_with_a_tool_error(roots: Any, deny: Any) -> None:
+    from ctxwin.tools import Workspace
+
+    only_ctxwin_errors(Workspace, roots=roots, deny=deny)
+
+
+@EXAMPLES
+@given(st.sampled_from(("memory_search", "memory_get", "memory", "conversation_search", "recall", "read", "grep",
+                        "find", "ls", "nope")), ARGUMENTS)
+def test_mcp_and_memory_tools_answer_bad_arguments_as_refusals(served: Any, name: str, arguments: Any) -> None:
+    """A client's call never raises, and a refusal is a refusal: an error of ctxwin itself (any
+    exception that is not a CtxwinError) would come back as the `internal` error, which fails here."""
+    out = served.call(name, arguments)
+    assert out.details.get("error") != "internal", out.text
+
+
+@pytest.fixture(scope="module")
+def memory_tools(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from ctxwin.memory import MemoryIndex
+    from ctxwin.memory.embed import HashEmbedder
+    from ctxwin.memory.tools import MemoryTools
+    from ctxwin.store.in_memory import MemorySessionLog
+
+    root = tmp_path_factory.mktemp("memory")
+    (root / "memory").mkdir()
+    (root / "MEMORY.md").write_text("# Memory\nThe staging proxy listens on port 8443.\n")
+    log = MemorySessionLog(session_id="s1")
+    log.append("message", GOOD[0].to_dict())
+    with MemoryIndex.open(root / "index.sqlite", HashEmbedder()) as index:
+        index.add_entries(log, "s1")
+        yield MemoryTools(root, index, session="s1", window=8_000)
+
+
+@EXAMPLES
+@given(st.sampled_from(("memory_search", "memory_get", "memory", "conversation_search", "open_files",
+                        "close_files", "semantic_search_files", "nope")), ARGUMENTS)
+def test_the_memory_tools_never_raise_for_what_a_model_sends(memory_tools: Any, name: str, arguments: Any) -> None:
+    """Their promise is stronger: a model's call never raises at all, refusals are error outputs."""
+    out = memory_tools.run(name, arguments)
+    assert out.text and (not out.is_error or "internal" not in str(out.details.get("error", "")))
+
+
+@EXAMPLES
+@given(st.sampled_from(("roots", "blobs", "session", "sessions_root", "memory", "embedder", "model")), PATHISH)
+def test_an_mcp_config_of_bad_values_is_refused_with_ctxwin_errors(tmp_path: Path, name: str, value: Any) -> None:
+    from ctxwin.mcp import McpConfig, Toolset
+
+    toolset = only_ctxwin_errors(lambda: Toolset(McpConfig(**{"roots": (tmp_path,), name: value})))
+    if toolset is not None:
+        toolset.close()

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ctxwin.errors import InputError
+from ctxwin.errors import ArgumentError, InputError
 from ctxwin.tokens.estimator import FAMILIES
 
 ENV_OVERRIDES = "CTXWIN_MODELS"  # path of a TOML file of model overrides
@@ -186,8 +186,11 @@ def model_info(name: str | None, overrides: Mapping[str, Mapping[str, Any]] | No
     """What ctxwin knows of a model. Overrides (the mapping, then the TOML file, then the file named
     by CTXWIN_MODELS) take precedence over the built-in table, field by field. An unknown name gives
     `UNKNOWN`'s conservative limits and a `UnknownModelWarning`; no name gives them silently."""
-    if not name:
+    if name is None or name == "":
         return UNKNOWN
+    if not isinstance(name, str):
+        raise ArgumentError(f"a model name is text, not {type(name).__name__}",
+                            'pass the name, e.g. "claude-sonnet-4-5"')
     canonical, one_m = canonical_name(name)
     table = dict(MODELS)
     for source in (_file_overrides(os.environ.get(ENV_OVERRIDES)), _file_overrides(overrides_file), overrides or {}):
