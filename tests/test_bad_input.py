@@ -340,3 +340,52 @@ def test_an_mcp_config_of_bad_values_is_refused_with_ctxwin_errors(tmp_path: Pat
     toolset = only_ctxwin_errors(lambda: Toolset(McpConfig(**{"roots": (tmp_path,), name: value})))
     if toolset is not None:
         toolset.close()
+
+
+# -- the adapters ---------------------------------------------------------------------------------
+
+ADAPTER_CALLS = ("langchain.to_ctxwin", "langchain.CtxwinMiddleware", "openai_agents.items_to_messages",
+                 "openai_agents.plain_item", "openai_agents.CtxwinSession", "openai_agents.CtxwinInputFilter",
+                 "openai_agents.add_items", "openai_agents.get_items", "pydantic_ai.to_messages",
+                 "pydantic_ai.CtxwinHistory", "pydantic_ai.process")
+
+
+def _adapter_call(name: str, value: Any) -> Any:
+    import asyncio
+    import importlib
+
+    module, _, function = name.partition(".")
+    adapter = importlib.import_module(f"ctxwin.adapters.{module}")
+    if function in ("add_items", "get_items"):
+        session = adapter.CtxwinSession(ContextEngine(model=MODEL))
+        return asyncio.run(getattr(session, function)(value))
+    if function == "process":
+        return adapter.CtxwinHistory(ContextEngine(model=MODEL))(value)
+    return getattr(adapter, function)(value)
+
+
+@EXAMPLES
+@given(st.sampled_from(ADAPTER_CALLS), CONVERSATION | JUNK)
+def test_the_adapters_refuse_what_is_not_their_framework_s_input(name: str, value: Any) -> None:
+    pytest.importorskip({"langchain": "langchain", "openai_agents": "agents",
+                         "pydantic_ai": "pydantic_ai"}[name.partition(".")[0]])
+    only_ctxwin_errors(_adapter_call, name, value)
+
+
+@pytest.mark.parametrize(("adapter", "framework"), [("langchain", "langchain"), ("openai_agents", "agents"),
+                                                    ("pydantic_ai", "pydantic_ai")])
+def test_an_adapter_without_its_framework_names_the_extra(monkeypatch: pytest.MonkeyPatch, adapter: str,
+                                                          framework: str) -> None:
+    """A missing extra is a MissingExtraError, which is an ImportError too (what importing a module
+    of a missing package raises anywhere else)."""
+    import importlib
+    import sys
+
+    from ctxwin.errors import MissingExtraError
+
+    for name in [n for n in sys.modules if n == framework or n.startswith(f"{framework}.")] or [framework]:
+        monkeypatch.setitem(sys.modules, name, None)  # how Python marks a module as not importable
+    monkeypatch.delitem(sys.modules, f"ctxwin.adapters.{adapter}", raising=False)
+    with pytest.raises(MissingExtraError, match=r"pip install 'ctxwin\[") as refused:
+        importlib.import_module(f"ctxwin.adapters.{adapter}")
+    assert isinstance(refused.value, ImportError)

@@ -5,6 +5,7 @@
     ├── InputError                 a file, argument or message ctxwin cannot use as given (exit 2)
     │   ├── ArgumentError          an argument of an unusable value: an unknown name, a number out of range
     │   ├── MessageFormatError     a message or provider payload not in the shape its format documents
+    │   ├── MissingExtraError      an optional extra that is not installed (the hint: what to pip install)
     │   ├── EntryFormatError       a stored log entry without the shape its kind promises
     │   ├── BlobNotFoundError      a handle that names no blob
     │   ├── BlobCorruptedError     stored bytes that no longer match their hash (never served)
@@ -68,6 +69,12 @@ class ArgumentError(InputError, ValueError):
     """An argument whose value ctxwin cannot use: an unknown name (a tokenizer, a pricing scheme, a
     summary style), a number out of range, a value of the wrong type. Also a `ValueError`, which is
     what these raised before this leaf existed, so code written against the built-in still catches it."""
+
+
+class MissingExtraError(InputError, ImportError):
+    """An optional extra (a framework adapter, the proxy's server, PostgreSQL) that is not installed;
+    the hint names the `pip install 'ctxwin[...]'` that brings it. Also an `ImportError`, which is what
+    importing a module of a missing extra raises anywhere else."""
 
 
 class MessageFormatError(InputError, ValueError):
