@@ -389,3 +389,60 @@ def test_an_adapter_without_its_framework_names_the_extra(monkeypatch: pytest.Mo
     with pytest.raises(MissingExtraError, match=r"pip install 'ctxwin\[") as refused:
         importlib.import_module(f"ctxwin.adapters.{adapter}")
     assert isinstance(refused.value, ImportError)
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+CLI_COMMANDS = ("inspect", "health", "policies", "sessions", "search", "replay", "compact", "tool", "import",
+                "session", "memory", "eval", "report")  # not the servers and agents (run, chat, proxy, mcp, demo)
+CLI_VALUES = (st.sampled_from(("t.jsonl", "bin.dat", "empty.txt", "dir", "missing.jsonl", "p.toml", "", "-",
+                               "a\nb", "-1", "0", "nan", "1e999", "99999999999999999999", "pi", "nope", "entry:zz",
+                               "blob:00", "::"))
+              | st.text(max_size=8))
+
+
+def _cli_options() -> dict[tuple[str, str | None], list[str]]:
+    """Every (command, subcommand) of the safe commands with its option names, from the app itself."""
+    import typer
+
+    from ctxwin.cli.main import app
+
+    group: Any = typer.main.get_command(app)
+    out: dict[tuple[str, str | None], list[str]] = {}
+    for name in CLI_COMMANDS:
+        command = group.get_command(None, name)
+        subcommands = getattr(command, "commands", None) or {None: command}
+        for sub, each in subcommands.items():
+            out[(name, sub)] = [o for p in each.params for o in p.opts if o.startswith("-") and o != "--help"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def cli_options() -> dict[tuple[str, str | None], list[str]]:
+    return _cli_options()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_cli_answers_bad_arguments_with_an_error_line_and_exit_2(tmp_path: Path, data: st.DataObject,
+                                                                     cli_options: Any) -> None:
+    """Any arguments: an answer, or an exit code of 1 (ctxwin's trouble) or 2 (the input's) with an
+    error line, never a traceback."""
+    from typer.testing import CliRunner
+
+    from ctxwin.cli.main import app
+
+    (tmp_path / "t.jsonl").write_text('{"role": "user", "content": "hello there"}\n'
+                                      '{"role": "assistant", "content": "hi"}\n')
+    (tmp_path / "bin.dat").write_bytes(bytes(range(256)))
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "dir").mkdir(exist_ok=True)
+    (tmp_path / "p.toml").write_text("base = 'pi'\n[mask]\nbatch = -3\n")
+    command, sub = data.draw(st.sampled_from(sorted(cli_options, key=str)))
+    tokens = data.draw(st.lists(st.sampled_from(cli_options[(command, sub)] or ["--x"]) | CLI_VALUES, max_size=5))
+    result = CliRunner().invoke(app, [command, *([sub] if sub else []), *tokens])
+    said = result.output + (result.stderr if result.stderr_bytes is not None else "")
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in said
+    assert result.exit_code in (0, 1, 2), said
+    assert result.exit_code == 0 or "error" in said.lower(), said
