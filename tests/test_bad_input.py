@@ -63,6 +63,10 @@ ITEM = BLOCK | MESSAGE  # a Responses input item is a typed dict; a message item
 CONVERSATION = st.lists(ITEM | JUNK, max_size=4) | JUNK
 PATHISH = JUNK | st.text(max_size=12) | st.builds(lambda b: b, st.binary(max_size=6))
 
+MODEL = "claude-sonnet-4-5"
+GOOD_MESSAGE = Message("user", (Text("hello"),))
+GOOD = [GOOD_MESSAGE]
+
 
 def only_ctxwin_errors(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """`call(...)`'s result, None when it refused with a `CtxwinError`; anything else propagates
@@ -115,6 +119,29 @@ def test_a_stored_message_dict_of_the_wrong_shape_is_refused(data: Any) -> None:
     only_ctxwin_errors(message_from_dict, data)
 
 
+@EXAMPLES
+@given(st.lists(JUNK | st.just(GOOD_MESSAGE), max_size=3) | JUNK,
+       st.sampled_from(("to_anthropic", "to_openai_chat", "to_openai_responses")))
+def test_the_writers_refuse_what_is_not_a_list_of_messages(messages: Any, writer: str) -> None:
+    only_ctxwin_errors(getattr(convert, writer), messages)
+
+
+@EXAMPLES
+@given(st.sampled_from(("anthropic", "openai", "openai-responses")) | JUNK, JUNK | st.just("http://127.0.0.1:9"),
+       JUNK, st.lists(JUNK, max_size=2) | JUNK)
+def test_model_clients_refuse_bad_arguments_before_anything_is_sent(api: Any, base_url: Any, model: Any,
+                                                                    messages: Any) -> None:
+    """(Nothing listens on port 9: a request that got as far as the network would fail there, and
+    that is not what this is about; `build_request` is everything a call does before it.)"""
+    from ctxwin.providers import client_for
+
+    client = only_ctxwin_errors(client_for, api, base_url, model, api_key="k")
+    if client is None:
+        return
+    with client:
+        only_ctxwin_errors(client.build_request, messages)
+
+
 def test_the_refusals_say_what_to_pass_and_stay_value_errors() -> None:
     """The leaves name the right thing and keep the built-in, so `except ValueError` code still works."""
     with pytest.raises(MessageFormatError, match="content must be a string or a list"):
@@ -130,8 +157,6 @@ def test_the_refusals_say_what_to_pass_and_stay_value_errors() -> None:
 
 # -- the engine -----------------------------------------------------------------------------------
 
-MODEL = "claude-sonnet-4-5"
-GOOD = [Message("user", (Text("hello"),))]
 
 
 @EXAMPLES

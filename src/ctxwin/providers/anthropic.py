@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from ctxwin.messages import Message, Text
-from ctxwin.messages.providers import from_anthropic, to_anthropic
+from ctxwin.messages.providers import canonical, from_anthropic, to_anthropic
 from ctxwin.providers import parsing
 from ctxwin.providers.client import HttpClient
 from ctxwin.providers.interface import (
@@ -67,6 +67,7 @@ class AnthropicClient(HttpClient):
                       max_tokens: int | None = 4096, tools: Tools = None, tool_choice: ToolChoice | None = None,
                       stream: bool = False) -> dict[str, Any]:
         head = [Message("system", (Text(system),))] if system else []
+        messages = canonical(messages, "the messages of a model call")
         converted = to_anthropic([*head, *messages])
         payload: dict[str, Any] = {"model": self.model, "messages": converted["messages"]}
         if converted.get("system"):

@@ -15,7 +15,13 @@ from typing import Any
 import httpx
 
 from ctxwin.messages import Message, Text
-from ctxwin.messages.providers import from_openai_chat, from_openai_responses, to_openai_chat, to_openai_responses
+from ctxwin.messages.providers import (
+    canonical,
+    from_openai_chat,
+    from_openai_responses,
+    to_openai_chat,
+    to_openai_responses,
+)
 from ctxwin.providers import parsing
 from ctxwin.providers.client import HttpClient
 from ctxwin.providers.interface import (
@@ -69,6 +75,7 @@ class OpenAIChatClient(_OpenAIClient):
                       tools: Tools = None, tool_choice: ToolChoice | None = None,
                       stream: bool = False) -> dict[str, Any]:
         head = [Message("system", (Text(system),))] if system else []
+        messages = canonical(messages, "the messages of a model call")
         payload: dict[str, Any] = {"model": self.model, "messages": to_openai_chat([*head, *messages]),
                                    self.max_tokens_field: max_tokens}
         add_tools("chat", payload, tools, tool_choice)
@@ -93,6 +100,7 @@ class OpenAIResponsesClient(_OpenAIClient):
     def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
                       tools: Tools = None, tool_choice: ToolChoice | None = None,
                       stream: bool = False) -> dict[str, Any]:
+        messages = canonical(messages, "the messages of a model call")
         payload: dict[str, Any] = {"model": self.model, "input": to_openai_responses(list(messages)),
                                    "max_output_tokens": max_tokens, "store": False}
         if system:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from ctxwin.errors import MessageFormatError
 from ctxwin.messages.model import Message
-from ctxwin.messages.providers._common import RAW_ARGUMENTS, arguments_object
+from ctxwin.messages.providers._common import RAW_ARGUMENTS, arguments_object, canonical
 from ctxwin.messages.providers.anthropic import from_anthropic, to_anthropic
 from ctxwin.messages.providers.openai_chat import from_openai_chat, to_openai_chat
 from ctxwin.messages.providers.openai_responses import from_openai_responses, to_openai_responses
@@ -107,6 +107,7 @@ __all__ = [
     "RAW_ARGUMENTS",
     "Format",
     "arguments_object",
+    "canonical",
     "detect_format",
     "from_anthropic",
     "from_openai_chat",

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ctxwin.errors import MessageFormatError
-from ctxwin.messages.model import Block, Image, Text, Thinking, image_placeholder, image_problem
+from ctxwin.messages.model import Block, Image, Message, Text, Thinking, image_placeholder, image_problem
 
 ANTHROPIC = "anthropic"
 OPENAI_CHAT = "openai_chat"
@@ -68,6 +68,17 @@ def require_list(value: Any, what: str, items: str) -> list[Any]:
         raise MessageFormatError(f"{what} takes a list of {items}, not {type(value).__name__}",
                                  f"pass the {items} as a list")
     return list(value)
+
+
+def canonical(messages: Any, what: str) -> Sequence[Message]:
+    """`messages` when it is a list of canonical `Message`s (the writers' input); anything else is a
+    `MessageFormatError` naming the first item that is not one."""
+    listed = messages if isinstance(messages, list | tuple) else require_list(messages, what, "Messages")
+    for index, message in enumerate(listed):
+        if not isinstance(message, Message):
+            raise MessageFormatError(f"{what}: item {index} is a {type(message).__name__}, not a Message",
+                                     "convert provider dicts first (from_anthropic, from_openai_chat, ...)")
+    return listed
 
 
 def optional_text(value: Any, where: str, field: str) -> str | None:

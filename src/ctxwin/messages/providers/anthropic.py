@@ -46,6 +46,7 @@ from ctxwin.messages.model import Block, Image, Message, Text, Thinking, ToolCal
 from ctxwin.messages.providers._common import (
     ANTHROPIC,
     arguments_object,
+    canonical,
     extra_for,
     fields_of,
     put_back,
@@ -109,6 +110,7 @@ def from_anthropic(messages: Sequence[Mapping[str, Any]],
 
 
 def to_anthropic(messages: Sequence[Message]) -> dict[str, Any]:
+    messages = canonical(messages, "to_anthropic")
     out: dict[str, Any] = {}
     lead = 0
     while lead < len(messages) and messages[lead].role == "system":

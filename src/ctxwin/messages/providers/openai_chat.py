@@ -49,6 +49,7 @@ from ctxwin.messages.model import Block, Image, Message, Text, Thinking, ToolCal
 from ctxwin.messages.providers._common import (
     OPENAI_CHAT,
     arguments_string,
+    canonical,
     decode_arguments,
     extra_for,
     fields_of,
@@ -120,6 +121,7 @@ def from_openai_chat(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
 
 
 def to_openai_chat(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    messages = canonical(messages, "to_openai_chat")
     out: list[dict[str, Any]] = []
     images: list[dict[str, Any]] = []  # image parts of tool results, sent after the run of tool messages
     last = len(messages) - 1

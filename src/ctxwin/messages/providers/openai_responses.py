@@ -48,6 +48,7 @@ from ctxwin.messages.providers._common import (
     OPENAI_RESPONSES,
     UNSENT_SUFFIX,
     arguments_string,
+    canonical,
     decode_arguments,
     extra_for,
     fields_of,
@@ -149,6 +150,7 @@ def from_openai_responses(items: Sequence[Mapping[str, Any]]) -> list[Message]:
 
 
 def to_openai_responses(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    messages = canonical(messages, "to_openai_responses")
     out: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
         if message.role == "assistant":
