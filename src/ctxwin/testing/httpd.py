@@ -28,6 +28,7 @@ class Server(ThreadingHTTPServer):
     """Threads serving `fake` on 127.0.0.1:`port` (0: a free one)."""
 
     daemon_threads = True
+    request_queue_size = 128  # the listen backlog: a proxy opening tens of connections at once is not refused
 
     def __init__(self, port: int, fake: Handles) -> None:
         super().__init__(("127.0.0.1", port), Handler)
