@@ -61,6 +61,12 @@ MESSAGE = st.fixed_dictionaries(
               "tool_call_id": st.text(max_size=8) | JUNK, "name": st.text(max_size=8) | JUNK})
 ITEM = BLOCK | MESSAGE  # a Responses input item is a typed dict; a message item has a role too
 CONVERSATION = st.lists(ITEM | JUNK, max_size=4) | JUNK
+NEAR_VALID = st.lists(st.fixed_dictionaries(  # conversations that mostly read, so the code after the reading runs
+    {"role": st.sampled_from(("user", "assistant")), "content": st.text(min_size=1, max_size=20)
+     | st.lists(BLOCK, max_size=2)},
+    optional={"tool_calls": st.lists(CALL, max_size=1), "call_id": st.text(max_size=4), "name": st.text(max_size=4),
+              "type": st.sampled_from(("message", "function_call", "function_call_output", "reasoning")),
+              "arguments": st.text(max_size=6), "output": st.text(max_size=6)}), min_size=1, max_size=4)
 PATHISH = JUNK | st.text(max_size=12) | st.builds(lambda b: b, st.binary(max_size=6))
 
 MODEL = "claude-sonnet-4-5"
@@ -471,3 +477,55 @@ def test_the_cli_answers_bad_arguments_with_an_error_line_and_exit_2(tmp_path: P
     assert "Traceback" not in said
     assert result.exit_code in (0, 1, 2), said
     assert result.exit_code == 0 or "error" in said.lower(), said
+
+
+# -- the proxy ------------------------------------------------------------------------------------
+
+PROXY_PATHS = {"anthropic": "/v1/messages", "openai-chat": "/v1/chat/completions",
+               "openai-responses": "/v1/responses", "anthropic-count": "/v1/messages/count_tokens"}
+
+
+@pytest.fixture(scope="module")
+def proxy() -> Any:
+    """The real proxy (uvicorn on 127.0.0.1) in front of the fake provider."""
+    from ctxwin.testing import FakeProvider
+    from proxy_server import proxy_for
+
+    with FakeProvider(context_window=50_000, max_output=2_000) as fake, proxy_for(fake) as served:
+        yield served
+
+
+def _proxy_body(api: str, conversation: Any, extra: dict[str, Any]) -> dict[str, Any]:
+    key = "input" if api == "openai-responses" else "messages"
+    model = "claude-sonnet-4-5" if api.startswith("anthropic") else "gpt-4o"
+    return {"model": model, "max_tokens": 100, key: conversation, **extra}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(sorted(PROXY_PATHS)), CONVERSATION | NEAR_VALID,
+       st.dictionaries(st.sampled_from(("model", "max_tokens", "max_output_tokens", "stream", "system", "tools",
+                                        "instructions", "tool_choice", "stream_options", "metadata")),
+                       JUNK | st.booleans(), max_size=3))
+def test_the_proxy_answers_bad_requests_in_the_api_s_error_shape(proxy: Any, api: str, conversation: Any,
+                                                                  extra: dict[str, Any]) -> None:
+    """A request of any shape gets the upstream's answer, or an error in the caller's own API's shape
+    that says what is wrong; never a 500 of ctxwin's own (what a stray built-in exception becomes)."""
+    import json
+
+    import httpx
+
+    headers = {"content-type": "application/json"}
+    headers.update({"x-api-key": "sk-test", "anthropic-version": "2023-06-01"} if api.startswith("anthropic")
+                   else {"authorization": "Bearer sk-test"})
+    body = json.dumps(_proxy_body(api, conversation, extra), allow_nan=True).encode()
+    with httpx.stream("POST", f"{proxy.url}{PROXY_PATHS[api]}", content=body, headers=headers, timeout=60) as reply:
+        data = reply.read()
+    assert reply.status_code != 500, data[:300]
+    if reply.status_code < 400:
+        return
+    error = json.loads(data)
+    if api.startswith("anthropic"):
+        assert error["type"] == "error" and set(error["error"]) >= {"type", "message"}, error
+    else:
+        assert set(error["error"]) >= {"message", "type"}, error
+    assert error["error"]["message"]

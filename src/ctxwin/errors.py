@@ -20,7 +20,7 @@
     │   ├── MemoryPathError        a memory path outside the memory folder
     │   ├── MemoryEditError        a memory edit that cannot apply (no match, several)
     │   ├── TelemetryError         telemetry asked for but not available as configured
-    │   ├── ProxyRefusal           a request the proxy answers itself (bad JSON, too large, bad token)
+    │   ├── ProxyRefusal           a request the proxy refuses (bad JSON, too large, bad token): a ProxyError
     │   └── BlobNotTextError       a blob recalled as text that is not UTF-8 (its bytes are intact)
     ├── ContextBudgetError         no request can be made to fit (the system prompt alone is too large)
     ├── ContextOverflowError       the provider keeps rejecting the request as too long after recovery
@@ -29,6 +29,8 @@
     ├── SessionLockedError         another writer holds the session
     ├── EncodingError              a vendored tokenizer file is missing or corrupt
     ├── ProviderError              a provider's HTTP error, error event or malformed answer
+    ├── ProxyError                 an answer the proxy gives itself (`status`): ProxyRefusal, UpstreamError
+    │   └── UpstreamError          the proxy's upstream unreachable, too slow or unrelayable (502, 504)
     ├── ModelCallCancelled         a model call stopped by its cancel event
     ├── Interrupted                the user stopped the agent's current step (Ctrl-C)
     ├── ToolDefinitionError        a function that cannot be registered as a tool
@@ -285,17 +287,29 @@ class TelemetryError(InputError):
     be set up as configured: the extra is not installed, or the exporter or protocol is unknown."""
 
 
-# --- proxy (the proxy application: requests it answers itself)
+# --- proxy (the proxy application: answers it gives itself)
 
 
-class ProxyRefusal(InputError):
-    """A request the proxy answers itself instead of forwarding (malformed JSON, a body over the size
-    limit, a wrong or missing ctxwin token, an unknown endpoint, an upstream that is down or timed
-    out): `status` is the HTTP status the caller gets, in its own API's error shape."""
+class ProxyError(CtxwinError):
+    """An answer the proxy gives itself instead of forwarding the request or relaying the upstream's:
+    `status` is the HTTP status the caller gets, in its own API's error shape. The request's fault is
+    a `ProxyRefusal` (4xx); the upstream's an `UpstreamError` (5xx). Catch this class for both."""
 
     def __init__(self, status: int, message: str, hint: str | None = None) -> None:
         super().__init__(message, hint)
         self.status = status
+
+
+class ProxyRefusal(ProxyError, InputError):
+    """A request the proxy refuses instead of forwarding (malformed JSON, a body over the size limit,
+    a wrong or missing ctxwin token, an unknown endpoint, a conversation it cannot read or fit): the
+    caller's input is at fault (an InputError), the status a 4xx."""
+
+
+class UpstreamError(ProxyError):
+    """The proxy's upstream failed this request: unreachable or broke off its answer (502), did not
+    answer in time (504), or sent what cannot be relayed (an answer over the limit, a stream that is not
+    the API's events: 502). The caller's request may be fine as it is: trying again is the remedy."""
 
 
 # --- engine: recall
