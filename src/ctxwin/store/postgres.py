@@ -34,7 +34,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ctxwin.errors import EntryFormatError, InputError
+from ctxwin.errors import EntryFormatError, InputError, MissingExtraError
 from ctxwin.store.base import (
     BlobCorruptedError,
     BlobInfo,
@@ -116,7 +116,7 @@ def _psycopg() -> Any:
     try:
         import psycopg
     except ImportError:
-        raise InputError("the PostgreSQL backend needs psycopg 3", "pip install 'ctxwin[postgres]'") from None
+        raise MissingExtraError("the PostgreSQL backend needs psycopg 3", "pip install 'ctxwin[postgres]'") from None
     return psycopg
 
 
