@@ -224,6 +224,14 @@ def test_session_open_refuses_what_is_not_a_session_folder(value: Any) -> None:
         log.close()
 
 
+@settings(max_examples=40, deadline=None)
+@given(JUNK | st.just("postgresql://127.0.0.1:9/ctxwin"), JUNK)
+def test_session_postgres_refuses_bad_dsns_and_ids_with_ctxwin_errors(dsn: Any, session_id: Any) -> None:
+    """(Port 9 has no server: a DSN that parses gets as far as the connection, which is refused.)"""
+    pytest.importorskip("psycopg")
+    only_ctxwin_errors(Session.postgres, dsn, session_id)
+
+
 def test_an_empty_path_is_no_session_folder(tmp_path: Path) -> None:
     """"" would be the current folder: a session log and its lock written wherever the process runs."""
     with pytest.raises(InputError, match="empty"):
