@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ctxwin.errors import ArgumentError, InputError
+from ctxwin.errors import InputError
 from ctxwin.tokens.estimator import FAMILIES
 
 ENV_OVERRIDES = "CTXWIN_MODELS"  # path of a TOML file of model overrides
@@ -159,6 +159,8 @@ _SUFFIXES = re.compile(r"(?:[-@:](?:\d{8}|\d{4}-\d{2}-\d{2}|v\d+(?::\d+)?|\d{4}|
 def canonical_name(name: str) -> tuple[str, bool]:
     """The registry's form of a model name, and whether it asks for the 1M window:
     "Anthropic/Claude-Opus-4-6[1m]" -> ("claude-opus-4-6", True)."""
+    if not isinstance(name, str):
+        raise InputError(f"a model name is text, not {type(name).__name__}", 'pass the name, e.g. "claude-sonnet-4-5"')
     text = name.strip().lower()
     one_m = bool(_ONE_M.search(text))
     text = _ONE_M.sub("", text)
@@ -186,11 +188,8 @@ def model_info(name: str | None, overrides: Mapping[str, Mapping[str, Any]] | No
     """What ctxwin knows of a model. Overrides (the mapping, then the TOML file, then the file named
     by CTXWIN_MODELS) take precedence over the built-in table, field by field. An unknown name gives
     `UNKNOWN`'s conservative limits and a `UnknownModelWarning`; no name gives them silently."""
-    if name is None or name == "":
+    if not name:
         return UNKNOWN
-    if not isinstance(name, str):
-        raise ArgumentError(f"a model name is text, not {type(name).__name__}",
-                            'pass the name, e.g. "claude-sonnet-4-5"')
     canonical, one_m = canonical_name(name)
     table = dict(MODELS)
     for source in (_file_overrides(os.environ.get(ENV_OVERRIDES)), _file_overrides(overrides_file), overrides or {}):
