@@ -42,6 +42,8 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ctxwin.errors import InputError, MissingExtraError
+
 try:
     from agents.agent_output import AgentOutputSchema, AgentOutputSchemaBase
     from agents.handoffs import Handoff, handoff
@@ -53,11 +55,11 @@ try:
     from agents.run_config import CallModelData, ModelInputData
     from agents.tool import Tool
 except ImportError as error:  # pragma: no cover - the extra is part of the dev install
-    raise ImportError("ctxwin.adapters.openai_agents needs the OpenAI Agents SDK: "
-                      "pip install 'ctxwin[openai-agents]'") from error
+    raise MissingExtraError(f"ctxwin.adapters.openai_agents needs the OpenAI Agents SDK ({error.name} is missing)",
+                            "pip install 'ctxwin[openai-agents]'") from error
 
+from ctxwin.adapters.inputs import list_of
 from ctxwin.engine import ContextEngine, Prepared
-from ctxwin.errors import InputError
 from ctxwin.messages import Message, ToolResult, from_openai_responses, to_openai_responses
 from ctxwin.store import Session
 from ctxwin.store.entries import CustomEntry, MessageEntry, parse
@@ -89,6 +91,10 @@ def plain_item(item: Any) -> dict[str, Any]:
     if not isinstance(item, Mapping):
         raise InputError(f"a session item is a Responses input item (a dict), not {type(item).__name__}",
                          'pass items like {"role": "user", "content": "..."} or {"type": "function_call", ...}')
+    for key in ("type", "role"):
+        if not isinstance(item.get(key), str | None):
+            raise InputError(f"a session item's {key} is a {type(item[key]).__name__}, not a string",
+                             'pass items like {"role": "user", "content": "..."} or {"type": "function_call", ...}')
     try:
         return json.loads(json.dumps(item, ensure_ascii=False))
     except (TypeError, ValueError) as error:
@@ -133,7 +139,8 @@ def _convert(items: Iterable[Any], calls: Mapping[str, str] | None) -> list[tupl
     """Each message with how many of the items it was made from."""
     out: list[tuple[Message, int]] = []
     names: dict[str, str] = dict(calls or {})
-    for group in _groups([plain_item(i) for i in items]):
+    listed = list_of(items, object, "the session's items", "pass a list of Responses input items")
+    for group in _groups([plain_item(i) for i in listed]):
         try:
             converted = from_openai_responses([{k: v for k, v in i.items() if k not in SDK_ONLY_FIELDS} for i in group])
         except ValueError as error:

@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ctxwin.errors import InputError, MissingExtraError
+
 try:
     from pydantic_ai.capabilities import AbstractCapability, ProcessHistory
     from pydantic_ai.exceptions import RetryModelRequest
@@ -55,10 +57,11 @@ try:
     from pydantic_ai.models import ModelRequestContext
     from pydantic_ai.tools import RunContext
 except ImportError as error:  # pragma: no cover - the extra is part of the dev install
-    raise ImportError("ctxwin.adapters.pydantic_ai needs PydanticAI: pip install 'ctxwin[pydantic-ai]'") from error
+    raise MissingExtraError(f"ctxwin.adapters.pydantic_ai needs PydanticAI ({error.name} is missing)",
+                            "pip install 'ctxwin[pydantic-ai]'") from error
 
+from ctxwin.adapters.inputs import list_of
 from ctxwin.engine import ContextEngine, Prepared
-from ctxwin.errors import InputError
 from ctxwin.messages import Block, Message, Role, Text, Thinking, ToolCall, ToolResult, block_to_dict
 
 ENGINE_PART = "ctxwin:engine-system"
@@ -73,6 +76,11 @@ _ELIDED = "elided"  # which field of a kept part the block holds instead
 
 
 # -- parts <-> blocks -------------------------------------------------------------------------------
+
+
+def _history_of(history: Any) -> list[ModelMessage]:
+    return list_of(history, (ModelRequest, ModelResponse), "the PydanticAI history",
+                   "pass the agent's message history (result.all_messages()): ModelRequests and ModelResponses")
 
 
 def _dump(message: ModelMessage) -> dict[str, Any]:
@@ -134,10 +142,7 @@ def _elide(kept: dict[str, Any], name: str) -> dict[str, Any]:
 def to_messages(history: Sequence[ModelMessage]) -> list[Message]:
     """PydanticAI messages as canonical messages (see the module doc)."""
     out: list[Message] = []
-    for index, message in enumerate(history):
-        if not isinstance(message, ModelRequest | ModelResponse):
-            raise InputError(f"message {index} is a {type(message).__name__}, not a ModelRequest or ModelResponse",
-                             "pass the agent's message history (result.all_messages())")
+    for message in _history_of(history):
         fields = _dump(message)
         dumped_parts = fields.pop("parts")
         if isinstance(message, ModelResponse):
@@ -355,6 +360,7 @@ class CtxwinHistory:
 
     def process(self, messages: list[ModelMessage], *, tools: Sequence[Any] = (),
                 max_output: int | None = None) -> list[ModelMessage]:
+        messages = _history_of(messages)
         self.log(messages)
         self.engine.overhead_tokens = _overhead(self.engine, _instructions(messages), tools)
         self.last = self.engine.prepare(max_output=max_output)

@@ -31,7 +31,7 @@ from typing import Any
 from ctxwin import policies
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.engine.budget import Budget
-from ctxwin.errors import InputError
+from ctxwin.errors import InputError, MissingExtraError
 from ctxwin.evaluation.replay import iter_replay
 from ctxwin.messages import Message, Text, ToolResult, validate
 from ctxwin.pipeline.events import Compacted, ToolUsesCleared
@@ -221,8 +221,9 @@ def require(name: str) -> None:
         try:
             import langchain.agents.middleware  # noqa: F401
         except ImportError as error:
-            raise InputError(f"the `langchain` baseline runs LangChain's own middleware, and {error.name} "
-                             "is not installed", "pip install 'ctxwin[langchain]', or leave `langchain` out") from None
+            raise MissingExtraError(f"the `langchain` baseline runs LangChain's own middleware, and {error.name} "
+                                    "is not installed", "pip install 'ctxwin[langchain]', or leave `langchain` out"
+                                    ) from None
 
 
 def langchain_middleware(window: int, model_name: str | None = None) -> tuple[Any, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import re2
 
-from ctxwin.errors import InputError, MemoryIndexError
+from ctxwin.errors import InputError, MemoryIndexError, MissingExtraError
 from ctxwin.memory.backend import FIELDS_WEIGHT, SCHEMA_VERSION, Filters, cjk_runs, whole_identifiers
 from ctxwin.memory.chunks import IDENTIFIER, Chunk
 from ctxwin.memory.vectors import VectorScan
@@ -88,7 +88,7 @@ class PostgresBackend:
         try:
             import psycopg
         except ImportError:
-            raise InputError("the PostgreSQL index needs psycopg 3", "pip install 'ctxwin[postgres]'") from None
+            raise MissingExtraError("the PostgreSQL index needs psycopg 3", "pip install 'ctxwin[postgres]'") from None
         try:
             self.conn = psycopg.connect(dsn, autocommit=True)
         except psycopg.OperationalError as error:

@@ -15,8 +15,10 @@ import binascii
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, TypeAlias, get_args
+
+from ctxwin.errors import MessageFormatError
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
@@ -168,6 +170,13 @@ class ToolResult:
 
 Block: TypeAlias = Text | Thinking | Image | ToolCall | ToolResult
 Part: TypeAlias = Text | Image
+# the `type` each block class writes (its field's fixed default), so a new block kind is known at once
+BLOCK_TYPES: frozenset[str] = frozenset(
+    str(f.default) for cls in get_args(Block) for f in fields(cls) if f.name == "type")
+PART_TYPES: frozenset[str] = frozenset({"text", "image"})  # what a tool result may hold
+# The fields each block type's reader (`block_from_dict`) cannot do without.
+REQUIRED_FIELDS: Mapping[str, tuple[str, ...]] = {"text": ("text",), "thinking": ("thinking",), "image": (),
+                                                  "tool_call": ("id", "name"), "tool_result": ("call_id",)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,13 +285,25 @@ def block_to_dict(block: Block) -> dict[str, Any]:
             if name is not None:
                 out["name"] = name
         case _:
-            raise TypeError(f"not a block: {block!r}")
+            raise MessageFormatError(f"not a block: {block!r}",
+                                     "blocks are Text, Thinking, Image, ToolCall or ToolResult")
     if block.extra:
         out["extra"] = dict(block.extra)
     return out
 
 
 def block_from_dict(data: Mapping[str, Any]) -> Block:
+    """The block `block_to_dict` wrote; anything else is a `MessageFormatError` saying what is wrong."""
+    try:
+        return _read_block(data)
+    except MessageFormatError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError, RecursionError) as error:
+        problem = _block_problem(data, BLOCK_TYPES) or f"{type(error).__name__}: {error}"
+        raise MessageFormatError(f"not a block: {problem}", "pass what block_to_dict() writes") from None
+
+
+def _read_block(data: Mapping[str, Any]) -> Block:
     kind = data.get("type")
     extra = dict(data.get("extra") or _EMPTY)
     if kind == "text":
@@ -297,13 +318,13 @@ def block_from_dict(data: Mapping[str, Any]) -> Block:
     if kind == "tool_result":
         parts = tuple(_part_from_dict(p) for p in data.get("content", ()))
         return ToolResult(str(data["call_id"]), parts, bool(data.get("is_error", False)), data.get("name"), extra)
-    raise ValueError(f"unknown block type {kind!r}; expected text, thinking, image, tool_call or tool_result")
+    raise MessageFormatError(f"unknown block type {kind!r}; expected text, thinking, image, tool_call or tool_result")
 
 
 def _part_from_dict(data: Mapping[str, Any]) -> Part:
-    block = block_from_dict(data)
+    block = _read_block(data)
     if not isinstance(block, Text | Image):
-        raise ValueError(f"a tool result may hold only text and image parts, not {block.type!r}")
+        raise MessageFormatError(f"a tool result may hold only text and image parts, not {block.type!r}")
     return block
 
 
@@ -317,11 +338,63 @@ def message_to_dict(message: Message) -> dict[str, Any]:
 
 
 def message_from_dict(data: Mapping[str, Any]) -> Message:
+    """The message `message_to_dict` wrote. Anything else is a `MessageFormatError` saying what is wrong
+    (see `message_problem`)."""
+    try:
+        role = data.get("role")
+        if role not in ROLES:
+            raise MessageFormatError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+        blocks = tuple(_read_block(b) for b in data.get("blocks", ()))
+        return Message(role=role, blocks=blocks, id=str(data.get("id", "")), meta=dict(data.get("meta") or _EMPTY))
+    except MessageFormatError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError, RecursionError) as error:
+        # the success path pays nothing for the check; a failure says what is wrong instead of what tripped
+        problem = message_problem(data) or f"{type(error).__name__}: {error}"
+        raise MessageFormatError(f"not a message: {problem}", "pass what Message.to_dict() writes") from None
+
+
+def message_problem(data: Any) -> str | None:
+    """Why `data` cannot be read as a message (`message_from_dict`), or None: an object with a known
+    role, `blocks` a list of objects each of a known type with the fields its reader needs (a tool
+    result's content a list of text and image parts), `meta` and each block's `extra` objects. Cheap
+    enough to run on every append."""
+    if not isinstance(data, Mapping):
+        return f"a message is an object, not {type(data).__name__}"
     role = data.get("role")
-    if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
-    blocks = tuple(block_from_dict(b) for b in data.get("blocks", ()))
-    return Message(role=role, blocks=blocks, id=str(data.get("id", "")), meta=dict(data.get("meta") or _EMPTY))
+    if not isinstance(role, str) or role not in ROLES:  # (a list is unhashable: no set look-up for it)
+        return f"unknown role {role!r}; expected one of {', '.join(ROLES)}"
+    meta = data.get("meta")
+    if meta is not None and not isinstance(meta, Mapping):
+        return f"'meta' is a {type(meta).__name__}, not an object"
+    blocks = data.get("blocks", ())
+    if not isinstance(blocks, list | tuple):
+        return f"'blocks' is a {type(blocks).__name__}, not a list"
+    for index, block in enumerate(blocks):
+        problem = _block_problem(block, BLOCK_TYPES)
+        if problem is None and block["type"] == "tool_result":
+            parts = block.get("content", ())
+            if not isinstance(parts, list | tuple):
+                problem = f"'content' is a {type(parts).__name__}, not a list"
+            for at, part in enumerate(parts if problem is None else ()):
+                problem = problem or _block_problem(part, PART_TYPES, f"content[{at}] ")
+        if problem is not None:
+            return f"blocks[{index}] {problem}"
+    return None
+
+
+def _block_problem(block: Any, types: frozenset[str], where: str = "") -> str | None:
+    if not isinstance(block, Mapping):
+        return f"{where}is a {type(block).__name__}, not an object"
+    kind = block.get("type")
+    if not isinstance(kind, str) or kind not in types:
+        return f"{where}has unknown type {kind!r}"
+    missing = [name for name in REQUIRED_FIELDS.get(kind, ()) if name not in block]
+    if missing:
+        return f"{where}({kind}) has no {', '.join(repr(m) for m in missing)}"
+    extra = block.get("extra")
+    return f"{where}({kind}) 'extra' is a {type(extra).__name__}, not an object" \
+        if extra is not None and not isinstance(extra, Mapping) else None
 
 
 def dumps(messages: Iterable[Message]) -> str:

@@ -77,6 +77,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from ctxwin.errors import ArgumentError
 from ctxwin.messages.model import Block, Image, Message, Text, Thinking, ToolCall, ToolResult, stable_id
 from ctxwin.messages.providers._common import OPENAI_RESPONSES, thinking_written
 
@@ -121,7 +122,7 @@ class RepairResult:
 
 def _check(provider: str) -> None:
     if provider not in PROVIDERS:
-        raise ValueError(f"unknown provider {provider!r}; expected one of {', '.join(PROVIDERS)}")
+        raise ArgumentError(f"unknown provider {provider!r}; expected one of {', '.join(PROVIDERS)}")
 
 
 def _empty_text(text: str) -> bool:

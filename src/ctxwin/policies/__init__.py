@@ -5,6 +5,7 @@ reader); YAML through PyYAML for OpenClaw configs."""
 
 from __future__ import annotations
 
+import os
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -14,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from ctxwin import files
-from ctxwin.errors import InputError
+from ctxwin.errors import ArgumentError, InputError
 from ctxwin.policies.levels import LEVELS, at_level
 from ctxwin.policies.model import (
     COMPACTION_MODELS,
@@ -56,15 +57,18 @@ def get(name: str | Path | Policy = DEFAULT) -> Policy:
     file by path, or the policy itself."""
     if isinstance(name, Policy):
         return name
+    if not isinstance(name, str | os.PathLike):
+        raise ArgumentError(f"a policy is a preset name, a TOML file or a Policy, not {type(name).__name__}",
+                            f"choose one of {', '.join(names())}, or give a .toml file")
     text = str(name)
     base, _, level = text.rpartition(":")
     if base and level in LEVELS:
         return at_level(get(base), level)
     if text.endswith(".toml") or "/" in text:
-        return load(Path(text))
-    resource = resources.files(__package__).joinpath("presets", f"{text}.toml")
-    if not resource.is_file():
+        return load(files.as_path(text, "a policy file"))
+    if text not in names():  # (a look-up by name, not a file probe: a name is no path)
         raise InputError(f"unknown policy {text!r}", f"choose one of {', '.join(names())}, or give a .toml file")
+    resource = resources.files(__package__).joinpath("presets", f"{text}.toml")
     return from_dict(tomllib.loads(resource.read_text("utf-8")), source=f"preset {text}")
 
 

@@ -29,7 +29,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from ctxwin.errors import CtxwinError, ProxyRefusal, SessionLockedError
+from ctxwin.errors import CtxwinError, ProxyError, SessionLockedError, UpstreamError
 from ctxwin.providers.base import SSE, Completion
 
 from .body import refuse_json
@@ -49,7 +49,7 @@ def failure_response(api: str, error: BaseException) -> Response | None:
     """What the caller gets when serving its request raised `error` before its answer started: the
     proxy's refusal, or what went wrong in ctxwin, in the API's error shape (an SDK raises its own
     typed error), never a plain-text 500; None for what is not ours to answer."""
-    if isinstance(error, ProxyRefusal):
+    if isinstance(error, ProxyError):
         return refusal_response(api, error)
     if isinstance(error, ClientDisconnect):
         return Response(status_code=499)
@@ -90,7 +90,7 @@ class WholeAnswer:
         data = orjson.dumps(self.turn.api.without_recall(orjson.loads(self.raw))) if recall_dropped else self.raw
         return await self._end(data, self.response)
 
-    async def fail(self, refusal: ProxyRefusal) -> Response:
+    async def fail(self, refusal: ProxyError) -> Response:
         raise refusal  # answered in the API's shape by the handler's guard, the entry written on the way
 
     def next_round(self) -> None:
@@ -139,7 +139,7 @@ class StreamedAnswer:
                     for chunk in self.editor.feed(sse):
                         await self._write(chunk)
         except (ValueError, KeyError, TypeError, AttributeError):  # orjson.JSONDecodeError is a ValueError
-            raise ProxyRefusal(502, NOT_JSON) from None
+            raise UpstreamError(502, NOT_JSON) from None
         completion: Completion | None = completion_of(self.turn.api, events)
         if completion is None and any(is_error(sse) for sse in events):
             exchange.status = 502  # the caller got the upstream's error event: not a success
@@ -168,7 +168,7 @@ class StreamedAnswer:
             await self._write(chunk)
         self.ended = True
 
-    async def fail(self, refusal: ProxyRefusal) -> None:
+    async def fail(self, refusal: ProxyError) -> None:
         if not self.started:
             await self.turn.conclude()
             await self.whole_response(refusal_response(self.turn.api.name, refusal))
@@ -233,14 +233,14 @@ class TurnResponse(Response):
             response = failure_response(api, error)
             if response is None:
                 raise error
-            if isinstance(error, ProxyRefusal):
+            if isinstance(error, ProxyError):
                 self.turn.exchange.status = error.status
             await self.turn.conclude()
             await answer.whole_response(response)
             return
         if not isinstance(error, CtxwinError):
             log.exception("serving a streamed answer failed")  # a bug: the caller gets an error event
-        self.turn.exchange.status = error.status if isinstance(error, ProxyRefusal) else 500
+        self.turn.exchange.status = error.status if isinstance(error, ProxyError) else 500
         await answer.error(f"ctxwin proxy: {error}")
 
 

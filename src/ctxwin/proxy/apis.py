@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from ctxwin.engine import Prepared
+from ctxwin.errors import MessageFormatError, ProxyRefusal
 from ctxwin.messages import Message
 from ctxwin.messages.model import ToolCall
 from ctxwin.messages.providers import (
@@ -122,12 +123,13 @@ class Api:
     # ---------------------------------------------------------------------------------- requests
 
     def split(self, body: Body) -> Conversation:
-        """The request's conversation; `ValueError` when the history is not a list of objects."""
+        """The request's conversation; a `MessageFormatError` when the history is not a list of
+        messages the converters read."""
         raw = body.raw_list(self.history_key)
         if raw is None and self.name == OPENAI_RESPONSES and isinstance(body.get("input"), str):
             raw = RawList.of([{"role": "user", "content": body["input"]}])
         if raw is None:
-            raise ValueError(f"`{self.history_key}` must be a list of messages")
+            raise MessageFormatError(f"`{self.history_key}` must be a list of messages")
         if self.name == ANTHROPIC:
             system = body.get("system")
             overhead = body.bytes_of("system") + b"\x00" + body.bytes_of("tools")
@@ -219,7 +221,10 @@ class Api:
             changes[self.history_key] = json_array([*conversation.lead.encoded(), *lifted,
                                                     *(data for data in written.encoded if data)])
         if recall:
-            changes["tools"] = append_to_array(body.bytes_of("tools"), self.recall_bytes)
+            tools = append_to_array(body.bytes_of("tools"), self.recall_bytes)
+            if tools is None:  # what the API itself would refuse, before the recall tool is added to it
+                raise ProxyRefusal(400, "`tools` is not a list of tool definitions", "send tools as a JSON array")
+            changes["tools"] = tools
         return body.encode(changes), written
 
     @property
@@ -486,7 +491,7 @@ def _responses_assistant(item: Any) -> bool:
     kind = item.get("type")
     if kind in (None, "message"):
         return item.get("role") == "assistant"
-    return kind in _RESPONSES_ASSISTANT or (isinstance(kind, str) and kind.endswith("_call"))
+    return isinstance(kind, str) and (kind in _RESPONSES_ASSISTANT or kind.endswith("_call"))
 
 
 def _responses_start(history: Sequence[Any], index: int) -> bool:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ctxwin.errors import InputError
+from ctxwin.errors import InputError, MissingExtraError
 from ctxwin.proxy.config import DEFAULT_LISTEN, MIN_TOKEN_CHARS, ProxyConfig
 from ctxwin.proxy.limits import Limits
 from ctxwin.tokens.registry import UnknownModelWarning
@@ -226,7 +226,7 @@ def serve(config: ProxyConfig, listen: Listen, workers: int = 1, *, log_level: s
     try:
         import uvicorn
     except ImportError:
-        raise InputError("the proxy needs uvicorn and starlette", "pip install 'ctxwin[proxy]'") from None
+        raise MissingExtraError("the proxy needs uvicorn and starlette", "pip install 'ctxwin[proxy]'") from None
     check_serving(config, listen, workers)
     preflight(config, listen)
     if announce is not None:

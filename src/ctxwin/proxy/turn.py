@@ -25,7 +25,7 @@ import orjson
 from starlette.requests import Request
 
 from ctxwin.engine import ContextEngine, Prepared
-from ctxwin.errors import ContextBudgetError, ContextOverflowError, ProviderError, ProxyRefusal
+from ctxwin.errors import ContextBudgetError, ContextOverflowError, ProviderError, ProxyError
 from ctxwin.messages import Message, ToolCall
 from ctxwin.providers.base import Completion
 
@@ -65,7 +65,7 @@ class Answer(Protocol):
         """Ends the caller's answer (`recall_dropped`: its recall calls go unanswered)."""
         ...
 
-    async def fail(self, refusal: ProxyRefusal) -> Any:
+    async def fail(self, refusal: ProxyError) -> Any:
         """Ends the caller's answer with the proxy's own error."""
         ...
 
@@ -233,7 +233,7 @@ class Turn:
                     outgoing = retry
                     continue
                 completion = await answer.relay(response)
-            except ProxyRefusal as refusal:
+            except ProxyError as refusal:
                 exchange.status = refusal.status
                 return await answer.fail(refusal)
             ours: list[ToolCall] = []

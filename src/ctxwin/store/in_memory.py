@@ -16,6 +16,7 @@ from collections.abc import Collection, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from ctxwin.errors import InputError
 from ctxwin.store.base import BlobStore, Entry, EntryKind, StoreProblem
 from ctxwin.store.tree import CHUNK, ROOT, Jumps, TreeReads
 
@@ -112,7 +113,7 @@ class MemorySessionLog(TreeReads):
     def _seq_of(self, entry_id: str) -> int:
         seq = self._seqs.get(entry_id)
         if seq is None:
-            raise KeyError(f"no entry {entry_id!r} in session {self.session_id}")
+            raise InputError(f"no entry {entry_id!r} in session {self.session_id}", "check the entry id")
         return seq
 
     def _load(self, first: int, last: int) -> list[Entry]:

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ctxwin.errors import CtxwinError, EntryFormatError, InputError
+from ctxwin.files import as_path
 from ctxwin.store import jsonl_index as ix
 from ctxwin.store.base import Entry, EntryKind, SessionFormatError, SessionLockedError, StoreProblem
 from ctxwin.store.blobs import DIR_MODE, FILE_MODE, FileBlobStore, open_store_file, read_store_file, write_atomic
@@ -385,7 +386,7 @@ class JsonlSessionLog(TreeReads):
             raise InputError(f"unknown durability {durability!r}", f"use one of: {', '.join(DURABILITIES)}")
         if meta:
             dumps(meta, "meta")  # refused before anything is created (NaN, objects JSON cannot hold)
-        self.directory = Path(directory)
+        self.directory = as_path(directory, "a session folder")
         self.durability = durability
         self.readonly = readonly
         self.report = OpenReport()

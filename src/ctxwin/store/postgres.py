@@ -34,7 +34,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ctxwin.errors import EntryFormatError, InputError
+from ctxwin.errors import ArgumentError, EntryFormatError, InputError, MissingExtraError
 from ctxwin.store.base import (
     BlobCorruptedError,
     BlobInfo,
@@ -116,18 +116,24 @@ def _psycopg() -> Any:
     try:
         import psycopg
     except ImportError:
-        raise InputError("the PostgreSQL backend needs psycopg 3", "pip install 'ctxwin[postgres]'") from None
+        raise MissingExtraError("the PostgreSQL backend needs psycopg 3", "pip install 'ctxwin[postgres]'") from None
     return psycopg
 
 
 def connect(dsn: str) -> Any:
     """An autocommit psycopg connection with the schema migrated to SCHEMA_VERSION."""
     psycopg = _psycopg()
+    if not isinstance(dsn, str):
+        raise ArgumentError(f"a PostgreSQL DSN is text, not {type(dsn).__name__}",
+                            'pass e.g. "postgresql://user@host/db"')
     try:
         conn = psycopg.connect(dsn, autocommit=True)
     except psycopg.OperationalError as error:
         raise InputError(f"cannot connect to PostgreSQL: {str(error).strip()}",
                          "check the DSN and that the server is running") from None
+    except psycopg.ProgrammingError as error:  # a DSN that does not parse
+        raise ArgumentError(f"not a PostgreSQL DSN: {str(error).strip()}",
+                            'pass e.g. "postgresql://user@host/db" or "host=... dbname=..."') from None
     migrate(conn)
     return conn
 
@@ -279,8 +285,8 @@ class PostgresSessionLog(TreeReads):
                  readonly: bool = False, meta: dict[str, Any] | None = None) -> None:
         if durability not in DURABILITIES:
             raise InputError(f"unknown durability {durability!r}", f"use one of: {', '.join(DURABILITIES)}")
-        if not session_id:
-            raise InputError("a PostgreSQL session needs a session id")
+        if not session_id or not isinstance(session_id, str):
+            raise ArgumentError(f"a PostgreSQL session needs a session id (text), not {session_id!r:.40}")
         self.session_id = session_id
         self.durability = durability
         self.readonly = readonly

@@ -20,6 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ctxwin.errors import ArgumentError, EncodingError
 from ctxwin.messages import Message
 from ctxwin.tokens import coefficients
 from ctxwin.tokens.features import (
@@ -90,7 +91,7 @@ FAMILIES: dict[str, Family] = {
 def _vector(values: dict[str, float], names: tuple[str, ...]) -> np.ndarray:
     unknown = set(values) - set(names) - {CHAR_COST}
     if unknown:
-        raise ValueError(f"coefficients for unknown features {sorted(unknown)}; re-run benchmarks/fit_estimator.py")
+        raise EncodingError(f"coefficients for unknown features {sorted(unknown)}; re-run benchmarks/fit_estimator.py")
     return np.array([values.get(name, 0.0) for name in names], dtype=np.float64)
 
 
@@ -160,7 +161,7 @@ class EstimatorCounter:
 
     def __init__(self, family: str = "cl100k") -> None:
         if family not in FAMILIES:
-            raise ValueError(f"unknown tokenizer family {family!r}; known: {', '.join(FAMILIES)}")
+            raise ArgumentError(f"unknown tokenizer family {family!r}; known: {', '.join(FAMILIES)}")
         self.family = FAMILIES[family]
         self.name = f"estimate:{family}"
         self._model = _build_model(self.family)

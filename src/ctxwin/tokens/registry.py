@@ -159,6 +159,8 @@ _SUFFIXES = re.compile(r"(?:[-@:](?:\d{8}|\d{4}-\d{2}-\d{2}|v\d+(?::\d+)?|\d{4}|
 def canonical_name(name: str) -> tuple[str, bool]:
     """The registry's form of a model name, and whether it asks for the 1M window:
     "Anthropic/Claude-Opus-4-6[1m]" -> ("claude-opus-4-6", True)."""
+    if not isinstance(name, str):
+        raise InputError(f"a model name is text, not {type(name).__name__}", 'pass the name, e.g. "claude-sonnet-4-5"')
     text = name.strip().lower()
     one_m = bool(_ONE_M.search(text))
     text = _ONE_M.sub("", text)
