@@ -55,7 +55,8 @@ def test_run_keeps_its_session_by_default_and_says_where(tmp_path: Path) -> None
     root = make_workspace(tmp_path / "ws", files=3)
     with ScriptedFake(long_task(2, files=3), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
         args = ["run", "Turn 1: read", "--base-url", fake.openai_base_url, "--api-key", "sk-secret-1", "--workspace",
-                str(root), "--sessions", str(tmp_path / "sessions"), "--window", str(WINDOW), "--max-output", str(MAX_OUTPUT)]
+                str(root), "--sessions", str(tmp_path / "sessions"), "--window", str(WINDOW), "--max-output",
+                str(MAX_OUTPUT)]
         first, second = cli(*args), cli(*args)
     assert first.exit_code == 0 and second.exit_code == 0, first.output
     for done, name in ((first, "run-0001"), (second, "run-0002")):

@@ -126,8 +126,10 @@ def openclaw_file(path: str | Path) -> Imported:
     try:
         data = yaml.safe_load(text) if str(path).endswith((".yaml", ".yml")) else files.loads_json(text)
     except (yaml.YAMLError, RecursionError, InputError) as error:
-        raise InputError(f"{path}: not valid {'YAML' if str(path).endswith(('.yaml', '.yml')) else 'JSON'}: "
-                         f"{error}", "fix the file; the keys read are listed in ctxwin.policies.openclaw") from None
+        what = "YAML" if str(path).endswith((".yaml", ".yml")) else "JSON"
+        detail = error.message.removeprefix("not valid JSON: ") if isinstance(error, InputError) else str(error)
+        raise InputError(f"{path}: not valid {what}: {detail}",
+                         "fix the file; the keys read are listed in ctxwin.policies.openclaw") from None
     return from_openclaw(data, get("openclaw"))
 
 
