@@ -28,6 +28,7 @@ from opentelemetry.trace import StatusCode
 from agent_fake import ScriptedFake, Turn, make_workspace
 from ctxwin import policies, telemetry
 from ctxwin.agent import AgentConfig, HttpModel, LoopEvent, create_agent
+from ctxwin.agent.events import loop_event
 from ctxwin.agent.subagents import FORK_TAG, SubagentLimits, SubAgents
 from ctxwin.engine import ContextEngine
 from ctxwin.engine.observe import Observation
@@ -558,13 +559,13 @@ def test_nested_subagents_are_children_of_the_agent_that_spawned_them(tmp_path: 
 def test_a_run_that_never_ended_is_closed_as_failed_when_the_next_one_starts(
         provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
     sink = telemetry.agent_event_sink(provider, session_id="s")
-    sink(LoopEvent("user", 1, 0, {"text": "first"}))
-    sink(LoopEvent("model_call", 1, 1, {"tokens": 120, "budget": 1000, "messages": 1}))
-    sink(LoopEvent("subagent", 1, 1, {"action": "start", "context": "isolated", "agent": "default",
+    sink(loop_event("user", 1, 0, **{"text": "first"}))
+    sink(loop_event("model_call", 1, 1, **{"tokens": 120, "budget": 1000, "messages": 1}))
+    sink(loop_event("subagent", 1, 1, **{"action": "start", "context": "isolated", "agent": "default",
                                       "session": "memory:child-1", "task": "t"}))
     # The run raised inside its sub-agent: no `end`, no `done`. The next run starts in the same thread.
-    sink(LoopEvent("user", 2, 0, {"text": "second"}))
-    sink(LoopEvent("done", 2, 1, {"text": "ok"}))
+    sink(loop_event("user", 2, 0, **{"text": "second"}))
+    sink(loop_event("done", 2, 1, **{"text": "ok"}))
     first, child, second = sorted(exporter.get_finished_spans(), key=lambda s: s.start_time or 0)
     assert [first.name, child.name, second.name] == [a.AGENT_RUN, a.SUBAGENT, a.AGENT_RUN]
     assert first.status.status_code is child.status.status_code is StatusCode.ERROR
@@ -581,8 +582,8 @@ def test_a_sink_that_fails_warns_once_and_the_run_goes_on(provider: TracerProvid
     got: list[LoopEvent] = []
     sink = AgentSpans(Broken(), then=got.append)
     with pytest.warns(RuntimeWarning, match="tracer broke"):
-        sink(LoopEvent("user", 1, 0, {"text": "hi"}))
-    sink(LoopEvent("done", 1, 1, {"text": "ok"}))
+        sink(loop_event("user", 1, 0, **{"text": "hi"}))
+    sink(loop_event("done", 1, 1, **{"text": "ok"}))
     assert [e.kind for e in got] == ["user", "done"]
 
 
@@ -591,17 +592,17 @@ SECRETS = ("hunter2", "AKIA123SECRET", "sk-live-XYZ", "the-final-answer-42", "db
 
 def content_run(sink: Any) -> None:
     """A run whose user message, tool arguments, answer, error and sub-agent task hold secrets."""
-    sink(LoopEvent("user", 1, 0, {"text": "my password is hunter2, deploy with AKIA123SECRET"}))
-    sink(LoopEvent("model_call", 1, 1, {"tokens": 120, "budget": 1000, "messages": 1}))
-    sink(LoopEvent("tool_call", 1, 1, {"name": "shell", "call_id": "c1",
+    sink(loop_event("user", 1, 0, **{"text": "my password is hunter2, deploy with AKIA123SECRET"}))
+    sink(loop_event("model_call", 1, 1, **{"tokens": 120, "budget": 1000, "messages": 1}))
+    sink(loop_event("tool_call", 1, 1, **{"name": "shell", "call_id": "c1",
                                        "arguments": {"command": "curl -H 'Authorization: Bearer sk-live-XYZ' x"}}))
-    sink(LoopEvent("tool_result", 1, 1, {"name": "shell", "call_id": "c1", "is_error": False, "chars": 12}))
-    sink(LoopEvent("subagent", 1, 1, {"action": "start", "context": "isolated", "agent": "default",
+    sink(loop_event("tool_result", 1, 1, **{"name": "shell", "call_id": "c1", "is_error": False, "chars": 12}))
+    sink(loop_event("subagent", 1, 1, **{"action": "start", "context": "isolated", "agent": "default",
                                       "session": "memory:child", "task": "rotate db-password-9"}))
-    sink(LoopEvent("subagent", 1, 1, {"action": "end", "context": "isolated", "session": "memory:child",
+    sink(loop_event("subagent", 1, 1, **{"action": "end", "context": "isolated", "session": "memory:child",
                                       "stop": "done", "steps": 1}))
-    sink(LoopEvent("assistant", 1, 2, {"text": "the-final-answer-42", "tool_calls": [], "stop_reason": "end"}))
-    sink(LoopEvent("error", 1, 2, {"error": "upstream said hunter2 is wrong", "status": 500}))
+    sink(loop_event("assistant", 1, 2, **{"text": "the-final-answer-42", "tool_calls": [], "stop_reason": "end"}))
+    sink(loop_event("error", 1, 2, **{"error": "upstream said hunter2 is wrong", "status": 500}))
 
 
 def exported_text(spans: tuple[ReadableSpan, ...]) -> str:

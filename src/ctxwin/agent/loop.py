@@ -20,7 +20,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from ctxwin import policies
-from ctxwin.agent.events import LoopEvent, RunResult, RunStats
+from ctxwin.agent.events import LoopEvent, RunResult, RunStats, loop_event
 from ctxwin.agent.model import Model
 from ctxwin.agent.processes import child_groups, kill_tool_processes
 from ctxwin.compaction.checkpoint import META as CHECKPOINT_META
@@ -121,7 +121,7 @@ class Agent:
 
     def emit(self, kind: str, event: Event | None = None, **data: Any) -> None:
         if self.on_event is not None:
-            self.on_event(LoopEvent(kind, self.stats.turns, self._step, data, event))
+            self.on_event(loop_event(kind, self.stats.turns, self._step, event, **data))
 
     # ---------------------------------------------------------------- run -> step -> query -> execute
 
@@ -383,7 +383,7 @@ class Agent:
     def _report(self, prepared: Prepared) -> None:
         inside = self._after_tool()  # the view ends in a tool result: we are inside a tool loop
         for event in prepared.events:
-            if event.stage == "compaction" and event.action not in ("failed", "checkpoint_request"):
+            if event.is_compaction:
                 self.stats.compactions += 1
                 self.stats.compactions_inside_tool_loops += inside
                 self.emit("pipeline", event, inside_tool_loop=inside)

@@ -59,8 +59,9 @@ def print_table(table: Any, target: Console | None = None) -> None:
     if _natural_width(out, table) <= out.width:
         out.print(table)
     elif not out.is_terminal:  # a console never prints wider than its own width: a wider twin on the same file
-        Console(file=out.file, width=_natural_width(out, table), color_system=out.color_system,
-                no_color=out.no_color).print(table)
+        Console(file=out.file, width=_natural_width(out, table), no_color=out.no_color,
+                color_system=out.color_system,  # type: ignore[arg-type]  # the name Console() takes, as str
+                ).print(table)
     else:
         for part in _column_parts(out, table):
             out.print(part)

@@ -36,7 +36,6 @@ from ctxwin.cli.run import (
     new_session_folder,
     options,
 )
-from ctxwin.engine import Prepared
 from ctxwin.errors import CtxwinError
 from ctxwin.store import DEFAULT_ROOT
 from ctxwin.tokens.breakdown import LABELS
@@ -63,12 +62,6 @@ def help_text() -> str:
     width = max(map(len, usage)) + 2
     return "Commands:\n" + "\n".join(f"  {u.ljust(width)}{what}" for u, (_, _, what) in zip(usage, COMMANDS,
                                                                                            strict=True))
-
-
-def compacted(prepared: Prepared) -> bool:
-    """Whether the events of `prepared` include a compaction that happened (not one found unnecessary or
-    failed, not a checkpoint request), as the agent loop counts them."""
-    return any(e.stage == "compaction" and e.action not in ("failed", "checkpoint_request") for e in prepared.events)
 
 
 class Repl:
@@ -166,11 +159,12 @@ class Repl:
         elif name == "compact":
             before = agent.engine.prepare().tokens
             after = agent.engine.compact(arg or None)
-            if compacted(after):
+            if any(e.is_compaction for e in after.events):
                 self.manual_compactions += 1
                 console.print(f"compacted: {before:,} -> {after.tokens:,} tokens", highlight=False)
             else:
-                reason = next((e.reason for e in after.events if e.stage == "compaction"), "nothing to do")
+                reason = next((e.reason for e in after.events if e.is_compaction_failure or e.is_checkpoint_request),
+                              "nothing to do")
                 console.print(f"not compacted ({before:,} tokens): {visible(reason)}", style="yellow", highlight=False)
             self.status()
         elif name == "new":

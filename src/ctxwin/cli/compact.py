@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from ctxwin.cli.app import app, console, handle_errors, print_json
 from ctxwin.cli.reads import SessionReads
+from ctxwin.pipeline.events import kind_of
 
 
 @app.command("compact")
@@ -40,7 +41,8 @@ def compact_command(
 
 def _print_result(result: dict[str, Any]) -> None:
     if not result["compacted"]:
-        reasons = [e["reason"] for e in result["events"] if e["stage"] == "compaction"]
+        reasons = [e["reason"] for e in result["events"]
+                   if kind_of(e).is_compaction_failure or kind_of(e).is_checkpoint_request]
         console.print(f"Nothing compacted ({result['strategy']}): the view is {result['tokens_before']:,} tokens of a "
                       f"{result['window']:,}-token window, {result['kept_messages']:,} messages; "
                       f"{escape(reasons[0] if reasons else 'the history is within the kept budget')}", highlight=False)

@@ -75,7 +75,8 @@ class AgentOptions:
             raise InputError(f"unknown --api {self.api!r}", f"use one of {', '.join(APIS)}")
         if not self.workspace.is_dir():
             raise InputError(f"workspace {self.workspace} is not a folder", "give --workspace an existing folder")
-        client_for(self.api, self.base_url, self.model, api_key="")  # type: ignore[arg-type]  # the URL's checks
+        if not self.base_url.startswith(("http://", "https://")):  # (client_for says the same, once it is built)
+            raise InputError(f"base URL {self.base_url!r} is not an http(s) URL", "pass e.g. http://127.0.0.1:8000/v1")
 
     def build(self, on_event: Any, session: Path | None = None, *, create: bool = True) -> Agent:
         """The agent, on the session in `session` (or the options' own), made there unless `create` is false."""
@@ -146,7 +147,7 @@ def describe(event: LoopEvent) -> str | None:
         return f"  {d['name']}: {d['chars']:,} chars" + (" (error)" if d["is_error"] else "")
     if event.kind == "pipeline" and event.event is not None:
         e = event.event
-        if e.stage == "compaction" and e.action == "failed":  # a skip (nothing to do, too little gain) or a failure
+        if e.is_compaction_failure:  # a skip (nothing to do, too little gain) or a failed summary: the reason says
             return f"  [compaction not done] {e.reason}"
         where = " inside the tool loop" if d.get("inside_tool_loop") else ""
         return f"  [{e.stage} {e.action}{where}] {e.tokens_before:,} -> {e.tokens_after:,} tokens: {e.reason}"

@@ -15,6 +15,7 @@ from ctxwin.compaction.compact import summary_message
 from ctxwin.errors import ContextBudgetError
 from ctxwin.messages.pairing import repair
 from ctxwin.pipeline import fit
+from ctxwin.pipeline.events import Repaired
 from ctxwin.pipeline.validate import IncrementalValidator
 from ctxwin.pipeline.view import Event, Item, MessagesView, StageContext, keys_of, shapes_of, total_tokens
 from ctxwin.tokens.base import TokenCounter
@@ -153,7 +154,7 @@ class ViewCache:
                          Item(message.id or "repair", message, self.counter.count_message(message), synthetic=True))
         if repeated:
             return fixed, []
-        event = Event("repair", "repair", tuple(sorted({c.call_id or "" for c in result.changes})), before,
-                      total_tokens(fixed), "; ".join(sorted({c.kind for c in result.changes})),
-                      details={"changes": [c.__dict__ for c in result.changes]})
+        event = Repaired(tuple(sorted({c.call_id or "" for c in result.changes})), before,
+                         total_tokens(fixed), "; ".join(sorted({c.kind for c in result.changes})),
+                         changes=tuple(c.__dict__ for c in result.changes))
         return fixed, [event]

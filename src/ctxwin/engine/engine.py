@@ -25,6 +25,7 @@ from ctxwin.errors import ContextOverflowError, InputError
 from ctxwin.memory.files import bootstrap_files
 from ctxwin.messages import Message
 from ctxwin.pipeline import bootstrap
+from ctxwin.pipeline.events import Branched, BranchSwitched, Rewound, StoreDamaged
 from ctxwin.pipeline.view import Event, StageContext
 from ctxwin.policies.model import Policy
 from ctxwin.providers.overflow import is_overflow_error, reported_context_tokens
@@ -123,11 +124,11 @@ class ContextEngine:
         store found damaged on the way (and re-attached) is reported once, on the next request."""
         if not hasattr(self, "problems"):  # once per engine, not again after a rewind or a branch
             self.problems = list(getattr(self.session, "problems", ()))
-            self._pending_events: list[Event] = [] if not self.problems else [Event(
-                "store", "damaged", tuple(p.entry_id for p in self.problems if p.entry_id), 0, 0,
+            self._pending_events: list[Event] = [] if not self.problems else [StoreDamaged(
+                tuple(p.entry_id for p in self.problems if p.entry_id), 0, 0,
                 "; ".join(p.message for p in self.problems[:5])
                 + (f"; and {len(self.problems) - 5} more" if len(self.problems) > 5 else ""),
-                details={"problems": [p.to_dict() for p in self.problems]})]
+                problems=tuple(p.to_dict() for p in self.problems))]
         budget = Budget.for_policy(policy, *self._limits)
         self._state = SessionState(budget=budget)
         sinks = [] if self.memory_index is None else [
@@ -229,17 +230,16 @@ class ContextEngine:
             found = extended_leaf(self.session, incoming, shared) if other_branches else None
             if found is not None:  # another branch that this history extends: go on there
                 self.session.branch(found[0])
-                self._reopen(Event("session", "switched", (found[0],), 0, 0,
-                                   f"the resent history extends another branch of this session ({found[1]} "
-                                   "message(s) shared): continued there", breaks_prefix=True))
+                self._reopen(BranchSwitched((found[0],), 0, 0,
+                                            f"the resent history extends another branch of this session ({found[1]} "
+                                            "message(s) shared): continued there"))
                 return self.append(incoming[found[1]:])
             path = list(self.session.path())
             keep = next(i for i, e in enumerate(path) if e.id == history[stored][0])
             carried = restore.branch_keeping_decisions(self.session, path, keep)
-            self._reopen(Event("session", "branched", (history[stored][0],), 0, 0,
-                               f"the resent history no longer extends the stored one after {stored} message(s); "
-                               f"continued on a new branch ({carried} decision(s) carried over)",
-                               breaks_prefix=True))
+            self._reopen(Branched((history[stored][0],), 0, 0,
+                                  f"the resent history no longer extends the stored one after {stored} message(s); "
+                                  f"continued on a new branch ({carried} decision(s) carried over)"))
         return self.append(incoming[shared:])
 
     def pin(self, entry_id: str) -> None:
@@ -294,8 +294,7 @@ class ContextEngine:
         """Go back to restore point `name`: the session continues on a new branch from there, and what
         came after stays on its own. Returns the request to send from there."""
         carried = restore.rewind(self.session, name)
-        self._reopen(Event("session", "rewound", (), 0, 0,
-                           f"back to restore point {name!r} ({carried} decision(s) carried over)", breaks_prefix=True))
+        self._reopen(Rewound((), 0, 0, f"back to restore point {name!r} ({carried} decision(s) carried over)"))
         return self.prepare()
 
     def _reopen(self, event: Event) -> None:
@@ -396,7 +395,7 @@ class ContextEngine:
                 event = failed_observer(observer, error)
                 # Once per observer and kind of error, not per message (one that names the request
                 # would be reported on every request): the set stays as small as the observers.
-                key = (event.details["observer"], event.details["error"])
+                key = (event.observer, event.error)
                 if key not in self._observer_failures and len(self._observer_failures) < MAX_OBSERVER_FAILURES:
                     self._observer_failures.add(key)
                     self._pending_events.append(event)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from ctxwin.pipeline.view import Event
+from ctxwin.pipeline.events import ObserverFailed
 
 from .prepared import Prepared
 from .recovery import Recovery
@@ -43,9 +43,9 @@ MAX_OBSERVER_FAILURES = 64
 (a long-lived engine with observers that keep failing in new ways must not grow without bound)."""
 
 
-def failed_observer(observer: Observer, error: Exception) -> Event:
+def failed_observer(observer: Observer, error: Exception) -> ObserverFailed:
     """The event that reports an observer that raised (the request itself was not affected)."""
     name = getattr(observer, "__qualname__", None) or type(observer).__name__
-    return Event("engine", "observer_failed", (), 0, 0,
-                 f"observer {name} raised {type(error).__name__}: {error}; the request was built and sent as usual",
-                 details={"observer": name, "error": type(error).__name__})
+    return ObserverFailed((), 0, 0,
+                          f"observer {name} raised {type(error).__name__}: {error}; the request was built and sent "
+                          "as usual", observer=name, error=type(error).__name__)

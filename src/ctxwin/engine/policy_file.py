@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ctxwin import policies
 from ctxwin.errors import CtxwinError
+from ctxwin.pipeline.events import PolicyRejected, PolicyReloaded
 from ctxwin.pipeline.view import Event
 from ctxwin.policies.model import Policy
 
@@ -42,13 +43,13 @@ class PolicyFile:
         if change is None:
             return []
         if change.policy is None:
-            return [Event("policy", "rejected", (), 0, 0, change.error)]
+            return [PolicyRejected((), 0, 0, change.error)]
         try:
             apply(change.policy)
         except CtxwinError as error:  # valid TOML, but no budget fits this model's window with it
-            return [Event("policy", "rejected", (), 0, 0, f"{error}; the last good policy stays in force")]
+            return [PolicyRejected((), 0, 0, f"{error}; the last good policy stays in force")]
         self.policy = change.policy  # only once the engine took it
-        return [Event("policy", "reloaded", (), 0, 0, f"{self.path} changed")]
+        return [PolicyReloaded((), 0, 0, f"{self.path} changed")]
 
     def check(self) -> Change | None:
         """What changed since the last look: a new policy, a refused edit, or None (nothing)."""

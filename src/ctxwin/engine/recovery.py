@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ctxwin.errors import ContextOverflowError, CtxwinError
+from ctxwin.pipeline.events import OverflowRecovery
 from ctxwin.pipeline.view import Event
 from ctxwin.policies.model import Policy
 from ctxwin.providers.overflow import OverflowMatch
@@ -42,7 +43,7 @@ def plan_recovery(error: object, match: OverflowMatch | None, budget: Budget, po
     after = budget.after_overflow(policy, match.limit_tokens)
     entry = RecoveryEntry(after.window, after.max_output, after.scale, match.provider, match.observed_tokens,
                           match.limit_tokens)
-    event = Event("recovery", "overflow", (), match.observed_tokens or 0, 0,
-                  f"{match.provider} overflow ({'silent' if match.silent else match.pattern}); "
-                  f"attempt {attempt} of {MAX_RECOVERY_ATTEMPTS}")
+    event = OverflowRecovery((), match.observed_tokens or 0, 0,
+                             f"{match.provider} overflow ({'silent' if match.silent else match.pattern}); "
+                             f"attempt {attempt} of {MAX_RECOVERY_ATTEMPTS}")
     return Recovery(match, entry, event)

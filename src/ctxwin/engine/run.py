@@ -22,6 +22,7 @@ from ctxwin.compaction.cuts import turn_starts
 from ctxwin.errors import CompactionFailed, ContextBudgetError
 from ctxwin.messages import Message
 from ctxwin.pipeline import budget, dedup, fit, mask, prune, spill, turns
+from ctxwin.pipeline.events import CheckpointRequested, Compacted, CompactionFailure, SystemChanged
 from ctxwin.pipeline.validate import common_prefix
 from ctxwin.pipeline.view import Event, Item, StageContext, StageResult, total_tokens
 from ctxwin.policies.model import Policy
@@ -148,7 +149,7 @@ class Pipeline:
         started, emitted, unrepaired, at = time.time_ns(), len(events), items, len(self.runs)
         items, keys, problems = self.cache.validate_and_repair(items, ctx, events, refit, collapse,
                                                                fit_enabled=policy.fit.enabled)
-        repairs = tuple(e for e in events[emitted:] if e.stage == "repair")
+        repairs = tuple(e for e in events[emitted:] if e.is_repair)
         if repairs:  # before the fit runs it made itself (refit, collapse): the runs stay in the order they started
             self.runs.insert(at, StageRun("repair", started, time.time_ns(), ctx.system_tokens
                                           + total_tokens(unrepaired), ctx.system_tokens + total_tokens(items), repairs))
@@ -216,8 +217,7 @@ class Pipeline:
         if self.last_system_key is not None and not same_system:
             # A workspace file changed (bootstrap) or the harness changed its system prompt or tools:
             # the whole prompt is new to the provider's cache.
-            events.append(Event("bootstrap", "system_changed", (), 0, ctx.system_tokens,
-                                "the system prompt or tool schemas changed", breaks_prefix=True))
+            events.append(SystemChanged((), 0, ctx.system_tokens, "the system prompt or tool schemas changed"))
         stable = common_prefix(keys, self.last_keys) if same_system else 0
         total = total_tokens(items)
         raw = ctx.system_tokens + total
@@ -275,9 +275,8 @@ class Pipeline:
             return items
         entry_id = self.record(MessageEntry(request))
         self.processed = len(state.records)
-        events.append(Event("compaction", "checkpoint_request", (entry_id,), 0, 0,
-                            f"view at {round(tokens * self.factor()):,} tokens: the agent is asked to write "
-                            "its checkpoint"))
+        events.append(CheckpointRequested((entry_id,), 0, 0, f"view at {round(tokens * self.factor()):,} tokens: "
+                                          "the agent is asked to write its checkpoint"))
         return self.cache.items(state)
 
     def compact(self, items: list[Item], ctx: StageContext, events: list[Event], *, summarizer: Summarizer | None,
@@ -296,8 +295,8 @@ class Pipeline:
             self.compaction_failures += trigger != "manual"
             self.failed_at_tokens = failure.tokens_before
             if failure.message != self.last_failure:  # reported once, not on every call it repeats
-                failed = Event("compaction", "failed", (), failure.tokens_before, failure.tokens_before,
-                               failure.message, details={"consecutive_failures": self.compaction_failures})
+                failed = CompactionFailure((), failure.tokens_before, failure.tokens_before, failure.message,
+                                           consecutive_failures=self.compaction_failures)
                 events.append(failed)
                 self.runs.append(StageRun("compaction", started, time.time_ns(), before, before, (failed,)))
             self.last_failure = failure.message
@@ -307,8 +306,8 @@ class Pipeline:
         self.last_failure = ""
         new_items = self.cache.items(state)
         after = ctx.system_tokens + total_tokens(new_items)
-        event = Event("compaction", outcome.strategy, outcome.summary.covered_ids, outcome.tokens_before, after,
-                      outcome.reason, breaks_prefix=True, details=outcome.details)
+        event = Compacted(outcome.summary.covered_ids, outcome.tokens_before, after, outcome.reason,
+                          strategy=outcome.strategy, details=outcome.details)
         events.append(event)
         self.runs.append(StageRun("compaction", started, time.time_ns(), before, after, (event,)))
         return new_items

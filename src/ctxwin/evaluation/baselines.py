@@ -34,6 +34,7 @@ from ctxwin.engine.budget import Budget
 from ctxwin.errors import InputError
 from ctxwin.evaluation.replay import iter_replay
 from ctxwin.messages import Message, Text, ToolResult, validate
+from ctxwin.pipeline.events import Compacted, ToolUsesCleared
 from ctxwin.pipeline.validate import common_prefix
 from ctxwin.pipeline.view import Event, Item, keys_of, total_tokens
 from ctxwin.tokens import model_info
@@ -202,14 +203,14 @@ class AnthropicStep:
         items = [item if message is item.message else Item(item.entry_id, message, count(message),
                                                            rendered_by=ANTHROPIC_EDITS)
                  for item, message in zip(prepared.items, result.messages, strict=True)]
-        events = []
+        events: list[Event] = []
         if result.cleared_tool_uses != self.cleared:  # the request changed shape: say so, once
-            events.append(Event("context_editing", "clear_tool_uses", result.cleared_ids, prepared.raw_tokens,
-                                prepared.raw_tokens - result.cleared_input_tokens,
-                                f"{result.cleared_tool_uses} tool result(s) cleared above "
-                                f"{self.edit.trigger_input_tokens:,} input tokens", breaks_prefix=True,
-                                details={"cleared_tool_uses": result.cleared_tool_uses,
-                                         "cleared_input_tokens": result.cleared_input_tokens}))
+            events.append(ToolUsesCleared(result.cleared_ids, prepared.raw_tokens,
+                                          prepared.raw_tokens - result.cleared_input_tokens,
+                                          f"{result.cleared_tool_uses} tool result(s) cleared above "
+                                          f"{self.edit.trigger_input_tokens:,} input tokens",
+                                          cleared_tool_uses=result.cleared_tool_uses,
+                                          cleared_input_tokens=result.cleared_input_tokens))
         self.cleared = result.cleared_tool_uses
         return items, events
 
@@ -288,9 +289,9 @@ class LangChainStep:
         update = self.summarization.before_model({"messages": self.state}, None)
         if update:
             self.state = self._add(self.state, update["messages"])
-            events.append(Event("compaction", "langchain", (), 0, 0,
-                                f"SummarizationMiddleware summarized {before - len(self.state) + 1} message(s)",
-                                breaks_prefix=True))
+            events.append(Compacted((), 0, 0,
+                                    f"SummarizationMiddleware summarized {before - len(self.state) + 1} message(s)",
+                                    strategy="langchain"))
         sent: list[Any] = []
 
         def handler(request: Any) -> Any:
@@ -303,8 +304,7 @@ class LangChainStep:
         cleared = sum(1 for m in sent if (getattr(m, "response_metadata", None) or {}).get(
             "context_editing", {}).get("cleared"))
         if cleared != self.cleared:
-            events.append(Event("context_editing", "clear_tool_uses", (), 0, 0,
-                                f"ContextEditingMiddleware: {cleared} tool result(s) cleared", breaks_prefix=True))
+            events.append(ToolUsesCleared((), 0, 0, f"ContextEditingMiddleware: {cleared} tool result(s) cleared"))
         self.cleared = cleared
         return items, events
 

@@ -206,7 +206,7 @@ def _event_dict(event: Event, factor: float) -> dict[str, Any]:
 
 
 def _compactions(calls: Sequence[CallRecord]) -> int:
-    return sum(1 for c in calls for e in c.events if e.stage == "compaction" and e.action != "failed")
+    return sum(1 for c in calls for e in c.events if e.is_compaction)
 
 
 def run_policy(transcript: Transcript, name: str, setup: ReplaySetup, pricing: Pricing,

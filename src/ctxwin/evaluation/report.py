@@ -27,6 +27,7 @@ import ctxwin
 from ctxwin.errors import InputError
 from ctxwin.evaluation.compare import DEFAULT_POLICIES, RECORDED, compare
 from ctxwin.evaluation.retention import retention as score_retention
+from ctxwin.pipeline.events import kind_of
 from ctxwin.transcripts import load_transcript
 from ctxwin.transcripts.model import Transcript
 
@@ -126,10 +127,6 @@ def _events(call: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [e if isinstance(e, Mapping) else {"stage": str(e)} for e in call.get("events") or ()]
 
 
-def _is_compaction(event: Mapping[str, Any]) -> bool:
-    return event.get("stage") == "compaction" and event.get("action") != "failed"
-
-
 def _layers(timeline: Sequence[Mapping[str, Any]]) -> list[dict[str, int]]:
     """Per call, the category tokens scaled so they sum to the call's tokens (categories are
     calibrated separately and may be off by rounding)."""
@@ -222,8 +219,8 @@ def timeline_svg(name: str, timeline: Sequence[Mapping[str, Any]], top: float, w
     for i, call in enumerate(timeline):
         events = _events(call)
         x = scale.x(i)
-        compactions = [e for e in events if _is_compaction(e)]
-        breaks = [e for e in events if e.get("breaks_prefix") and not _is_compaction(e)]
+        compactions = [e for e in events if kind_of(e).is_compaction]
+        breaks = [e for e in events if e.get("breaks_prefix") and not kind_of(e).is_compaction]
         if compactions:
             e = compactions[0]
             tip = (f"call {i + 1}: compaction ({e.get('action', '')}) "

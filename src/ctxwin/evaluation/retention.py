@@ -254,7 +254,7 @@ def policy_view(transcript: Transcript, point: Point, name: str, setup: ReplaySe
         engine = made[0]
         if policy.compaction.enabled:
             prepared = engine.compact()
-            compacted = any(e.stage == "compaction" and e.action != "failed" for e in prepared.events)
+            compacted = any(e.is_compaction for e in prepared.events)
         else:
             prepared = engine.prepare()
             compacted = False

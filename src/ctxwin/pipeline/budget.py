@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 from ctxwin.messages import Text, ToolResult
 from ctxwin.pipeline.cut import has_important_tail, head_tail
+from ctxwin.pipeline.events import ResultCapped
 from ctxwin.pipeline.view import (
     CHARS_PER_TOKEN,
-    Event,
     Item,
     Rewrite,
     StageContext,
@@ -62,6 +62,6 @@ def stage(items: Sequence[Item], policy: ResultBudgetPolicy, ctx: StageContext) 
                 changed[b_index] = text_result(block, capped)
         if changed:
             new = edit.render(index, with_results(item.message, changed))
-            edit.events.append(Event("result_budget", "cap", (item.entry_id,), item.tokens, new.tokens,
-                                     f"tool result over {cap:,} characters"))
+            edit.events.append(ResultCapped((item.entry_id,), item.tokens, new.tokens,
+                                            f"tool result over {cap:,} characters"))
     return edit.result()

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
+from ctxwin.pipeline.events import DedupStubbed, DedupSuperseded
 from ctxwin.pipeline.view import (
-    Event,
     Item,
     Rewrite,
     StageContext,
@@ -102,14 +102,14 @@ def stage(items: Sequence[Item], policy: DedupPolicy, ctx: StageContext, state: 
                     f"[Superseded: a later identical call {describe_call(call)} has the current output ({ref}).]")
         if changed:
             new = edit.render(position, with_results(item.message, changed))
-            edit.events.append(Event("dedup", "stub", (item.entry_id,), item.tokens, new.tokens,
-                                     "identical output of an identical earlier call"))
+            edit.events.append(DedupStubbed((item.entry_id,), item.tokens, new.tokens,
+                                            "identical output of an identical earlier call"))
     for entry_id, stubs in superseded.items():
         old = earlier[entry_id]
         blocks = {i: text_result(b, stubs[b.call_id]) for i, b in enumerate(old.message.blocks)
                   if isinstance(b, ToolResult) and b.call_id in stubs}
         message = with_results(old.message, blocks)
         edit.record(entry_id, message)
-        edit.events.append(Event("dedup", "supersede", (entry_id,), old.tokens, ctx.count(message),
-                                 "an idempotent call was repeated; only the newest output is kept", breaks_prefix=True))
+        edit.events.append(DedupSuperseded((entry_id,), old.tokens, ctx.count(message),
+                                           "an idempotent call was repeated; only the newest output is kept"))
     return edit.result()

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from ctxwin.errors import ContextBudgetError
 from ctxwin.messages import Message, Text, ToolCall, ToolResult, text_message
 from ctxwin.pipeline.cut import head_tail
+from ctxwin.pipeline.events import MiddleTruncated, ResultsClamped, RoundsDropped, UnansweredCollapsed
 from ctxwin.pipeline.view import (
-    Event,
     Item,
     Rewrite,
     StageContext,
@@ -84,8 +84,8 @@ def _collapse(edit: Rewrite, min_tokens: int = 0) -> int:
         text = item.message.text.strip()
         new = edit.render(index, text_message("assistant", f"{text}\n\n{note}" if text else note))
         saved += item.tokens - new.tokens
-        edit.events.append(Event("fit", "collapse_unanswered", (item.entry_id,), item.tokens, new.tokens,
-                                 "a turn of unanswered tool calls too large to send", breaks_prefix=True))
+        edit.events.append(UnansweredCollapsed((item.entry_id,), item.tokens, new.tokens,
+                                               "a turn of unanswered tool calls too large to send"))
     return saved
 
 
@@ -136,9 +136,8 @@ def stage(items: Sequence[Item], policy: FitPolicy, ctx: StageContext) -> StageR
             for item in dropped:
                 edit.record(item.entry_id, None)
             total = total_tokens(out)
-            edit.events.append(Event("fit", "drop_rounds", tuple(item.entry_id for item in dropped),
-                                total_tokens(dropped), 0, f"request over its budget of {limit:,} tokens",
-                                breaks_prefix=True))
+            edit.events.append(RoundsDropped(tuple(item.entry_id for item in dropped),
+                                             total_tokens(dropped), 0, f"request over its budget of {limit:,} tokens"))
             head = len(lead) + 1
 
     if total > limit and policy.clamp_chars > 0:
@@ -160,8 +159,8 @@ def stage(items: Sequence[Item], policy: FitPolicy, ctx: StageContext) -> StageR
                 total += new.tokens - item.tokens
                 clamped.append(item.entry_id)
         if clamped:
-            edit.events.append(Event("fit", "clamp_results", tuple(clamped), before, total,
-                                f"tool results clamped to {policy.clamp_chars:,} characters", breaks_prefix=True))
+            edit.events.append(ResultsClamped(tuple(clamped), before, total,
+                                              f"tool results clamped to {policy.clamp_chars:,} characters"))
 
     if total > limit:
         truncated: list[str] = []
@@ -191,8 +190,8 @@ def stage(items: Sequence[Item], policy: FitPolicy, ctx: StageContext) -> StageR
             edit.record(item.entry_id, item.message)
             truncated.append(item.entry_id)
         if truncated:
-            edit.events.append(Event("fit", "middle_truncate", tuple(truncated), before, total,
-                                "largest messages cut to their head and tail", breaks_prefix=True))
+            edit.events.append(MiddleTruncated(tuple(truncated), before, total,
+                                               "largest messages cut to their head and tail"))
 
     if total > limit:
         total -= _collapse(edit)

@@ -12,9 +12,9 @@ import json
 from collections.abc import Sequence
 
 from ctxwin.messages import Message, ToolCall, ToolResult
+from ctxwin.pipeline.events import Masked
 from ctxwin.pipeline.failures import error_line
 from ctxwin.pipeline.view import (
-    Event,
     Item,
     Rewrite,
     StageContext,
@@ -141,6 +141,6 @@ def stage(items: Sequence[Item], policy: MaskPolicy, ctx: StageContext) -> Stage
         }
         edit.render(index, with_results(item.message, changed))
     after = total_tokens(out[i] for i in due)
-    edit.events.append(Event("mask", "mask", tuple(out[i].entry_id for i in due), before, after,
-                             f"{len(due)} tool output(s) older than the last {policy.keep_last}", breaks_prefix=True))
+    edit.events.append(Masked(tuple(out[i].entry_id for i in due), before, after,
+                              f"{len(due)} tool output(s) older than the last {policy.keep_last}"))
     return edit.result()

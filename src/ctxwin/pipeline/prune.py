@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 from ctxwin.messages import Text, ToolResult
 from ctxwin.pipeline.cut import head_tail
+from ctxwin.pipeline.events import HardCleared, SoftTrimmed
 from ctxwin.pipeline.view import (
     CHARS_PER_TOKEN,
-    Event,
     Item,
     Rewrite,
     StageContext,
@@ -106,14 +106,13 @@ def stage(items: Sequence[Item], policy: PrunePolicy, ctx: StageContext) -> Stag
                 total += message_chars(new.message) - sizes[index]
                 sizes[index] = message_chars(new.message)
                 changed[index] = "hard_clear"
-    for action in ("soft_trim", "hard_clear"):
-        indices = [i for i in sorted(changed) if changed[i] == action]
+    for kind in (SoftTrimmed, HardCleared):
+        indices = [i for i in sorted(changed) if changed[i] == kind.kind_action]
         if indices:
             before = sum(items[i].tokens for i in indices)
             after = sum(out[i].tokens for i in indices)
-            edit.events.append(Event("prune", action, tuple(out[i].entry_id for i in indices), before, after,
-                                     f"context at {total / char_window:.0%} of the window in characters",
-                                     breaks_prefix=True))
+            edit.events.append(kind(tuple(out[i].entry_id for i in indices), before, after,
+                                    f"context at {total / char_window:.0%} of the window in characters"))
     return edit.result()
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ctxwin.messages import Text, ToolResult
+from ctxwin.pipeline.events import Spilled
 from ctxwin.pipeline.view import (
-    Event,
     Item,
     Rewrite,
     StageContext,
@@ -96,6 +96,6 @@ def _spill_turn(edit: Rewrite, turn: list[int], policy: SpillPolicy, ctx: StageC
     for position, changed in by_item.items():
         item = items[position]
         new = edit.render(position, with_results(item.message, changed))
-        edit.events.append(Event("spill", "spill", (item.entry_id,), item.tokens, new.tokens,
-                                 f"{len(changed)} result(s) over {policy.per_result_chars:,} characters or over "
-                                 f"the turn's {policy.per_message_chars:,}"))
+        edit.events.append(Spilled((item.entry_id,), item.tokens, new.tokens,
+                                   f"{len(changed)} result(s) over {policy.per_result_chars:,} characters or over "
+                                   f"the turn's {policy.per_message_chars:,}"))

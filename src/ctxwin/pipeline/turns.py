@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 
-from ctxwin.pipeline.view import Event, Item, Rewrite, StageContext, StageResult, total_tokens
+from ctxwin.pipeline.events import TurnsDropped
+from ctxwin.pipeline.view import Item, Rewrite, StageContext, StageResult, total_tokens
 
 
 def stage(items: Sequence[Item], max_turns: int, ctx: StageContext) -> StageResult:
@@ -30,6 +31,6 @@ def stage(items: Sequence[Item], max_turns: int, ctx: StageContext) -> StageResu
         return edit.result()
     for item in dropped:
         edit.record(item.entry_id, None)
-    edit.events.append(Event("turns", "drop_turns", tuple(i.entry_id for i in dropped), total_tokens(dropped), 0,
-                             f"{len(starts) - max_turns} turn(s) past max_turns = {max_turns}", breaks_prefix=True))
+    edit.events.append(TurnsDropped(tuple(i.entry_id for i in dropped), total_tokens(dropped), 0,
+                                    f"{len(starts) - max_turns} turn(s) past max_turns = {max_turns}"))
     return edit.result()

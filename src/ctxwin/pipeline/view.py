@@ -16,6 +16,7 @@ from operator import attrgetter
 from typing import Any
 
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
+from ctxwin.pipeline.events import Event
 from ctxwin.tokens.base import TokenCounter
 
 
@@ -43,40 +44,6 @@ class Item:
             object.__setattr__(self, "key", self.message.content_key)
         if not self.shape:
             object.__setattr__(self, "shape", message_shape(self.message))
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """What a stage did. `breaks_prefix` is true when it changed content the previous request had
-    already sent (a prompt-cache miss from that point on); stages that only touch new messages, or
-    only append, leave it false."""
-
-    stage: str
-    action: str
-    entry_ids: tuple[str, ...]
-    tokens_before: int
-    tokens_after: int
-    reason: str
-    breaks_prefix: bool = False
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def saved(self) -> int:
-        return self.tokens_before - self.tokens_after
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "stage": self.stage,
-            "action": self.action,
-            "entry_ids": list(self.entry_ids),
-            "tokens_before": self.tokens_before,
-            "tokens_after": self.tokens_after,
-            "reason": self.reason,
-            "breaks_prefix": self.breaks_prefix,
-        }
-        if self.details:
-            out["details"] = self.details
-        return out
 
 
 @dataclass(frozen=True, slots=True)

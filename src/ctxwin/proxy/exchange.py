@@ -110,7 +110,7 @@ class Exchange:
 
 
 def compactions(prepared: Prepared) -> int:
-    return sum(e.stage == "compaction" and e.action not in ("checkpoint_request", "failed") for e in prepared.events)
+    return sum(e.is_compaction for e in prepared.events)
 
 
 def response_headers(response: httpx.Response) -> dict[str, str]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,12 +32,28 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from ctxwin.agent.events import LoopEvent, RunStats
+from ctxwin.agent.events import (
+    Done,
+    ForkFallback,
+    Limit,
+    LoopEvent,
+    ModelCall,
+    Overflow,
+    RunError,
+    RunInterrupted,
+    RunStats,
+    SubagentEnded,
+    SubagentEvent,
+    SubagentStarted,
+    ToolCallStarted,
+    ToolResultLogged,
+    UserMessage,
+)
 
 from . import attributes as a
 
 Sink = Callable[[LoopEvent], None]
-ENDS = frozenset({"done", "limit", "interrupted", "error"})
+ENDS = (Done, Limit, RunInterrupted, RunError)
 TASK_CHARS = 200
 """The loop's `subagent start` event carries the first 200 characters of the task."""
 CONTENT_KEYS = frozenset({"text", "arguments", "error", "call", "task"})
@@ -101,10 +117,10 @@ class AgentSpans:
 
     def _record(self, event: LoopEvent) -> None:
         stack = self._stack()
-        if event.kind == "subagent":
+        if isinstance(event, SubagentEvent):
             self._subagent(event, stack)
             return
-        if event.kind == "user" and stack:  # a new run in a thread whose last one never ended (it raised)
+        if isinstance(event, UserMessage) and stack:  # a new run in a thread whose last one never ended (it raised)
             self._abandon(stack)
         if not stack:
             with self._lock:
@@ -115,7 +131,7 @@ class AgentSpans:
             self._push(stack, self._start_run())
         current = stack[-1]
         self._event(current, event)
-        if event.kind in ENDS and current.kind == "run":
+        if isinstance(event, ENDS) and current.kind == "run":
             self._end_run(current, event)
             self._pop(stack, current)
 
@@ -132,32 +148,30 @@ class AgentSpans:
         if self.stats is not None:
             span.set_attributes(a.usage_attributes(self.stats.input_tokens - run.start_stats[0],
                                                    self.stats.output_tokens - run.start_stats[1]))
-        if event.kind == "error":
-            text = str(event.data.get("error", "")) if self.capture_content else "the run stopped on an error"
+        if isinstance(event, RunError):
+            text = event.error if self.capture_content else "the run stopped on an error"
             span.set_status(Status(StatusCode.ERROR, text))
         span.end()
 
     @staticmethod
     def _totals(run: _Open, event: LoopEvent) -> a.Attributes:
-        stop = event.data.get("limit", "done") if event.kind == "limit" else event.kind
+        stop = event.limit if isinstance(event, Limit) else event.kind
         return {"ctxwin.run.stop": str(stop), "ctxwin.run.steps": event.step, "ctxwin.run.model_calls": run.model_calls,
                 "ctxwin.run.max_request_tokens": run.max_tokens, "ctxwin.run.compactions": run.compactions,
                 "ctxwin.run.overflows_recovered": run.overflows}
 
-    def _subagent(self, event: LoopEvent, stack: list[_Open]) -> None:
-        data = event.data
-        action = data.get("action")
-        if action == "fork_fallback":
-            self._local.fallback = str(data.get("reason", ""))
+    def _subagent(self, event: SubagentEvent, stack: list[_Open]) -> None:
+        if isinstance(event, ForkFallback):
+            self._local.fallback = event.reason
             return
-        if action == "start":
-            parent = stack[-1] if stack else self._adopt(str(data.get("task", "")))
-            session = str(data.get("session", ""))
+        if isinstance(event, SubagentStarted):
+            parent = stack[-1] if stack else self._adopt(event.task)
+            session = event.session
             attributes = {**self.base, a.SPAN_KIND: "AGENT", a.GEN_AI_OPERATION: "invoke_agent",
-                          a.GEN_AI_AGENT_NAME: str(data.get("agent", "")), **a.session_attributes(session),
-                          "ctxwin.subagent.context": str(data.get("context", "")),
-                          **({"ctxwin.subagent.task": str(data.get("task", ""))} if self.capture_content
-                             else {"ctxwin.subagent.task_chars": len(str(data.get("task", "")))}),
+                          a.GEN_AI_AGENT_NAME: event.name, **a.session_attributes(session),
+                          "ctxwin.subagent.context": event.context,
+                          **({"ctxwin.subagent.task": event.task} if self.capture_content
+                             else {"ctxwin.subagent.task_chars": len(event.task)}),
                           "ctxwin.subagent.parent_session": parent.session if parent is not None else None}
             fallback = getattr(self._local, "fallback", None)
             if fallback:
@@ -166,13 +180,13 @@ class AgentSpans:
             context = trace.set_span_in_context(parent.span) if parent is not None else None
             span = self.tracer.start_span(a.SUBAGENT, context=context, attributes=a.clean(attributes))
             self._push(stack, _Open(span, "subagent", None, session))
-        elif action == "end":
-            session = str(data.get("session", ""))
+        elif isinstance(event, SubagentEnded):
+            session = event.session
             child = next((o for o in reversed(stack) if o.kind == "subagent" and o.session == session), None)
             if child is None:
                 return
-            stop = str(data.get("stop", ""))
-            child.span.set_attributes({"ctxwin.subagent.stop": stop, "ctxwin.subagent.steps": int(data.get("steps", 0)),
+            stop = event.stop
+            child.span.set_attributes({"ctxwin.subagent.stop": stop, "ctxwin.subagent.steps": event.steps,
                                        "ctxwin.run.model_calls": child.model_calls,
                                        "ctxwin.run.max_request_tokens": child.max_tokens,
                                        "ctxwin.run.compactions": child.compactions})
@@ -196,27 +210,26 @@ class AgentSpans:
         return parent
 
     def _event(self, current: _Open, event: LoopEvent) -> None:
-        data = event.data
-        if event.kind == "model_call":
+        if isinstance(event, ModelCall):
             current.model_calls += 1
-            current.max_tokens = max(current.max_tokens, int(data.get("tokens", 0) or 0))
-        elif event.kind == "overflow":
+            current.max_tokens = max(current.max_tokens, event.tokens)
+        elif isinstance(event, Overflow):
             current.overflows += 1
-        elif event.kind == "pipeline" and event.event is not None and event.event.stage == "compaction" \
-                and event.event.action not in ("failed", "checkpoint_request"):
+        elif event.event is not None and event.event.is_compaction:
             current.compactions += 1
-        elif event.kind == "tool_call" and data.get("name") == "task":
-            arguments = data.get("arguments") if isinstance(data.get("arguments"), dict) else {}
+        elif isinstance(event, ToolCallStarted) and event.name == "task":
+            arguments = event.arguments if isinstance(event.arguments, Mapping) else {}
             tasks = list(arguments.get("tasks") or [arguments.get("task", "")])
             with self._lock:
-                current.pending[str(data.get("call_id"))] = [str(t)[:TASK_CHARS] for t in tasks]
-        elif event.kind == "tool_result" and data.get("name") == "task":
+                current.pending[event.call_id] = [str(t)[:TASK_CHARS] for t in tasks]
+        elif isinstance(event, ToolResultLogged) and event.name == "task":
             with self._lock:
-                current.pending.pop(str(data.get("call_id")), None)
+                current.pending.pop(event.call_id, None)
         if event.event is not None:
-            if not (self.engine_spans and event.kind == "pipeline"):  # else already on the engine's spans
+            if not self.engine_spans:  # else already on the engine's spans
                 current.span.add_event(f"{event.event.stage}.{event.event.action}", a.event_attributes(event.event))
         else:
+            data = dict(event.data)
             shown = data if self.capture_content else without_content(data)
             current.span.add_event(f"ctxwin.{event.kind}",
                                    _flat({"ctxwin.turn": event.turn, "ctxwin.step": event.step, **shown}))

@@ -17,7 +17,7 @@ from typing import Any
 
 from ctxwin.engine.prepared import Prepared, StageRun
 from ctxwin.engine.recovery import Recovery
-from ctxwin.pipeline.view import Event
+from ctxwin.pipeline.events import Event
 from ctxwin.store.entries import ProxyRequestEntry
 
 # Span names. A stage's span is `ctxwin.<stage>` (ctxwin.mask, ctxwin.compaction, ctxwin.fit ...).
@@ -116,17 +116,16 @@ def stage_attributes(run: StageRun) -> Attributes:
         "ctxwin.stage.entries": len(entries),
         "ctxwin.stage.breaks_prefix": any(event.breaks_prefix for event in run.events),
     }
-    if run.stage == "compaction":
-        out.update(compaction_attributes(run.events))
+    out.update(compaction_attributes(run.events))
     return out
 
 
 def compaction_attributes(events: Iterable[Event]) -> Attributes:
     """The compaction a stage run holds: `failed` names no strategy (history was left as it was)."""
     for event in events:
-        if event.stage != "compaction" or event.action == "checkpoint_request":
+        if not (event.is_compaction or event.is_compaction_failure):
             continue
-        failed = event.action == "failed"
+        failed = event.is_compaction_failure
         return clean({
             "ctxwin.compaction.strategy": None if failed else event.action,
             "ctxwin.compaction.failed": failed,

@@ -18,7 +18,7 @@ from opentelemetry.trace import Status, StatusCode
 from ctxwin.engine import ContextEngine
 from ctxwin.engine.observe import Observation
 from ctxwin.engine.prepared import StageRun
-from ctxwin.pipeline.view import Event
+from ctxwin.pipeline.events import Event
 from ctxwin.tokens import model_info
 
 from . import attributes as a
@@ -59,8 +59,9 @@ class EngineSpans:
                                       attributes={**self.base, **a.stage_attributes(run)})
         for event in run.events:
             _add_event(span, event, run.ended_ns)
-        if run.stage == "compaction" and any(e.action == "failed" for e in run.events):
-            span.set_status(Status(StatusCode.ERROR, next(e.reason for e in run.events if e.action == "failed")))
+        failure = next((e for e in run.events if e.is_compaction_failure), None)
+        if failure is not None:
+            span.set_status(Status(StatusCode.ERROR, failure.reason))
         span.end(end_time=run.ended_ns)
 
 

@@ -47,7 +47,7 @@ def compact(source: str | Path, *, focus: str | None = None, strategy: str | Non
         before = engine.prepare()
         after = engine.compact(focus=focus)
         entries = [e for e in session.path() if e.kind == CompactionEntry.kind]
-        done = any(e.stage == "compaction" and e.action != "failed" for e in after.events)
+        done = any(e.is_compaction for e in after.events)
         last = parse(entries[-1].kind, entries[-1].payload, entry_id=entries[-1].id) if entries and done else None
         entry = last if isinstance(last, CompactionEntry) else None
         return {

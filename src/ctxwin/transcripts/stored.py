@@ -110,9 +110,9 @@ def _branch(order: Sequence[Entry], by_id: dict[str, Entry], log: ImportLog) -> 
 
 
 def _transcript(entries: Iterable[Entry], header: dict[str, Any], log: ImportLog, kinds: dict[str, int]) -> Transcript:
-    messages = []
-    compactions = []
-    usage = []
+    messages: list[Message] = []
+    compactions: list[CompactionRecord] = []
+    usage: list[UsageRecord] = []
     position: dict[str, int] = {}  # entry id -> index of its message
     pending: list[tuple[int, CompactionEntry, Entry]] = []
     timestamps = []
@@ -125,9 +125,9 @@ def _transcript(entries: Iterable[Entry], header: dict[str, Any], log: ImportLog
             continue
         if isinstance(typed, MessageEntry):
             message = typed.message
-            meta = {"timestamp": entry.timestamp, **message.meta, "entry": entry.id}  # the message's own time first
+            own = {"timestamp": entry.timestamp, **message.meta, "entry": entry.id}  # the message's own time first
             position[entry.id] = len(messages)
-            messages.append(Message(message.role, message.blocks, entry.id, meta))
+            messages.append(Message(message.role, message.blocks, entry.id, own))
             recorded = _usage(message.meta.get("usage"), len(messages) - 1)
             if recorded is not None and message.role == "assistant":
                 usage.append(recorded)
@@ -140,7 +140,7 @@ def _transcript(entries: Iterable[Entry], header: dict[str, Any], log: ImportLog
             first_kept_index=min(first_kept, index), trigger=compaction.reason or None,
             details={"strategy": compaction.strategy, "entry": entry.id, "tokens_after": compaction.tokens_after,
                      "covered": len(compaction.covered_ids)}))
-    meta = header.get("meta") if isinstance(header.get("meta"), dict) else {}
+    meta: dict[str, Any] = header["meta"] if isinstance(header.get("meta"), dict) else {}
     model = meta.get("model") if isinstance(meta.get("model"), str) else None
     workspace = meta.get("workspace") if isinstance(meta.get("workspace"), str) else None
     return Transcript(
@@ -170,5 +170,5 @@ def _problem_text(problem: StoreProblem) -> str:
 
 def store_report(path: Path, problems: Sequence[StoreProblem], messages: int) -> ReadReport:
     """The store's problems with a session (damaged lines, re-attached entries) as a read report."""
-    kinds = Counter(p.kind for p in problems)
+    kinds = Counter(str(p.kind) for p in problems)
     return ReadReport(str(path), "ctxwin session", messages, dict(kinds), {}, [p.message for p in problems])
