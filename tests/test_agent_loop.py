@@ -215,10 +215,8 @@ def test_interrupt_stops_the_step_and_kills_the_tool_process_group(tmp_path: Pat
         while not running() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert running()
-        started = time.monotonic()
         agent.interrupt()
-        worker.join(10)
-        assert time.monotonic() - started < 3
+        worker.join(10)  # a hang guard: uninterrupted, the tool's sleep runs on
         assert outcome["result"].stop == "interrupted"
         assert not running()  # the command and its background child are gone
         assert bystander.poll() is None  # a process group that was there before the tools ran is spared

@@ -170,6 +170,7 @@ class FakeProvider:
         self._requests: list[RecordedRequest] = []
         self._cache: dict[str, set[str]] = {}  # per API and model: digests of prompt prefixes seen
         self._serial = 0
+        self._streams_cut = 0  # streamed answers whose client left before their last event
         self._generation = 0  # bumped by reset(): a request still in flight then is not recorded after it
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -263,6 +264,16 @@ class FakeProvider:
     def requests(self) -> list[RecordedRequest]:
         with self._lock:
             return list(self._requests)
+
+    @property
+    def streams_cut(self) -> int:
+        """How many streamed answers the client left before their last event (a cancelled stream)."""
+        with self._lock:
+            return self._streams_cut
+
+    def stream_cut(self) -> None:
+        with self._lock:
+            self._streams_cut += 1
 
     def requests_to(self, path: str) -> list[RecordedRequest]:
         return [r for r in self.requests if r.path == path]
@@ -576,6 +587,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except ConnectionError:  # the client cancelled the stream
             self.close_connection = True
+            self.server.fake.stream_cut()  # type: ignore[attr-defined]  # set by FakeProvider.start
 
     do_POST = do_GET = do_PUT = do_DELETE = do_PATCH = _serve  # the names http.server dispatches to
 
