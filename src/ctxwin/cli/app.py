@@ -14,13 +14,14 @@ import re
 import sys
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from ctxwin.errors import CtxwinError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 HELP = "Manage, inspect and replay the context window of LLM agents."
 
@@ -29,8 +30,24 @@ HELP = "Manage, inspect and replay the context window of LLM agents."
 app = typer.Typer(name="ctxwin", help=HELP, no_args_is_help=True, add_completion=False,
                   pretty_exceptions_enable=False, rich_markup_mode=None)
 
-console = Console()
-err_console = Console(stderr=True)
+class _OnFirstUse:
+    """A rich `Console` made on first use: importing rich costs a tenth of a second, which `ctxwin --help`
+    and a command's `--json` output need not pay."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
+
+console = cast("Console", _OnFirstUse())
+err_console = cast("Console", _OnFirstUse(stderr=True))
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,6 +65,8 @@ _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u
 def visible(text: str) -> str:
     """Text from a session or a user (a restore point's name, a file name) as rich markup that prints
     it literally: each control character shown as its escape (`\\x1b`), markup brackets escaped."""
+    from rich.markup import escape
+
     return escape(_UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text))
 
 
@@ -59,6 +78,8 @@ def print_table(table: Any, target: Console | None = None) -> None:
     if _natural_width(out, table) <= out.width:
         out.print(table)
     elif not out.is_terminal:  # a console never prints wider than its own width: a wider twin on the same file
+        from rich.console import Console
+
         Console(file=out.file, width=_natural_width(out, table), no_color=out.no_color,
                 color_system=out.color_system,  # type: ignore[arg-type]  # the name Console() takes, as str
                 ).print(table)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.table import Table
 
 from ctxwin import policies
 from ctxwin.cli.app import app, console, err_console, handle_errors, print_json, print_table
@@ -43,6 +42,8 @@ def policies_command(
     if json_output:
         print_json({"policies": [{"name": n, "description": d} for n, d in rows], "levels": list(LEVELS)})
         return
+    from rich.table import Table  # only for a person: --json and the TOML need no table
+
     table = Table("policy", "what it does", title="Policies (ctxwin policies --show NAME prints one as TOML)")
     for name, description in rows:
         table.add_row(name, description)
