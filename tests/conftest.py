@@ -1,8 +1,14 @@
-"""Shared test fixtures.
+"""Shared test fixtures, and how the suite is run.
 
 Tests that read the real transcripts in `../shared/transcripts` use the `shared_dir` fixture: it skips
 with a reason when the folder is absent (a fresh clone), and fails instead when
 `CTXWIN_REQUIRE_SHARED=1` (as CI sets), so a broken CI setup cannot pass by skipping.
+
+Tests marked `slow` (more than a few seconds each: whole demo runs, long races, every shared session
+under every preset) are deselected unless `--run-slow` is given (or `CTXWIN_RUN_SLOW=1`); `.ci/run`
+gives it. With pytest-xdist (`-n auto`, `--dist loadgroup` is the default here), the tests that share
+one PostgreSQL server, the browser tests and the tmux tests each run in one worker (`xdist_group`), so
+each server starts once per run and the terminal tests do not fight over the CPU.
 """
 
 from __future__ import annotations
@@ -51,3 +57,27 @@ def _no_network(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest)
         return real_connect(self, address)
 
     monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+
+
+SLOW_ENV = "CTXWIN_RUN_SLOW"
+GROUPS = {"test_browser.py": "browser", "test_chat_tmux.py": "tmux"}  # modules that share one heavy resource
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-slow", action="store_true", default=False,
+                     help=f"also run the tests marked slow (as CI does; or set {SLOW_ENV}=1)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the slow tests unless asked for, and put the tests that share a server in one xdist group."""
+    run_slow = config.getoption("--run-slow") or os.environ.get(SLOW_ENV) == "1"
+    kept, slow = [], []
+    for item in items:
+        (kept if run_slow or item.get_closest_marker("slow") is None else slow).append(item)
+        group = "postgres" if item.get_closest_marker("postgres") or "postgres_dsn" in getattr(
+            item, "fixturenames", ()) else GROUPS.get(item.path.name)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = kept

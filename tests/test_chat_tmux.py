@@ -18,7 +18,7 @@ from agent_fake import STEP, ScriptedFake, Turn, long_task, make_workspace
 from ctxwin.messages import Message
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-SLEEP = "sleep 47.123"  # a command no one else runs, so a leftover process is ours
+SLEEP = f"sleep 47.{os.getpid()}"  # a command no one else runs (not even this suite run twice at once): ours
 COMMAND = f"{SLEEP} & {SLEEP}; wait"  # a grandchild in the background too: the whole group must go
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
