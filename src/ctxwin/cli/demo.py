@@ -51,7 +51,7 @@ def demo(
                   f"{facts['tool_calls']} tool calls ({tools}), {facts['tool_errors']} failing; "
                   f"{facts['tokens']:,} tokens of history for {escape(DEMO_MODEL)} "
                   f"(window {result.comparison['window']:,}).", highlight=False)
-    _print_comparison(result.comparison["policies"])
+    _print_comparison(result.comparison["policies"], result.comparison["window"])
     print_retention(result.retention["summary"])
     seconds = result.seconds
     console.print(f"Wrote [bold]{escape(result.report)}[/] ({format_size(result.report_bytes)}); open it in a "
@@ -65,7 +65,7 @@ def demo(
                       f"{seconds['report']:.1f} s).", highlight=False)
 
 
-def _print_comparison(rows: dict[str, dict[str, Any]]) -> None:
+def _print_comparison(rows: dict[str, dict[str, Any]], window: int | None = None) -> None:
     """The comparison in terminal width (`ctxwin replay --compare` prints every column)."""
     table = Table(title="each policy replayed on the session", title_justify="left", box=box.SIMPLE_HEAD)
     for column in ("policy", "tokens,\nall calls", "% of\nraw", "peak\nrequest", "compactions", "prefix\nkept",
@@ -86,3 +86,8 @@ def _print_comparison(rows: dict[str, dict[str, Any]]) -> None:
         f"{escape(', '.join(f'{n} {c}' for n, c in over.items())) or 'none'}[/]")
     if cheapest:
         console.print(f"Lowest cost with prompt caching: [bold]{escape(cheapest)}[/]; {checks}.", highlight=False)
+    if window:
+        for name, row in rows.items():
+            if row["peak_tokens"] > window:  # raw: everything sent, no window applied
+                console.print(f"{escape(name)} has no window: its largest request is {row['peak_tokens']:,} tokens, "
+                              f"past the {window:,}-token window (a provider would refuse it).", highlight=False)
