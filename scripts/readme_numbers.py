@@ -134,6 +134,8 @@ def rendered(figures: dict[str, Any]) -> dict[str, str]:
     for name, value in figures.items():
         if name in ("demo_tokens", "demo_raw_peak", "demo_window"):
             text[name] = f"{round(value / 1000):,}K" if value else "none"
+        elif name == "offline_stop":
+            text[name] = f"`{value}`"
         elif name == "demo_over_window":
             text[name] = ", ".join(f"`{n}`" for n in value) or "none"
         elif isinstance(value, int) and not isinstance(value, bool) and name.endswith(("calls", "tests_default",
