@@ -14,6 +14,7 @@ each server starts once per run and the terminal tests do not fight over the CPU
 from __future__ import annotations
 
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -61,6 +62,24 @@ def _no_network(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest)
 
 SLOW_ENV = "CTXWIN_RUN_SLOW"
 GROUPS = {"test_browser.py": "browser", "test_chat_tmux.py": "tmux"}  # modules that share one heavy resource
+# Parameters marked slow here rather than in their modules: the heavy end of a parametrized family (the
+# 465-call Pi session under every preset but ctxwin, hypothesis properties over every preset but ctxwin,
+# the streamed variants of a loop the plain ones already cover) and a few single tests of 8-18 s, by the
+# suite's own --durations on a loaded 2-core machine. The rest of each family stays in the default run.
+SLOW_TESTS = re.compile("|".join((
+    r"test_engine_shared\.py::test_every_call_of_every_session_under_every_preset\[(?!ctxwin-)[a-z-]+-pi/",
+    r"test_engine_shared\.py::test_every_call_of_every_session_under_every_preset\[masking-claude-code/258c7280",
+    r"test_compaction\.py::test_strategies_at_real_compaction_points\[(?!ctxwin-)[a-z-]+-pi-before-compaction",
+    r"test_engine\.py::test_invariants_on_random_sessions\[(pi|masking|letta|openclaw|claude-code)\]",
+    r"test_knobs\.py::test_turn_knobs_keep_every_invariant\[max-turns-drop\]",
+    r"test_agent_run\.py::test_run_prints_json_events_and_the_totals_last\[openai-True\]",
+    r"test_agent_loop\.py::test_a_300_step_task_fits_compacts_inside_tool_loops_and_recovers\[[a-z]+-streamed\]",
+    r"test_adversarial_tools\.py::test_item_11_query_json_is_bounded",
+    r"test_proxy_workers\.py::test_one_session_alternating_between_two_workers_is_served_as_by_one",
+    r"test_adversarial_store\.py::test_store_files_are_read_by_their_size_not_by_the_cap",
+    r"test_adversarial_store\.py::test_what_the_cheap_append_check_lets_through_the_full_check_on_open_accepts",
+    r"test_store_crash\.py::test_sigkill_on_postgres_loses_nothing_acknowledged",
+)))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -73,6 +92,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     run_slow = config.getoption("--run-slow") or os.environ.get(SLOW_ENV) == "1"
     kept, slow = [], []
     for item in items:
+        if SLOW_TESTS.search(item.nodeid):
+            item.add_marker(pytest.mark.slow)
         (kept if run_slow or item.get_closest_marker("slow") is None else slow).append(item)
         group = "postgres" if item.get_closest_marker("postgres") or "postgres_dsn" in getattr(
             item, "fixturenames", ()) else GROUPS.get(item.path.name)
