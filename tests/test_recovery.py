@@ -157,3 +157,88 @@ def test_engine_through_the_official_sdks() -> None:
             raise AssertionError("did not recover")
         assert completion.choices[0].message.content
         engine.record_usage(completion.usage)
+
+
+# --------------------------------------------------------------------------------------------------
+# A window the registry does not know, and errors that say no number
+
+
+UNKNOWN_MODEL = "acme-local-coder-7b"  # not in the registry: 128K window and 8K output assumed
+
+
+def tool_task(engine: ContextEngine, client, calls: int, *, stream: bool, output_lines: int = 120) -> int:
+    """An agent-like loop of `calls` model calls, each answered by a tool call whose result is appended
+    (about 1K tokens each), recovering from overflows as a harness does. Returns the recoveries it took;
+    an error that reaches this caller fails the test."""
+    engine.append(Message("user", (Text("Refactor the parser; ticket PAR-4471. Read every module first."),)))
+    recoveries = 0
+    tools = [{"name": "bash", "description": "run a command", "input_schema": {
+        "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}]
+    for n in range(calls):
+        prepared = engine.prepare(max_output=1_000)
+        for _ in range(MAX_RECOVERY_ATTEMPTS + 1):
+            try:
+                if stream:
+                    with client.stream(prepared.messages, system=prepared.system or None, max_tokens=1_000,
+                                       tools=tools) as streamed:
+                        completion = streamed.until_done()
+                else:
+                    completion = client.complete(prepared.messages, system=prepared.system or None,
+                                                 max_tokens=1_000, tools=tools)
+                break
+            except ProviderError as error:
+                assert engine.is_overflow_error(error), error
+                recoveries += 1
+                prepared = engine.recover(error)
+        else:
+            raise AssertionError(f"call {n}: still overflowing after {MAX_RECOVERY_ATTEMPTS} recoveries")
+        engine.record_usage(completion.usage)
+        engine.append(completion.message)
+        for call in completion.message.tool_calls:
+            body = "".join(f"{n}:{k}: def handler_{n}_{k}(request): return parse(request, strict=True)\n"
+                           for k in range(output_lines))
+            engine.append(Message("tool", (ToolResult(call.id, (Text(body),), name=call.name),)))
+    return recoveries
+
+
+def bash_model(request):  # the scripted model: always one more command
+    from ctxwin.testing.scripted import Call, Reply
+
+    return Reply(f"Reading module {request.call}.", (Call("bash", {"command": f"cat src/m{request.call}.py"}),))
+
+
+@pytest.mark.filterwarnings("ignore::ctxwin.tokens.registry.UnknownModelWarning")
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("api", ["responses", "chat", "anthropic"])
+def test_a_window_unknown_to_the_registry_is_learned_from_the_failed_request(api: str, stream: bool) -> None:
+    """60 tool calls past a 16K window on a model the registry does not know (it assumes 128K): no
+    error reaches the caller, and the engine learns a window no larger than the real one within a few
+    recoveries, also where the overflow error carries no token numbers (Responses)."""
+    from ctxwin.providers.openai import OpenAIResponsesClient
+
+    with FakeProvider(context_window=16_000, max_output=4_000, model=bash_model) as server:
+        client = {"responses": lambda: OpenAIResponsesClient(server.openai_base_url, api_key="t", model=UNKNOWN_MODEL),
+                  "chat": lambda: OpenAIChatClient(server.openai_base_url, api_key="t", model=UNKNOWN_MODEL),
+                  "anthropic": lambda: AnthropicClient(server.anthropic_base_url, api_key="t", model=UNKNOWN_MODEL),
+                  }[api]()
+        engine = ContextEngine(model=UNKNOWN_MODEL, policy="ctxwin")
+        assert engine.window == 128_000
+        recoveries = tool_task(engine, client, 60, stream=stream)
+        assert 1 <= recoveries <= MAX_RECOVERY_ATTEMPTS  # it learned once (or a few times), then stayed under
+        assert engine.window <= 16_000
+        assert sum(1 for e in engine.session.path() if e.kind == "compaction") >= 2  # it went on past the window
+
+
+def test_an_error_without_numbers_bounds_the_window_by_the_failed_request() -> None:
+    engine = ContextEngine(model="gpt-4.1", policy="ctxwin")
+    assert engine.window == 1_047_576
+    fill(engine, rounds=12)
+    failed = engine.prepare()
+    responses_overflow = {"error": {"message": "Your input exceeds the context window of this model. Please adjust "
+                                               "your input and try again.", "type": "invalid_request_error",
+                                    "param": "input", "code": "context_length_exceeded"}}
+    retry = engine.recover(responses_overflow)
+    assert engine.window == failed.tokens  # not 0.85 x the registry's million
+    assert retry.tokens <= retry.budget < failed.tokens
+    # Logged: a reopened engine keeps what was learned.
+    assert ContextEngine(engine.session, model="gpt-4.1", policy="ctxwin").window == failed.tokens

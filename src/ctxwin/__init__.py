@@ -31,7 +31,7 @@ _EXPORTS = {
 _SUBPACKAGES = ("policies", "telemetry")  # `from ctxwin import policies` and `ctxwin.policies` before an import
 
 if TYPE_CHECKING:
-    from ctxwin import policies, telemetry
+    from ctxwin import policies, telemetry  # noqa: F401  (names __getattr__ serves)
     from ctxwin.engine import ContextEngine, Prepared
     from ctxwin.messages import Image, Message, Text, Thinking, ToolCall, ToolResult
     from ctxwin.policies import Policy

@@ -13,6 +13,7 @@
     │   ├── MalformedJSONError     text that does not parse as JSON (with the position)
     │   ├── ToolError              a tool refusing a call (a reason code, a hint)
     │   ├── SubagentError          a sub-agent request that cannot run as asked
+    │   ├── AgentDefinitionError   agent definition files that cannot be used (each file named)
     │   ├── MemoryPathError        a memory path outside the memory folder
     │   ├── MemoryEditError        a memory edit that cannot apply (no match, several)
     │   ├── TelemetryError         telemetry asked for but not available as configured
@@ -203,6 +204,17 @@ class Interrupted(CtxwinError):
 class SubagentError(InputError):
     """A sub-agent request that cannot run as asked (a fork of a fork, another model for a fork, too
     deep, too many at once); the model gets it as a tool error."""
+
+
+class AgentDefinitionError(InputError):
+    """Agent definition files that cannot be used: `problems` holds (file, what is wrong) for each."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = list(problems)
+        lines = "".join(f"\n  {source}: {message}" for source, message in self.problems)
+        super().__init__(f"{len(self.problems)} agent definition file(s) cannot be used:{lines}",
+                         "fix each file: YAML front matter between '---' lines (name, description, tools, model, "
+                         "skills ...), then the system prompt")
 
 
 # ---- tools

@@ -59,6 +59,29 @@ class FileLimits:
     """The most bytes a gzip file may expand to."""
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     """The deepest nesting of arrays and objects accepted in JSON."""
+    allow_hard_links: bool = True
+    """Read a file with more than one hard link (False for sandboxes: its other names may be outside
+    the folder, or secrets; `too_many_links`)."""
+
+
+BINARY_SNIFF_BYTES = 8192
+"""A file whose first this many bytes hold a NUL is binary, not text."""
+BINARY_REFUSAL = "it holds binary data (NUL bytes), not text, so it is not read; replace it with a text file"
+
+
+def is_binary(data: bytes) -> bool:
+    return b"\x00" in data[:BINARY_SNIFF_BYTES]
+
+
+def too_many_links(info: os.stat_result, allow_hard_links: bool = False) -> bool:
+    """A regular file with more than one hard link, refused by every sandbox (the workspace tools, the
+    memory folder): `ln ~/.ssh/id_rsa notes.md` would otherwise read the key through a name inside."""
+    return stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and not allow_hard_links
+
+
+def hard_link_refusal(links: int) -> str:
+    return (f"it has {links} hard links, and its other names may be outside the folder or secrets, so it is "
+            "not read; keep a copy there instead (cp makes one)")
 
 
 @dataclass(frozen=True)
@@ -88,6 +111,8 @@ def open_regular(path: str | Path, *, limits: FileLimits = FileLimits()) -> Bina
             )
         if info.st_size > limits.max_bytes:
             raise _too_large(path, info.st_size, limits.max_bytes, "file size")
+        if too_many_links(info, limits.allow_hard_links):
+            raise InputError(f"{path}: {hard_link_refusal(info.st_nlink)}")
         flags = fcntl.fcntl(fd, fcntl.F_GETFL)
         fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
         return os.fdopen(fd, "rb")

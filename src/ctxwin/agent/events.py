@@ -220,29 +220,64 @@ class SubagentEvent(LoopEvent):
 @dataclass(frozen=True)
 class SubagentStarted(SubagentEvent):
     """A sub-agent starts: `context` isolated or fork, `name` the agent type (the JSON's `agent`),
-    `session` its session, `task` its first 200 characters."""
+    `session` its session, `task` its first 200 characters, `child` the id its own events carry."""
 
     action = "start"
     context: str = field(kw_only=True)
     name: str = field(kw_only=True)
     session: str = field(kw_only=True)
     task: str = field(kw_only=True)
+    child: str = field(default="", kw_only=True)
 
     @property
     def data(self) -> Mapping[str, Any]:
-        return {"action": self.action, "context": self.context, "agent": self.name, "session": self.session,
-                "task": self.task}
+        out: dict[str, Any] = {"action": self.action, "context": self.context, "agent": self.name,
+                               "session": self.session, "task": self.task}
+        return {**out, "child": self.child} if self.child else out
 
 
 @dataclass(frozen=True)
 class SubagentEnded(SubagentEvent):
-    """A sub-agent ended: how (`stop`) and after how many model calls (`steps`)."""
+    """A sub-agent ended: how (`stop`) and after how many model calls (`steps`); `child` its id."""
 
     action = "end"
+    omitted_when_none = frozenset({"child"})
     context: str = field(kw_only=True)
     session: str = field(kw_only=True)
     stop: str = field(kw_only=True)
     steps: int = field(kw_only=True)
+    child: str | None = field(default=None, kw_only=True)
+
+
+@dataclass(frozen=True)
+class SubagentBackground(SubagentEvent):
+    """A sub-agent was started in the background: its `handle`, agent type (the JSON's `agent`), task."""
+
+    action = "background"
+    handle: str = field(kw_only=True)
+    name: str = field(kw_only=True)
+    task: str = field(kw_only=True)
+
+    @property
+    def data(self) -> Mapping[str, Any]:
+        return {"action": self.action, "handle": self.handle, "agent": self.name, "task": self.task}
+
+
+@dataclass(frozen=True)
+class SubagentWaiting(SubagentEvent):
+    """The agent answered while background sub-agents run: it waits for the next of `handles` to end."""
+
+    action = "waiting"
+    handles: tuple[str, ...] = field(kw_only=True)
+
+
+@dataclass(frozen=True)
+class SubagentDelivered(SubagentEvent):
+    """A finished background sub-agent's result was logged for the agent's next call (`stop`: how it ended)."""
+
+    action = "delivered"
+    handle: str = field(kw_only=True)
+    stop: str | None = field(kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -256,12 +291,14 @@ class ForkFallback(SubagentEvent):
 LOOP_EVENT_TYPES: tuple[type[LoopEvent], ...] = (
     UserMessage, ModelCall, AssistantMessage, Delta, ToolCallStarted, ToolResultLogged, PipelineReport, Retry,
     Overflow, Limit, RunInterrupted, RunError, Done, MemoryFlushed, SubagentStarted, SubagentEnded, ForkFallback,
+    SubagentBackground, SubagentWaiting, SubagentDelivered,
 )
 """Every kind of loop event, the closed set."""
 
 _BY_KIND: dict[tuple[str, str], type[LoopEvent]] = {
     (t.kind, t.action if issubclass(t, SubagentEvent) else ""): t for t in LOOP_EVENT_TYPES}
-_RENAMED: dict[type[LoopEvent], dict[str, str]] = {SubagentStarted: {"agent": "name"}}
+_RENAMED: dict[type[LoopEvent], dict[str, str]] = {SubagentStarted: {"agent": "name"},
+                                                  SubagentBackground: {"agent": "name"}}
 """JSON names that differ from the field's (a sub-agent's type is `agent` in the JSON; `agent` on
 the event is who reported it)."""
 

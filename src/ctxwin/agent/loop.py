@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,6 +23,7 @@ from ctxwin import policies
 from ctxwin.agent.events import LoopEvent, RunResult, RunStats, loop_event
 from ctxwin.agent.model import Model
 from ctxwin.agent.processes import child_groups, kill_tool_processes
+from ctxwin.agent.tree import Cancel, ChildRecord, tree_totals
 from ctxwin.compaction.checkpoint import META as CHECKPOINT_META
 from ctxwin.compaction.checkpoint import REQUEST as CHECKPOINT_REQUEST
 from ctxwin.engine import ContextEngine, Prepared
@@ -39,6 +40,9 @@ from ctxwin.tokens.breakdown import Breakdown, usage_breakdown
 from ctxwin.tokens.registry import ModelInfo
 from ctxwin.tools import TOOLS, ToolError, ToolOutput, ToolSpec, Workspace
 from ctxwin.tools.registry import available, validate_args
+
+if TYPE_CHECKING:
+    from ctxwin.agent.subagents import SubAgents
 
 EventSink = Callable[["LoopEvent"], None]
 A = TypeVar("A", bound="Agent")
@@ -94,18 +98,34 @@ def tool_table(ws: Workspace | None, names: Sequence[str] | None = None,
 class Agent:
     """The loop over one engine. `model` sends prepared requests; `workspace` is where tools run;
     `extra_tools` are the caller's own `ToolSpec`s (offered besides the registry's). `on_event`
-    receives every `LoopEvent`. Set `cancel` (a threading.Event) to stop the current step."""
+    receives every `LoopEvent`. Set `cancel` to stop the current step (`interrupt()` does): a `Cancel`,
+    or a plain threading.Event this agent's own cancel then follows.
+
+    A sub-agent is built with its `parent`: its id is `agent_id` (the root's is `main`), its depth one
+    more than its parent's, its cancel a child of its parent's (an interrupt of any ancestor stops
+    it), and what it spends counts against every ancestor's `max_cost_usd`. `children` records every
+    sub-agent it started, so `totals()` sums the whole tree."""
 
     def __init__(self, engine: ContextEngine, model: Model, *, workspace: Workspace | None = None,
                  config: AgentConfig | None = None, extra_tools: Sequence[ToolSpec] = (),
-                 on_event: EventSink | None = None, cancel: threading.Event | None = None) -> None:
+                 on_event: EventSink | None = None, cancel: threading.Event | None = None,
+                 parent: Agent | None = None, agent_id: str | None = None) -> None:
         self.engine = engine
         self.model = model
         self.workspace = workspace
         self.config = config or AgentConfig()
         self.tools = tool_table(workspace, self.config.tools, extra_tools)
         self.on_event = on_event
-        self.cancel = cancel or threading.Event()
+        self.parent = parent
+        self.depth: int = parent.depth + 1 if parent is not None else 0
+        self.id: str = agent_id or (f"{parent.id}.child" if parent is not None else "main")
+        if isinstance(cancel, Cancel):
+            self.cancel = cancel
+        else:
+            self.cancel = Cancel(cancel) if cancel is not None else \
+                parent.cancel.child() if parent is not None else Cancel()
+        self.children: list[ChildRecord] = []
+        self.subagents: SubAgents | None = None  # set by SubAgents.attach: background results come in through it
         self.stats = RunStats(window=engine.window)
         self.last_prepared: Prepared | None = None
         self.last_completion: Completion | None = None
@@ -116,12 +136,16 @@ class Agent:
         self._repeat: tuple[str, int] = ("", 0)
         self._groups_before: set[int] = set()
         self._running_tools = False
+        self._tree_lock = threading.Lock()  # children charge its run and record themselves from their threads
 
     # ---------------------------------------------------------------- events
 
     def emit(self, kind: str, event: Event | None = None, **data: Any) -> None:
+        """Report `kind` to `on_event`, as this agent (a sub-agent's events carry its id and depth; the
+        root's, "" and 0, print as they always did)."""
         if self.on_event is not None:
-            self.on_event(loop_event(kind, self.stats.turns, self._step, event, **data))
+            self.on_event(loop_event(kind, self.stats.turns, self._step, event,
+                                     agent_id=self.id if self.parent is not None else "", depth=self.depth, **data))
 
     # ---------------------------------------------------------------- run -> step -> query -> execute
 
@@ -146,6 +170,8 @@ class Agent:
                     self.emit("limit", limit=limit)
                     return RunResult(limit, self.last_text(), self._step)
                 if self.step():
+                    if self.subagents is not None and self.subagents.await_background():
+                        continue  # a background sub-agent finished: its result is the next call's
                     self.emit("done", text=self.last_text())
                     return RunResult("done", self.last_text(), self._step)
                 if self._repeat[1] >= self.config.max_repeats + 2:
@@ -178,6 +204,8 @@ class Agent:
         """One model call and the tools it asked for. True when the model answered without tools."""
         if self.cancel.is_set():
             raise Interrupted
+        if self.subagents is not None:
+            self.subagents.deliver()  # finished background sub-agents: their results before the call
         self._step += 1
         self.stats.steps += 1
         completion = self.query()
@@ -295,9 +323,17 @@ class Agent:
     def limit_reached(self) -> str | None:
         if self._step >= self.config.max_steps:
             return "max_steps"
-        if self.config.max_cost_usd is not None and self._run_cost >= self.config.max_cost_usd:
-            return "max_cost"
+        agent: Agent | None = self  # this run's cost limit, and every ancestor's over its whole tree
+        while agent is not None:
+            if agent.config.max_cost_usd is not None and agent._run_cost >= agent.config.max_cost_usd:
+                return "max_cost"
+            agent = agent.parent
         return None
+
+    def totals(self) -> dict[str, Any]:
+        """This agent's `RunStats` summed with every descendant's (calls, tokens, cost ...), with one
+        row per agent under `agents` (what `ctxwin run --json` prints last)."""
+        return tree_totals(self.id, self.stats, self.children)
 
     def last_text(self) -> str:
         for message in reversed(self.engine.messages):
@@ -315,8 +351,10 @@ class Agent:
             self.engine.append(Message("tool", results))
 
     def interrupt(self) -> None:
-        """Stop the current step (Ctrl-C): the loop stops at once, and the tool processes running now
-        (each in its own process group, children of this process) are killed with their children."""
+        """Stop the current step (Ctrl-C): the loop stops at once, and so does every sub-agent under it
+        (running, waiting for a slot, or in the background: none starts after this); the tool
+        processes running now (each in its own process group, children of this process) are killed
+        with their children."""
         self.cancel.set()
         if self._running_tools:
             kill_tool_processes(spare=self._groups_before)
@@ -378,7 +416,11 @@ class Agent:
         cost = (usage.context_tokens * self.config.input_usd_per_mtok
                 + usage.output_tokens * self.config.output_usd_per_mtok) / 1e6
         self.stats.cost_usd += cost
-        self._run_cost += cost
+        agent: Agent | None = self
+        while agent is not None:  # the run of every ancestor pays for what its sub-agents spend
+            with agent._tree_lock:
+                agent._run_cost += cost
+            agent = agent.parent
 
     def _report(self, prepared: Prepared) -> None:
         inside = self._after_tool()  # the view ends in a tool result: we are inside a tool loop

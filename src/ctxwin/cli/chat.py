@@ -19,6 +19,7 @@ from ctxwin.agent import Agent, LoopEvent
 from ctxwin.cli.app import app, console, handle_errors, os_error_line, print_table, visible
 from ctxwin.cli.run import (
     DEFAULT_TIMEOUT_S,
+    AgentsOption,
     AllowShellOption,
     ApiKeyOption,
     ApiOption,
@@ -237,6 +238,7 @@ class Repl:
                 continue
             self.turn(line)
         self.agent.engine.session.close()
+        self.opts.close()
 
 
 @app.command("chat")
@@ -251,10 +253,10 @@ def chat(
     max_output: MaxOutputOption = None, policy: PolicyOption = "ctxwin",
     max_steps: MaxStepsOption = 100,
     allow_shell: AllowShellOption = False, api_key: ApiKeyOption = None, subagents: SubagentsOption = True,
-    stream: StreamOption = True, timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
+    stream: StreamOption = True, agents: AgentsOption = None, timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Chat with the agent in the terminal."""
     opts = options(base_url, api, model, session, workspace, window, max_output, policy, max_steps, allow_shell,
-                   api_key, subagents, stream, timeout)
+                   api_key, subagents, stream, agents, timeout)
     opts.check()  # before a session folder is made for the chat
     Repl(opts, sessions).loop()

@@ -32,11 +32,11 @@ EMBEDDER = typer.Option("default", "--embedder", help="default, wordllama, hash,
 
 def _results_table(results: list[SearchResult]) -> Table:
     table = Table(box=box.SIMPLE_HEAD)
-    for name in ("path", "lines", "score", "snippet"):
+    for name in ("path", "lines", "date", "score", "text"):
         table.add_column(name, overflow="fold")
     for r in results:
-        table.add_row(escape(r.path), f"{r.start_line}-{r.end_line}", f"{r.score:.3f}",
-                      escape(r.snippet[:300].replace("\n", " ")))
+        table.add_row(escape(r.path), f"{r.start_line}-{r.end_line}", r.date or "", f"{r.score:.3f}",
+                      escape(r.text))
     return table
 
 
@@ -105,10 +105,16 @@ def search_cmd(
     queries: Path | None = typer.Option(None, "--queries", help="A file of queries, one a line: one JSON line "
                                         "of results out per query, the index loaded once."),
     files: bool = typer.Option(False, "--files", help="Search the workspace's files too."),
+    hops: int = typer.Option(1, "--hops", min=1, max=5, help="Chained look-ups: 2-4 for a question that goes "
+                             "through one thing to another (each hop searches for what the best hits name)."),
+    max_chars: int | None = typer.Option(None, "--max-chars", min=80, help="Characters of text for all results "
+                                         "together (default 400 per result: 2,000 for -k 5)."),
     embedder: str = EMBEDDER,
     as_json: bool = typer.Option(False, "--json", help="Print the results as one JSON object."),
 ) -> None:
-    """Search MEMORY.md and memory/*.md by meaning and by words."""
+    """Search MEMORY.md and memory/*.md by meaning and by words. Each result is its matching unit (a
+    turn, a section, a paragraph) with the matching lines first, within --max-chars for all; --json
+    gives its text, path, lines, date and a ref (memory_get reads it)."""
     if (query is None) == (queries is None):
         raise InputError("give either a QUERY or --queries FILE", "ctxwin memory search 'staging port'")
     lines = [query or ""] if queries is None else [q for q in read_text(queries).splitlines() if q.strip()]
@@ -116,7 +122,8 @@ def search_cmd(
     sources = ["memory", "files"] if files else ["memory"]
     with index:
         for line in lines:
-            results = index.search(line, k=k, mode=mode, sources=sources)  # type: ignore[arg-type]
+            results = index.search(line, k=k, mode=mode, sources=sources, hops=hops,  # type: ignore[arg-type]
+                                   max_chars=max_chars)
             if queries is not None or as_json:
                 print_json({"query": line, "results": [r.to_dict() for r in results]})
             else:

@@ -51,6 +51,8 @@ class SessionReads:
             finally:
                 others: dict[str, None] = {}
                 for warning in caught:
+                    if issubclass(warning.category, ResourceWarning):
+                        continue  # the collector's notes on objects of whatever ran before: not about the input
                     if isinstance(warning.message, DamagedInputWarning):
                         report = warning.message.report
                         self.reports.setdefault((report.source, report.format), report)

@@ -1,12 +1,18 @@
 """`ctxwin run "TASK"`: the agent loop headless, on any OpenAI- or Anthropic-compatible endpoint. A thin
 wrapper over `ctxwin.agent.create_agent(...).run(task)`: it prints each loop event (or, with `--json`,
-one JSON event a line), then the run's totals (with `--json`, the last line)."""
+one JSON event a line), then the run's totals over the agent and its sub-agents (with `--json`, the
+last line). Ctrl-C (SIGINT) once interrupts the run and every sub-agent, answering what is open, and
+prints the totals; twice exits at once (the log is valid either way: `--resume` continues it)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,9 +20,9 @@ import typer
 from rich.markup import escape
 
 from ctxwin import telemetry
-from ctxwin.agent import Agent, AgentConfig, HttpModel, LoopEvent, create_agent
+from ctxwin.agent import Agent, AgentConfig, AgentDefinition, HttpModel, LoopEvent, create_agent, load_definitions
 from ctxwin.agent.subagents import SubAgents
-from ctxwin.cli.app import app, console, handle_errors
+from ctxwin.cli.app import app, console, err_console, handle_errors
 from ctxwin.errors import InputError
 from ctxwin.providers import APIS, client_for
 from ctxwin.store import DEFAULT_ROOT, Session
@@ -48,6 +54,10 @@ MaxStepsOption = Annotated[int, typer.Option("--max-steps", min=1, help="Model c
 
 DEFAULT_TIMEOUT_S = 60.0  # a read that waits longer is a stalled server, not a slow model: answers stream, and
 # a non-streamed answer of a few thousand tokens comes back well inside a minute on the usual endpoints
+AgentsOption = Annotated[Path | None, typer.Option(
+    "--agents", help="A folder of agent definitions for the task tool (Claude Code's .claude/agents/*.md format).",
+    show_default=False)]
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process Ctrl-C stopped
 
 
 @dataclass
@@ -68,6 +78,8 @@ class AgentOptions:
     subagents: bool
     stream: bool = False
     timeout: float = DEFAULT_TIMEOUT_S
+    agents: Path | None = None
+    clients: list[Any] = field(default_factory=list)  # the HTTP clients built, for close()
 
     def check(self) -> None:
         """Refuses what would fail once the agent is built (before anything is made on disk)."""
@@ -77,31 +89,43 @@ class AgentOptions:
             raise InputError(f"workspace {self.workspace} is not a folder", "give --workspace an existing folder")
         if not self.base_url.startswith(("http://", "https://")):  # (client_for says the same, once it is built)
             raise InputError(f"base URL {self.base_url!r} is not an http(s) URL", "pass e.g. http://127.0.0.1:8000/v1")
+        if self.agents is not None:
+            load_definitions(self.agents)  # a bad --agents folder is refused here too, before a session is made
 
     def build(self, on_event: Any, session: Path | None = None, *, create: bool = True) -> Agent:
         """The agent, on the session in `session` (or the options' own), made there unless `create` is false."""
         self.check()
+        definitions = agent_definitions(self.agents) if self.agents is not None else []
         folder = session or self.session
         log = Session.open(folder, create=create, meta=self.session_meta()) if folder is not None else None
         client = client_for(self.api, self.base_url, self.model, api_key=self.api_key,  # type: ignore[arg-type]
                             timeout=self.timeout)
+        self.clients.append(client)
         model = HttpModel(client, stream=self.stream)
         ws = Workspace([self.workspace], allow_shell=self.allow_shell, model=self.model,
                        blobs=log.blobs if log is not None else None)
         def other_model(name: str) -> HttpModel:  # an isolated sub-agent on another model of the same endpoint
-            return HttpModel(client_for(self.api, self.base_url, name, api_key=self.api_key,  # type: ignore[arg-type]
-                                        timeout=self.timeout), stream=self.stream)
+            other = client_for(self.api, self.base_url, name, api_key=self.api_key,  # type: ignore[arg-type]
+                               timeout=self.timeout)
+            self.clients.append(other)
+            return HttpModel(other, stream=self.stream)
 
         children = Path(folder).parent / "children" if folder else None
-        tools = SubAgents(sessions_root=children, models=other_model) if self.subagents else None
+        # Persistent agents live with the workspace they work on, whatever session calls them.
+        tools = SubAgents(definitions=definitions, sessions_root=children, models=other_model,
+                          state_root=self.workspace / ".ctxwin" / "agents") if self.subagents else None
         agent = create_agent(model, session=log, workspace=ws, config=AgentConfig(max_steps=self.max_steps),
                              policy=self.policy, window=self.window, max_output=self.max_output,
-                             extra_tools=[tools.tool()] if tools else [], on_event=on_event)
+                             extra_tools=tools.tools() if tools else [], on_event=on_event)
         if tools is not None:
             tools.attach(agent)
         telemetry.instrument_agent(agent)  # spans when CTXWIN_OTEL=1 (or the app's provider); else nothing
         return agent
 
+    def close(self) -> None:
+        """Closes the HTTP clients `build` made (their connection pools)."""
+        while self.clients:
+            self.clients.pop().close()
 
     def session_meta(self) -> dict[str, Any]:
         """What a new session's header records of the run (read back by `ctxwin inspect` and the others);
@@ -112,10 +136,11 @@ class AgentOptions:
 
 def options(base_url: str, api: str, model: str | None, session: Path | None, workspace: Path, window: int | None,
             max_output: int | None, policy: str, max_steps: int, allow_shell: bool, api_key: str | None,
-            subagents: bool, stream: bool = False, timeout: float = DEFAULT_TIMEOUT_S) -> AgentOptions:
+            subagents: bool, stream: bool = False, agents: Path | None = None,
+            timeout: float = DEFAULT_TIMEOUT_S) -> AgentOptions:
     default = "claude-sonnet-4-5" if api == "anthropic" else "gpt-4o"
     return AgentOptions(base_url, api, model or default, session, workspace, window, max_output, policy, max_steps,
-                        allow_shell, api_key, subagents, stream, timeout)
+                        allow_shell, api_key, subagents, stream, timeout, agents)
 
 
 def new_session_folder(root: Path, prefix: str) -> Path:
@@ -135,8 +160,45 @@ def new_session_folder(root: Path, prefix: str) -> Path:
         return folder
 
 
+def agent_definitions(folder: Path) -> list[AgentDefinition]:
+    """`--agents DIR`: the definitions, with what loading left out said on stderr (never on stdout,
+    which `--json` keeps to events)."""
+    definitions = load_definitions(folder)
+    for definition in definitions:
+        for note in definition.notes:
+            err_console.print(escape(f"agents: {definition.source}: {note}"), style="yellow", highlight=False)
+    return definitions
+
+
+@contextlib.contextmanager
+def sigint_interrupts(agent: Agent) -> Iterator[None]:
+    """While the run goes: the first SIGINT interrupts it (the agent and every sub-agent stop, the open
+    calls are answered, the run returns `interrupted`); the second exits at once, with what the log
+    has acknowledged kept (every append is durable when it returns) and nothing waited for."""
+    hits = [0]
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        hits[0] += 1
+        if hits[0] > 1:
+            os.write(2, b"ctxwin: interrupted again: exiting now (the session resumes with --resume)\n")
+            os._exit(EXIT_INTERRUPTED)
+        os.write(2, b"ctxwin: interrupting (Ctrl-C again exits at once)\n")
+        agent.interrupt()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def describe(event: LoopEvent) -> str | None:
-    """One line for a person, or None for events not worth a line."""
+    """One line for a person, or None for events not worth a line (a sub-agent's named by its id)."""
+    line = _line(event)
+    return f"[{event.agent}] {line.lstrip()}" if line is not None and event.agent else line
+
+
+def _line(event: LoopEvent) -> str | None:
     d = event.data
     if event.kind == "model_call":
         return f"step {event.step}: calling the model ({d['tokens']:,} / {d['budget']:,} tokens)"
@@ -160,7 +222,8 @@ def describe(event: LoopEvent) -> str | None:
 
 
 def summary(agent: Agent, stop: str) -> dict[str, Any]:
-    return {**agent.stats.to_dict(), "stop": stop}
+    """The run's totals over the agent and its sub-agents (one row each under `agents`)."""
+    return {**agent.totals(), "stop": stop}
 
 
 @app.command("run")
@@ -177,7 +240,7 @@ def run(
     max_output: MaxOutputOption = None, policy: PolicyOption = "ctxwin",
     max_steps: MaxStepsOption = 100,
     allow_shell: AllowShellOption = False, api_key: ApiKeyOption = None, subagents: SubagentsOption = True,
-    stream: StreamOption = False, timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
+    stream: StreamOption = False, agents: AgentsOption = None, timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     resume: bool = typer.Option(False, "--resume", help="Continue the session from its last message."),
     as_json: bool = typer.Option(False, "--json", help="One JSON event a line; the totals on the last line."),
 ) -> None:
@@ -197,17 +260,19 @@ def run(
             console.print(escape(line), highlight=False)
 
     opts = options(base_url, api, model, session, workspace, window, max_output, policy, max_steps, allow_shell,
-                   api_key, subagents, stream, timeout)
+                   api_key, subagents, stream, agents, timeout)
     opts.check()  # before a session folder is made for the run
     folder = opts.session = session if session is not None else new_session_folder(sessions, "run")
     agent = opts.build(show)
     if not as_json:
         console.print(escape(f"session {folder}"), highlight=False, soft_wrap=True)
     try:
-        result = agent.resume() if resume and task is None else agent.run(task)
+        with sigint_interrupts(agent):
+            result = agent.resume() if resume and task is None else agent.run(task)
         stop = result.stop if result is not None else "nothing_to_resume"
     finally:
         agent.engine.session.close()
+        opts.close()
     totals = summary(agent, stop) | {"session": str(folder)}
     if as_json:
         sys.stdout.write(json.dumps(totals, ensure_ascii=False) + "\n")
@@ -220,3 +285,5 @@ def run(
                              f"--session {folder} ... continues it"), highlight=False, soft_wrap=True)
     if stop == "error":
         raise typer.Exit(1)
+    if stop == "interrupted":
+        raise typer.Exit(EXIT_INTERRUPTED)

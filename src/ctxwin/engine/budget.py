@@ -29,10 +29,17 @@ class Budget:
         return int((self.window - self.reserve) * self.scale)
 
     @classmethod
-    def for_policy(cls, policy: Policy, window: int, max_output: int) -> Budget:
+    def for_policy(cls, policy: Policy, window: int, max_output: int, default_output: bool = False) -> Budget:
+        """The budget of a window and an output limit under `policy`. `default_output`: the output
+        limit is the registry's, not one the caller gave; when it leaves no room in the window (a
+        registry's 32K answer and `window=16_000`), the answer is given the share of the window it
+        gets after an overflow instead (a quarter), not refused: each request can still ask for its own
+        (`for_output`)."""
         if policy.unlimited_window:
             return cls(UNLIMITED_WINDOW, max_output, 0)
         budget = cls(window, max_output, policy.reserve(max_output))
+        if budget.window <= budget.reserve and default_output:
+            return budget._answer_share(policy)
         if budget.window <= budget.reserve:
             raise CtxwinError(
                 f"the context window ({window:,} tokens) is not larger than the reserve kept free for the "
@@ -41,19 +48,31 @@ class Budget:
                 "give a larger window, or a smaller max_output / policy output_reserve_tokens")
         return budget
 
+    def for_output(self, policy: Policy, max_output: int) -> Budget:
+        """This budget for one request that asks for `max_output` tokens of answer: the reserve follows
+        it (larger or smaller than the engine's), the window and what recoveries learned stay. The
+        reserve is at most half the window: an answer that asks for more of a small window still
+        leaves the request the other half (the provider cuts the answer short, or refuses and recovery
+        learns from it)."""
+        if policy.unlimited_window:
+            return replace(self, max_output=max_output)
+        return replace(self, max_output=max_output, reserve=min(policy.reserve(max_output), self.window // 2))
+
+    def _answer_share(self, policy: Policy) -> Budget:
+        """This budget with the answer's share of the window what it would be on a normal one (a quarter
+        at most), and the safety margin never eating a tiny window (the budget would go below zero)."""
+        max_output = min(self.max_output, self.window // 4)
+        return replace(self, max_output=max_output, reserve=min(policy.reserve(max_output), self.window // 2))
+
     def after_overflow(self, policy: Policy, limit_tokens: int | None) -> Budget:
-        """The budget after the provider rejected a request as too long, naming its real window
-        (`limit_tokens`) or not."""
+        """The budget after the provider rejected a request as too long: `limit_tokens` is the most
+        its window can be (the window it named, or else what it counted, or else the failed request's
+        own size), None when nothing bounds it."""
         budget = self
         if limit_tokens and limit_tokens < self.window:
             budget = replace(budget, window=limit_tokens)  # the provider knows its window better than we do
             if budget.reserve >= budget.window // 2:
-                # Our output reserve was sized for the window we believed in: keep the answer's share
-                # of the real window what it would be on a normal one (a quarter at most), and never let
-                # the safety margin alone eat a tiny window (the budget would go below zero).
-                max_output = min(budget.max_output, budget.window // 4)
-                reserve = min(policy.reserve(max_output), budget.window // 2)
-                budget = replace(budget, max_output=max_output, reserve=reserve)
+                budget = budget._answer_share(policy)  # our reserve was sized for the window we believed in
         return replace(budget, scale=budget.scale * RECOVERY_SHRINK)
 
     def restored(self, policy: Policy, window: int, max_output: int, scale: float) -> Budget:

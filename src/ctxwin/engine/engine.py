@@ -3,10 +3,12 @@
 The harness appends messages as they happen and asks for the request to send; the engine runs the
 pipeline and returns a provider-ready request that fits, with a report of what it did.
 
-This class is a façade. State is derived from the session log by one reducer (`state`); the view and
-the repair of its prefix are caches (`cache`); the request budget is a frozen value (`budget`); the
-stage order lives in `run`; recall in `recall`. Opening a session replays its log through the same
-reducer that live appends go through, so a resumed engine sends byte for byte what it would have.
+This class is a façade. Everything it changes between calls is one `Runtime` (`runtime`): beside the
+reducer's state (`state`, derived from the session log entry by entry), what the engine remembers of
+its own requests and what it caches (the view, `cache`; the repair of its prefix, `repair`). The
+request budget is a frozen value (`budget`); the stage order lives in `run`; recall in `recall`. Opening
+a session replays its log through the same reducer that live appends go through, so a resumed engine
+sends byte for byte what it would have; `catch_up` folds in what another writer appended the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from typing import Any
 
 from ctxwin import policies
 from ctxwin.compaction.base import Summarizer
-from ctxwin.compaction.compact import strategy_for
 from ctxwin.compaction.strategy import BY_TURNS
 from ctxwin.errors import ContextOverflowError, InputError
 from ctxwin.memory.files import bootstrap_files
@@ -29,7 +30,7 @@ from ctxwin.pipeline.events import Branched, BranchSwitched, Rewound, StoreDamag
 from ctxwin.pipeline.view import Event, StageContext
 from ctxwin.policies.model import Policy
 from ctxwin.providers.overflow import is_overflow_error, reported_context_tokens
-from ctxwin.store.base import SessionLog
+from ctxwin.store.base import SessionLog, StoreProblem
 from ctxwin.store.entries import (
     CalibrationEntry,
     CustomEntry,
@@ -37,7 +38,6 @@ from ctxwin.store.entries import (
     PinEntry,
     ProxyRequestEntry,
     epoch,
-    parse,
 )
 from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.tokens import CachedCounter, counter_for, model_info
@@ -45,7 +45,6 @@ from ctxwin.tokens.base import TokenCounter
 
 from . import restore
 from .budget import UNLIMITED_WINDOW, Budget
-from .cache import ViewCache
 from .inputs import as_messages, check_count, check_limit, short_tokens, tool_schema
 from .observe import MAX_OBSERVER_FAILURES, Observation, Observer, Operation, failed_observer
 from .policy_file import PolicyFile
@@ -53,7 +52,8 @@ from .prepared import Prepared
 from .recall import page, resolve
 from .recovery import MAX_RECOVERY_ATTEMPTS, Recovery, plan_recovery
 from .run import Pipeline, tools_json
-from .state import SessionState, apply
+from .runtime import Branch, Runtime
+from .state import SessionState
 from .sync import common_history, extended_leaf
 
 
@@ -99,7 +99,8 @@ class ContextEngine:
         check_limit("window", window)
         check_limit("max_output", max_output)
         check_count("overhead_tokens", overhead_tokens)
-        self._limits = (int(window or info.context_window), int(max_output or info.max_output))
+        # Without an explicit max_output the registry's is a default, shrunk to fit a small explicit window.
+        self._limits = (int(window or info.context_window), int(max_output or info.max_output), max_output is None)
         self.counter = counter if isinstance(counter, CachedCounter) else CachedCounter(counter or counter_for(model))
         self.summarizer = summarizer
         self.tools = [tool_schema(t) for t in tools or ()]
@@ -112,39 +113,40 @@ class ContextEngine:
         self._base_system = system
         self.overhead_tokens = overhead_tokens
         self.memory_index = memory_index
-        self._recovery_attempts = 0
-        self._last: Prepared | None = None
         self.observers: list[Observer] = []
-        self._observer_failures: set[tuple[str, str]] = set()
         self._policy_file = PolicyFile.watch(policy)
-        self._open(self._policy_file.policy if self._policy_file else policies.get(policy))
+        first = self._policy_file.policy if self._policy_file else policies.get(policy)
+        # What the store found damaged on opening (and re-attached) is reported once, on the next request.
+        problems = list(getattr(self.session, "problems", ()))
+        self._rt = Runtime(self._new_branch(first), problems=problems,
+                           pending=[damaged_event(problems)] if problems else [])
+        sinks = [] if memory_index is None else [
+            lambda entry: memory_index.add_entries([entry], session=self.session.session_id)]
+        self._pipeline = Pipeline(self.session, self.counter, first, self._rt, sinks=sinks)
+        self._pipeline.replay(self.session.path(), self._context)
+
+    def _new_branch(self, policy: Policy) -> Branch:
+        return Branch(SessionState(budget=Budget.for_policy(policy, *self._limits)))
 
     def _open(self, policy: Policy) -> None:
-        """Derive everything from the log: the state through the reducer, then the caches. What the
-        store found damaged on the way (and re-attached) is reported once, on the next request."""
-        if not hasattr(self, "problems"):  # once per engine, not again after a rewind or a branch
-            self.problems = list(getattr(self.session, "problems", ()))
-            self._pending_events: list[Event] = [] if not self.problems else [StoreDamaged(
-                tuple(p.entry_id for p in self.problems if p.entry_id), 0, 0,
-                "; ".join(p.message for p in self.problems[:5])
-                + (f"; and {len(self.problems) - 5} more" if len(self.problems) > 5 else ""),
-                problems=tuple(p.to_dict() for p in self.problems))]
-        budget = Budget.for_policy(policy, *self._limits)
-        self._state = SessionState(budget=budget)
-        sinks = [] if self.memory_index is None else [
-            lambda entry: self.memory_index.add_entries([entry], session=self.session.session_id)]
-        self._pipeline = Pipeline(self.session, self._state, self.counter, policy, ViewCache(self.counter),
-                                  sinks=sinks)
-        path = self.session.path()
-        strategy = strategy_for(policy.compaction)
-        for entry in path:
-            apply(self._state, entry.id, parse(entry.kind, entry.payload, entry_id=entry.id),
-                  counter=self.counter, strategy=strategy, policy=policy)
-        if path:
-            # The log does not record calls, but every call is followed by an append: the last entry's
-            # time stands in for the last call's (cache-TTL pruning needs it).
-            self._pipeline.last_call_at = epoch(path[-1].timestamp)
-        self._pipeline.catch_up(self._context())
+        """Derive everything from the log again (its leaf moved): a new branch state, through the reducer."""
+        self._rt.branch = self._new_branch(policy)
+        self._pipeline.policy = policy
+        self._pipeline.replay(self.session.path(), self._context)
+
+    @property
+    def _state(self) -> SessionState:
+        """The reducer's state of the current branch."""
+        return self._rt.branch.state
+
+    @property
+    def _observer_failures(self) -> set[tuple[str, str]]:
+        return self._rt.observer_failures
+
+    @property
+    def problems(self) -> list[StoreProblem]:
+        """What the store found damaged when the engine opened the log (and what it did about each)."""
+        return self._rt.problems
 
     # ------------------------------------------------------------------------------------------
     # What the engine is configured with
@@ -158,9 +160,9 @@ class ContextEngine:
         self._set_policy(policy)
 
     def _set_policy(self, policy: Policy | str | Path) -> None:
-        policy = policies.get(policy)
-        self._last = None
         """A new policy for new decisions; recorded ones stay as they were, so the cached prefix holds."""
+        policy = policies.get(policy)
+        self._rt.last = None
         budget = Budget.for_policy(policy, *self._limits)
         current = self._state.budget
         if current.window < budget.window or current.scale != 1.0:  # what recoveries learned still holds
@@ -250,29 +252,42 @@ class ContextEngine:
             raise InputError(f"no message entry {entry_id!r} in this session", "pin an id that append() returned")
         if entry_id not in self._state.pins:
             self._pipeline.record(PinEntry(entry_id))
-            self._last = None
+            self._rt.last = None
 
-    def prepare(self) -> Prepared:
-        """The request to send now. Never raises for size when a fit exists; raises
-        `ContextBudgetError` when none does (the system prompt and tools alone are over the budget),
-        or when the policy turned the fit stage off and the request is over its budget."""
-        return self._observed("prepare", lambda: (self._prepare(), None))
+    def prepare(self, *, max_output: int | None = None) -> Prepared:
+        """The request to send now. `max_output`: the output limit this request asks for (its
+        `max_tokens` / `max_output_tokens`), which the reserve is sized on for this request only; None
+        takes the engine's (`max_output`). Never raises for size when a fit exists; raises
+        `ContextBudgetError` when none does (the system prompt and tools alone are over the budget, or
+        the answer asked for leaves no room), or when the policy turned the fit stage off and the
+        request is over its budget."""
+        check_limit("max_output", max_output)
+        return self._observed("prepare", lambda: (self._prepare(max_output), None))
 
-    def _prepare(self) -> Prepared:
+    def _budget_for(self, max_output: int | None) -> Budget:
+        """The budget of a request asking for `max_output` tokens of answer (None: the engine's)."""
+        if max_output is None:
+            return self._state.budget
+        check_limit("max_output", max_output)
+        return self._state.budget.for_output(self.policy, int(max_output))
+
+    def _prepare(self, max_output: int | None) -> Prepared:
         started = time.perf_counter()
-        events, self._pending_events = self._pending_events, []
+        rt = self._rt
+        events, rt.pending = rt.pending, []
         events += self._policy_file.follow(self._set_policy) if self._policy_file else []
+        budget = self._budget_for(max_output)  # after the policy edit just followed, if any
         now = self.clock()
         system = self.system_prompt  # read once: with bootstrap it reads the workspace files
         try:
-            prepared = self._pipeline.prepare(self._context(now, system), system, self._tools_json, self.tools,
-                                              compaction=self._triggered)
+            prepared = self._pipeline.prepare(self._context(now, system, budget), budget, system, self._tools_json,
+                                              self.tools, compaction=self._triggered)
         except BaseException:
-            self._pipeline.runs.clear()  # what the stages of a request that failed did is not the next one's
+            self._pipeline.failed()
             raise
         prepared.events[:0] = events
-        self._pipeline.last_call_at = now
-        self._last = prepared
+        rt.branch.last_call_at = now
+        rt.last, rt.last_max_output = prepared, max_output
         prepared.elapsed_ms = (time.perf_counter() - started) * 1000
         return prepared
 
@@ -283,7 +298,7 @@ class ContextEngine:
         """Label the current leaf as restore point `name`. Returns the entry it names."""
         entry = restore.new_mark(self.session, name)
         self._pipeline.record(entry)
-        self._last = None
+        self._rt.last = None
         return entry.target or ""
 
     def marks(self) -> dict[str, str | None]:
@@ -300,16 +315,46 @@ class ContextEngine:
     def _reopen(self, event: Event) -> None:
         """Derive everything again from the log after its leaf moved; `event` is reported next."""
         self._open(self.policy)
-        self._last = None
-        self._pending_events.append(event)
+        self._rt.last = None
+        self._rt.pending.append(event)
 
-    def compact(self, focus: str | None = None) -> Prepared:
-        """Compact now (a manual `/compact`), optionally focused, and return the new request."""
+    def catch_up(self) -> int:
+        """Fold in the entries another writer appended to the session log since this engine last read
+        it (a proxy's workers share one PostgreSQL log): the log is asked to `refresh()` first when it
+        has one, then what follows the last entry this engine read goes through the reducer, as opening
+        the log would have taken it in. Only when the log's leaf no longer follows from that entry (the
+        log branched under this engine) is everything derived again. Either way the next request is what
+        an engine opened on the log now would send. Returns how many entries were folded in (all of the
+        path's after a branch; 0 when nothing changed)."""
+        refresh = getattr(self.session, "refresh", None)
+        if callable(refresh):
+            refresh()
+        leaf, length = self._rt.branch.read
+        path = self.session.path()
+        if len(path) == length and (path[-1].id if length else None) == leaf:
+            return 0
+        self._rt.last = None
+        if len(path) > length and (length == 0 or path[length - 1].id == leaf):
+            branch = self._rt.branch
+            # What this engine knew of its own last requests is not what the other writer sent: start
+            # the prefix report, the breaker and the repair report afresh, as an engine opened now would.
+            branch.last_keys, branch.last_system_key = [], None
+            branch.breaker = type(branch.breaker)()
+            branch.repair = type(branch.repair)()
+            return self._pipeline.replay(path[length:], self._context)
+        self._open(self.policy)
+        return len(path)
+
+    def compact(self, focus: str | None = None, *, max_output: int | None = None) -> Prepared:
+        """Compact now (a manual `/compact`), optionally focused, and return the new request (for an
+        answer of `max_output` tokens, as `prepare` takes it)."""
+        budget = self._budget_for(max_output)
+
         def run() -> tuple[Prepared, None]:
             events: list[Event] = []
-            self._compaction("manual", focus=focus, force=True)(self._pipeline.cache.items(self._state),
-                                                                self._context(self.clock()), events)
-            prepared = self._prepare()
+            self._compaction("manual", focus=focus, force=True)(self._pipeline.view(),
+                                                                self._context(self.clock(), budget=budget), events)
+            prepared = self._prepare(max_output)
             prepared.events[:0] = events
             return prepared, None
         return self._observed("compact", run)
@@ -338,11 +383,12 @@ class ContextEngine:
             raise InputError(f"usage record with numbers that are not finite: {error}",
                              "pass the provider's usage as it came (token counts are whole numbers)") from None
         calibrator = self._state.calibrator
-        if self._last is None or reported is None or reported <= 0:
+        last = self._rt.last
+        if last is None or reported is None or reported <= 0:
             return calibrator.factor
-        if calibrator.observe(self._last.raw_tokens, reported):
+        if calibrator.observe(last.raw_tokens, reported):
             self._pipeline.record(CalibrationEntry(calibrator.to_dict()))
-        self._recovery_attempts = 0
+        self._rt.recovery_attempts = 0
         return self._state.calibrator.factor
 
     def is_overflow_error(self, error: object) -> bool:
@@ -350,27 +396,35 @@ class ContextEngine:
         record reporting more input than the window) says the request did not fit."""
         return is_overflow_error(error, context_window=self.window) is not None
 
-    def recover(self, error: object) -> Prepared:
-        """After an overflow error: learn from it (the provider's count, its real window), compact,
-        shrink the budget, and return a smaller request to retry with. Bounded: after
-        MAX_RECOVERY_ATTEMPTS in a row without a successful call it raises `ContextOverflowError`."""
-        return self._observed("recover", lambda: self._recover(error))
+    def recover(self, error: object, *, max_output: int | None = None) -> Prepared:
+        """After an overflow error: learn from it (the provider's count, its real window; with neither
+        in the error, the failed request's own size bounds the window), compact, shrink the budget, and
+        return a smaller request to retry with, for an answer of `max_output` tokens (None: what the
+        failed request asked for). Bounded: after MAX_RECOVERY_ATTEMPTS in a row without a successful
+        call it raises `ContextOverflowError`."""
+        return self._observed("recover", lambda: self._recover(error, max_output))
 
-    def _recover(self, error: object) -> tuple[Prepared, Recovery]:
+    def _recover(self, error: object, max_output: int | None) -> tuple[Prepared, Recovery]:
+        rt = self._rt
         match = is_overflow_error(error, context_window=self.window)
-        attempt = self._recovery_attempts + (match is not None)  # only overflows count as attempts
-        recovery = plan_recovery(error, match, self._state.budget, self.policy, attempt)
-        self._recovery_attempts = attempt
+        attempt = rt.recovery_attempts + (match is not None)  # only overflows count as attempts
+        failed = rt.last
+        recovery = plan_recovery(error, match, self._state.budget, self.policy, attempt,
+                                 failed_tokens=failed.tokens if failed is not None else None)
+        rt.recovery_attempts = attempt
+        if max_output is None:
+            max_output = rt.last_max_output  # the retry asks for what the failed request asked for
         calibrator = self._state.calibrator
-        if recovery.match.observed_tokens and self._last is not None and self._last.raw_tokens \
-                and calibrator.observe(self._last.raw_tokens, recovery.match.observed_tokens):
+        if recovery.match.observed_tokens and failed is not None and failed.raw_tokens \
+                and calibrator.observe(failed.raw_tokens, recovery.match.observed_tokens):
             self._pipeline.record(CalibrationEntry(calibrator.to_dict()))  # logged, as record_usage does
         self._pipeline.record(recovery.entry)
+        budget = self._budget_for(max_output)
         events = [recovery.event]
         if self.policy.compaction.enabled:
-            self._compaction("overflow", force=True)(self._pipeline.cache.items(self._state),
-                                                     self._context(self.clock()), events)
-        prepared = self._prepare()
+            self._compaction("overflow", force=True)(self._pipeline.view(),
+                                                     self._context(self.clock(), budget=budget), events)
+        prepared = self._prepare(max_output)
         prepared.events[:0] = events
         return prepared, recovery
 
@@ -396,9 +450,10 @@ class ContextEngine:
                 # Once per observer and kind of error, not per message (one that names the request
                 # would be reported on every request): the set stays as small as the observers.
                 key = (event.observer, event.error)
-                if key not in self._observer_failures and len(self._observer_failures) < MAX_OBSERVER_FAILURES:
-                    self._observer_failures.add(key)
-                    self._pending_events.append(event)
+                failures = self._rt.observer_failures
+                if key not in failures and len(failures) < MAX_OBSERVER_FAILURES:
+                    failures.add(key)
+                    self._rt.pending.append(event)
 
     # ------------------------------------------------------------------------------------------
     # Looking back
@@ -420,16 +475,26 @@ class ContextEngine:
 
     def health(self) -> str:
         """One line: `Token usage: 180K / 200K (90%) — compaction due`, for what would be sent now."""
-        fresh = self._last is not None and self._pipeline.processed == len(self._state.records)
-        prepared = self._last if fresh and self._last is not None else self.prepare()
+        last = self._rt.last
+        fresh = last is not None and self._rt.branch.processed == len(self._state.records)
+        prepared = last if fresh and last is not None else self.prepare()
         share = prepared.tokens / self.window if self.window else 0.0
         damaged = f"; {len(self.problems)} store problem(s): {self.problems[0].message}" if self.problems else ""
         return (f"Token usage: {short_tokens(prepared.tokens)} / {short_tokens(self.window)} ({share:.0%}) — "
                 f"{self._pipeline.health(prepared)}{damaged}")
 
-    def _context(self, now: float | None = None, system: str | None = None) -> StageContext:
+    def _context(self, now: float | None = None, system: str | None = None,
+                 budget: Budget | None = None) -> StageContext:
         system = self.system_prompt if system is None else system
-        return self._pipeline.context(system, self._tools_json, self.overhead_tokens, now)
+        return self._pipeline.context(system, self._tools_json, self.overhead_tokens, now, budget)
+
+
+def damaged_event(problems: list[StoreProblem]) -> Event:
+    """The event that reports what the store found damaged (and re-attached) when the log was opened."""
+    return StoreDamaged(tuple(p.entry_id for p in problems if p.entry_id), 0, 0,
+                        "; ".join(p.message for p in problems[:5])
+                        + (f"; and {len(problems) - 5} more" if len(problems) > 5 else ""),
+                        problems=tuple(p.to_dict() for p in problems))
 
 
 __all__ = ["MAX_RECOVERY_ATTEMPTS", "UNLIMITED_WINDOW", "ContextEngine", "ContextOverflowError", "epoch"]

@@ -29,8 +29,13 @@ class Recovery:
 
 
 def plan_recovery(error: object, match: OverflowMatch | None, budget: Budget, policy: Policy,
-                  attempt: int) -> Recovery:
-    """The recovery for attempt number `attempt` (1-based) after `error`."""
+                  attempt: int, failed_tokens: int | None = None) -> Recovery:
+    """The recovery for attempt number `attempt` (1-based) after `error`, for a request of
+    `failed_tokens` (the engine's count, calibrated; None when unknown). What bounds the real window:
+    the window the error names; else the tokens the provider says it counted (unless the overflow was
+    silent: then the provider took the request, and counted more than the window we believe in); else
+    the failed request's own size (the Responses API and local OpenAI-compatible servers say no number:
+    shrinking from the registry's window would take many attempts to reach a small real one)."""
     if match is None:
         raise CtxwinError(f"not a context overflow error: {describe_error(error)}",
                           "recover() handles overflow errors only; retry or surface other errors")
@@ -40,7 +45,8 @@ def plan_recovery(error: object, match: OverflowMatch | None, budget: Budget, po
             f"({match.provider}: {match.pattern})",
             "start a new session with a summary (engine.compact), use a model with a larger window, "
             "or shorten the system prompt and tool schemas")
-    after = budget.after_overflow(policy, match.limit_tokens)
+    bound = match.limit_tokens or (None if match.silent else match.observed_tokens or failed_tokens or None)
+    after = budget.after_overflow(policy, bound)
     entry = RecoveryEntry(after.window, after.max_output, after.scale, match.provider, match.observed_tokens,
                           match.limit_tokens)
     event = OverflowRecovery((), match.observed_tokens or 0, 0,

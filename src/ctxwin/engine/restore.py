@@ -23,7 +23,8 @@ from ctxwin.store.entries import (
 def marks_of(log: SessionLog) -> dict[str, str | None]:
     """Every restore point of the session, on any branch: name -> the entry it names."""
     found: dict[str, str | None] = {}
-    for entry in log:
+    by_kind = getattr(log, "entries_of_kinds", None)  # the stores that can skip the other entries unread
+    for entry in by_kind([LabelEntry.kind]) if callable(by_kind) else log:
         if entry.kind == LabelEntry.kind:
             label = parse(entry.kind, entry.payload, entry_id=entry.id)
             if isinstance(label, LabelEntry):

@@ -37,7 +37,7 @@ EVERYTHING = -1
 """`SessionState.changed_from` when the whole view must be rebuilt (the summary, a pin)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Record:
     """One message entry of the current branch and how it renders now (`item` None: left the view)."""
 

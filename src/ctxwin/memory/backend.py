@@ -1,7 +1,10 @@
 """Where an index keeps its chunks: the interface both backends implement, and the SQLite one.
 
 SQLite (next to a JSONL workspace): a `chunks` table with the text and the float32 vector as a BLOB,
-an FTS5 table over it with the `unicode61` tokenizer, and a second FTS5 table with the `trigram`
+an FTS5 table over its `text` and `fields` (`chunks.py`: speaker, headings, dates, identifiers
+whole), ranked by BM25 with the fields at `FIELDS_WEIGHT`, tokenized by `porter unicode61` (prose
+stemmed: "painted" finds "paint"; identifiers are split by unicode61 and kept whole in the fields),
+and a second FTS5 table with the `trigram`
 tokenizer holding only the chunks that contain CJK text (unicode61 sees a run of CJK characters as
 one word, so a word inside it could never match). WAL mode: a search reads one snapshot while
 another process appends. Vectors are scanned with numpy (`VectorScan`): stdlib `sqlite3` here cannot
@@ -12,7 +15,6 @@ PostgreSQL lives in `pgbackend.py`.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -20,12 +22,18 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+import re2
 
 from ctxwin.errors import MemoryIndexError
-from ctxwin.memory.chunks import Chunk
+from ctxwin.memory.chunks import _SEPARATORS, IDENTIFIER, Chunk
+from ctxwin.memory.snippets import STOPWORDS
 from ctxwin.memory.vectors import VectorScan
+from ctxwin.paths import re2_options
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+FIELDS_WEIGHT = 0.5
+"""BM25 weight of a chunk's fields against its text (1): a speaker or a date a query names counts,
+but less than the words said (measured on the development sets, `benchmarks/memory.py`)."""
 MAX_QUERY_TERMS = 8
 """Full-text queries keep at most this many words, the rarest: ranking every row that holds a common
 word is what makes an OR query slow on a large index, and common words weigh little in BM25."""
@@ -37,9 +45,9 @@ DOC_COUNT_CACHE = 100_000
 """Words whose chunk counts are kept between searches."""
 BUSY_TIMEOUT_MS = 10_000
 """How long a connection waits for another process's write lock before failing."""
-_TOKEN = re.compile(r"[^\W_]+")  # unicode61 splits on "_" too
-IDENTIFIER = re.compile(r"[^\W_]+(?:[-_./:#@][^\W_]+)+")
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
+_TOKEN = re2.compile(r"[\pL\pN\pM]+", re2_options())  # unicode61 splits on "_" too
+_CJK = re2.compile(r"[\x{3040}-\x{30ff}\x{3400}-\x{4dbf}\x{4e00}-\x{9fff}\x{ac00}-\x{d7af}\x{f900}-\x{faff}]+",
+                   re2_options())
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +89,11 @@ def identifiers(query: str) -> list[str]:
     return list(dict.fromkeys(" ".join(query_terms(m)) for m in IDENTIFIER.findall(query)))
 
 
+def whole_identifiers(query: str) -> list[str]:
+    """The query's identifiers as the fields hold them whole (`pers-0001` is `pers0001`)."""
+    return list(dict.fromkeys(_SEPARATORS.sub("", m).lower() for m in IDENTIFIER.findall(query)))
+
+
 def fts_query(terms: Sequence[str], phrases: Sequence[str] = ()) -> str | None:
     """Each word quoted, joined with OR (an AND of words misses multi-word questions, OpenClaw PR #15339),
     plus each identifier of the query as a phrase: a phrase is rarer than any of its words, so the
@@ -117,7 +130,9 @@ class Backend(Protocol):
     def file_paths(self, source: str) -> list[str]: ...
 
     def replace_file(self, source: str, path: str, digest: str, chunks: Sequence[Chunk],
-                     vectors: np.ndarray | None) -> None: ...
+                     vectors: np.ndarray | None) -> int:
+        """Replaces the file's chunks; returns how many it now holds (identical units are held once)."""
+        ...
 
     def remove_file(self, source: str, path: str) -> None: ...
 
@@ -132,6 +147,11 @@ class Backend(Protocol):
     def vector_scores(self, query: np.ndarray, keys: Sequence[int]) -> dict[int, float]: ...
 
     def fetch(self, keys: Sequence[int]) -> dict[int, Chunk]: ...
+
+    def neighbours(self, key: int, source: str, path: str) -> tuple[Chunk | None, Chunk | None]:
+        """The chunks of the same file or session just before and after chunk `key` (in key order,
+        which is the order they were indexed in: the file's order, the log's order)."""
+        ...
 
     def iter_texts(self) -> Iterator[list[tuple[int, str]]]: ...
 
@@ -150,19 +170,20 @@ CREATE TABLE IF NOT EXISTS files(source TEXT NOT NULL, path TEXT NOT NULL, hash 
     PRIMARY KEY(source, path));
 CREATE TABLE IF NOT EXISTS chunks(key INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
     source TEXT NOT NULL, path TEXT NOT NULL, start_line INTEGER NOT NULL, end_line INTEGER NOT NULL,
-    hash TEXT NOT NULL, ref TEXT, role TEXT, timestamp TEXT, text TEXT NOT NULL, embedding BLOB);
+    hash TEXT NOT NULL, ref TEXT, role TEXT, timestamp TEXT, text TEXT NOT NULL, embedding BLOB,
+    speaker TEXT, fields TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(source, path);
-CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(text, content='chunks', content_rowid='key',
-    tokenize='unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(text, fields, content='chunks', content_rowid='key',
+    tokenize='porter unicode61 remove_diacritics 2');
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_tri USING fts5(text, content='chunks', content_rowid='key',
     tokenize='trigram');
 """
-_COLUMNS = "key, id, source, path, start_line, end_line, hash, ref, role, timestamp, text"
+_COLUMNS = "key, id, source, path, start_line, end_line, hash, ref, role, timestamp, text, speaker, fields"
 
 
 def _chunk(row: Sequence[Any]) -> Chunk:
     return Chunk(id=row[1], source=row[2], path=row[3], start_line=row[4], end_line=row[5], hash=row[6],
-                 ref=row[7], role=row[8], timestamp=row[9], text=row[10])
+                 ref=row[7], role=row[8], timestamp=row[9], text=row[10], speaker=row[11], fields=row[12] or "")
 
 
 def _where(filters: Filters, alias: str = "c") -> tuple[str, list[Any]]:
@@ -203,6 +224,7 @@ class SqliteBackend:
         self._counts: dict[str, int] = {}
         self._counts_version: tuple[int, str] | None = None
         self._over_budget = False  # set by `_query`: even the query's rarest word is over the budget
+        self.fields_weight = FIELDS_WEIGHT
 
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -250,9 +272,10 @@ class SqliteBackend:
         return _Transaction(self.conn)
 
     def _delete_chunks(self, where: str, params: Sequence[Any]) -> int:
-        rows = self.conn.execute(f"SELECT key, text FROM chunks WHERE {where}", params).fetchall()
-        for key, text in rows:
-            self.conn.execute("INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', ?, ?)", (key, text))
+        rows = self.conn.execute(f"SELECT key, text, fields FROM chunks WHERE {where}", params).fetchall()
+        for key, text, fields in rows:
+            self.conn.execute("INSERT INTO chunks_fts(chunks_fts, rowid, text, fields) VALUES ('delete', ?, ?, ?)",
+                              (key, text, fields))
             if cjk_runs(text):
                 self.conn.execute("INSERT INTO chunks_tri(chunks_tri, rowid, text) VALUES ('delete', ?, ?)",
                                   (key, text))
@@ -269,12 +292,13 @@ class SqliteBackend:
             return 0
         before = self.conn.execute("SELECT coalesce(max(key), 0) FROM chunks").fetchone()[0]
         rows = [(c.id, c.source, c.path, c.start_line, c.end_line, c.hash, c.ref, c.role, c.timestamp, c.text,
-                 None if vectors is None else vectors[n].astype(np.float32).tobytes())
+                 None if vectors is None else vectors[n].astype(np.float32).tobytes(), c.speaker, c.fields)
                 for n, c in enumerate(chunks)]
         self.conn.executemany(
             "INSERT OR IGNORE INTO chunks(id, source, path, start_line, end_line, hash, ref, role, timestamp, "
-            "text, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-        self.conn.execute("INSERT INTO chunks_fts(rowid, text) SELECT key, text FROM chunks WHERE key > ?", (before,))
+            "text, embedding, speaker, fields) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        self.conn.execute("INSERT INTO chunks_fts(rowid, text, fields) SELECT key, text, fields FROM chunks "
+                          "WHERE key > ?", (before,))
         cjk = [c.id for c in chunks if cjk_runs(c.text)]
         for start in range(0, len(cjk), 500):
             part = cjk[start:start + 500]
@@ -283,11 +307,12 @@ class SqliteBackend:
         return int(self.conn.execute("SELECT count(*) FROM chunks WHERE key > ?", (before,)).fetchone()[0])
 
     def replace_file(self, source: str, path: str, digest: str, chunks: Sequence[Chunk],
-                     vectors: np.ndarray | None) -> None:
+                     vectors: np.ndarray | None) -> int:
         with self._write():
             self._delete_chunks("source = ? AND path = ?", (source, path))
-            self._insert(chunks, vectors)
+            added = self._insert(chunks, vectors)
             self.conn.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?)", (source, path, digest))
+        return added
 
     def remove_file(self, source: str, path: str) -> None:
         with self._write():
@@ -337,19 +362,20 @@ class SqliteBackend:
                 continue
             # bm25() is negative, more negative is better: its negation is the relevance. The join
             # (reading each matching chunk's row) is only paid when a filter needs it.
+            rank = (f"bm25(chunks_fts, 1.0, {float(self.fields_weight)!r})" if table == "chunks_fts"
+                    else f"bm25({table})")
             if where:
-                sql = (f"SELECT c.key, -bm25({table}) FROM {table} JOIN chunks c ON c.key = {table}.rowid "
-                       f"WHERE {table} MATCH ?{where} ORDER BY bm25({table}) LIMIT ?")
+                sql = (f"SELECT c.key, -{rank} FROM {table} JOIN chunks c ON c.key = {table}.rowid "
+                       f"WHERE {table} MATCH ?{where} ORDER BY {rank} LIMIT ?")
                 rows = self.conn.execute(sql, [expression, *params, k]).fetchall()
             elif table == "chunks_fts" and self._over_budget:
                 # Every word of the query is in more chunks than the budget: rank only the newest
                 # POSTINGS_BUDGET chunks holding them (FTS5 walks rowids newest first and stops).
-                sql = (f"SELECT rowid, -bm25({table}) FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC "
-                       "LIMIT ?")
+                sql = f"SELECT rowid, -{rank} FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT ?"
                 rows = sorted(self.conn.execute(sql, [expression, POSTINGS_BUDGET]).fetchall(),
                               key=lambda r: -r[1])[:k]
             else:
-                sql = f"SELECT rowid, -bm25({table}) FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}) LIMIT ?"
+                sql = f"SELECT rowid, -{rank} FROM {table} WHERE {table} MATCH ? ORDER BY {rank} LIMIT ?"
                 rows = self.conn.execute(sql, [expression, k]).fetchall()
             for key, relevance in rows:
                 found[key] = max(found.get(key, 0.0), float(relevance))
@@ -382,7 +408,12 @@ class SqliteBackend:
         rows they would rank stay within `POSTINGS_BUDGET` (and at most `MAX_QUERY_TERMS` of them),
         plus each identifier as a phrase when its words fit the budget too."""
         # Longer words first: they are the rarer ones, and each costs a look-up.
-        terms = sorted(query_terms(query), key=lambda t: (-len(t), t))[:2 * MAX_QUERY_TERMS]
+        asked = query_terms(query)
+        content = [t for t in asked if t not in STOPWORDS]
+        # Question words ("what", "did") rank a chunk for sharing them only where they are rare, as
+        # in a small index: they are asked for only when the query has nothing else.
+        terms = sorted(dict.fromkeys([*whole_identifiers(query), *(content or asked)]),
+                       key=lambda t: (-len(t), t))[:2 * MAX_QUERY_TERMS]
         phrases = identifiers(query)
         words = {w for p in phrases for w in p.split()}
         counts = self._doc_counts(list(dict.fromkeys([*terms, *words])))
@@ -440,6 +471,13 @@ class SqliteBackend:
                                          part):
                 out[row[0]] = _chunk(row)
         return out
+
+    def neighbours(self, key: int, source: str, path: str) -> tuple[Chunk | None, Chunk | None]:
+        before = self.conn.execute(f"SELECT {_COLUMNS} FROM chunks WHERE source = ? AND path = ? AND key < ? "
+                                   "ORDER BY key DESC LIMIT 1", (source, path, key)).fetchone()
+        after = self.conn.execute(f"SELECT {_COLUMNS} FROM chunks WHERE source = ? AND path = ? AND key > ? "
+                                  "ORDER BY key LIMIT 1", (source, path, key)).fetchone()
+        return (None if before is None else _chunk(before)), (None if after is None else _chunk(after))
 
     def iter_texts(self) -> Iterator[list[tuple[int, str]]]:
         last = 0

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 
+from ctxwin.files import too_many_links
 from ctxwin.paths import DEFAULT_DENY, denied_tail
 from ctxwin.pipeline import bootstrap
 from ctxwin.policies.model import BootstrapPolicy
@@ -106,7 +107,7 @@ def workspace_files(workspace: str | Path | FileScope) -> list[str]:
                 continue
             if stat.S_ISLNK(info.st_mode) or info.st_size > FILE_MAX_BYTES:
                 continue
-            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and not scope.allow_hard_links:
+            if too_many_links(info, scope.allow_hard_links):
                 continue
             found.append(rel)
     return found

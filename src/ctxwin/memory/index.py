@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import date
 from pathlib import Path
@@ -25,11 +25,13 @@ from typing import Any
 import numpy as np
 
 from ctxwin.errors import InputError, MemoryIndexError
-from ctxwin.files import FileLimits, read_bytes
-from ctxwin.memory.backend import IDENTIFIER, Backend, Filters, SqliteBackend
-from ctxwin.memory.chunks import Chunk, entry_chunks, file_chunks, snippet, text_hash
+from ctxwin.files import BINARY_REFUSAL, FileLimits, is_binary, read_bytes
+from ctxwin.memory.backend import Backend, Filters, SqliteBackend
+from ctxwin.memory.chunks import IDENTIFIER, Chunk, entry_chunks, file_chunks, text_hash
+from ctxwin.memory.dates import query_spans, resolve_relative, timestamp_day
 from ctxwin.memory.embed import Embedder, default_embedder
 from ctxwin.memory.files import FileScope, memory_files, workspace_files
+from ctxwin.memory.hops import HOP_READ, MAX_HOPS, hop_query, link_terms, merge
 from ctxwin.memory.sandbox import Confined
 from ctxwin.memory.scoring import (
     CANDIDATE_MULTIPLIER,
@@ -43,21 +45,32 @@ from ctxwin.memory.scoring import (
     mmr,
     normalize_text,
 )
+from ctxwin.memory.snippets import CHARS_PER_RESULT, MIN_RESULT_CHARS, query_stems, room_for, shown
 from ctxwin.paths import deny_match
 from ctxwin.store.base import Entry
 
-FILE_LIMITS = FileLimits(max_bytes=64 * 1024 * 1024)
-"""The largest file the index reads (memory notes are small; a larger file is reported and skipped)."""
+FILE_LIMITS = FileLimits(max_bytes=64 * 1024 * 1024, allow_hard_links=False)
+"""The largest file the index reads (memory notes are small; a larger file is reported and skipped);
+a hard-linked file is reported and skipped too (its other names may be outside the folder)."""
 EMBED_BATCH = 512
 """Chunks embedded per call while indexing."""
 MAX_RESULTS = 100
 """The most results one search returns."""
+DATE_BOOST = 0.5
+"""A unit dated within a day or month the query names scores this much more ("what did Caroline say
+in May 2023")."""
+Rewrite = Callable[[str, list[str]], str]
+"""An optional query rewriter for hops (an LLM, a summarizer): (question, best texts) → next query."""
 
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
-    """One hit: where it is (`path`, 1-based inclusive lines), how it scored, a snippet of at most 700
-    characters, and for session chunks the `ref` that returns the original byte-identical."""
+    """One hit: where it is (`path`, 1-based inclusive lines), how it scored, and `text`, what of it
+    fits the search's budget (`snippets.py`; `snippet` is the same text). `ref` gives the original:
+    `entry:<id>[#<call>]` for session chunks (recall returns it byte-identical), `<path>:<a>-<b>` for
+    files (memory_get reads it). `speaker`, `timestamp` (the message's time, or a note's day) and
+    `dates` (the relative dates of the text resolved against that day) say who and when; `hop` is the
+    search hop that found it."""
 
     path: str
     start_line: int
@@ -71,12 +84,32 @@ class SearchResult:
     role: str | None = None
     timestamp: str | None = None
     chunk_id: str = ""
+    speaker: str | None = None
+    dates: tuple[str, ...] = ()
+    hop: int = 1
+
+    @property
+    def text(self) -> str:
+        return self.snippet
+
+    @property
+    def date(self) -> str | None:
+        return self.timestamp[:10] if self.timestamp else None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         for name in ("score", "text_score", "vector_score"):
             out[name] = round(out[name], 4)
+        out["text"] = self.snippet
+        out["date"] = self.date
+        out["dates"] = list(self.dates)
         return out
+
+
+def file_ref(path: str, start: int, end: int) -> str:
+    """The ref of lines of a memory or workspace file: `memory/2023-05-08.md:12-14` (the form the
+    memory tools print, and consolidation's sources)."""
+    return f"{path}:{start}-{end}" if end != start else f"{path}:{start}"
 
 
 @dataclass
@@ -166,8 +199,8 @@ class MemoryIndex:
         if not force and self.backend.file_hash(source, path) == digest:
             return -1
         chunks = file_chunks(source, path, text)
-        self.backend.replace_file(source, path, digest, chunks, self._vectors([c.text for c in chunks]))
-        return len(chunks)
+        # The backend holds identical units once: what it holds is what is reported.
+        return self.backend.replace_file(source, path, digest, chunks, self._vectors([c.text for c in chunks]))
 
     def index_files(self, root: str | Path, files: Iterable[str], source: str, *, force: bool = False,
                     prune: bool = True, deny: Sequence[str] = (), follow_symlinks: bool = True) -> IndexReport:
@@ -188,14 +221,15 @@ class MemoryIndex:
                     data = confined.read_bytes(rel, FILE_LIMITS.max_bytes)
                 else:
                     data = read_bytes(base / rel, limits=FILE_LIMITS)  # regular files only, never blocking
-            except InputError as error:  # a FIFO, a file over the cap, a folder: reported, skipped
+            except InputError as error:  # a FIFO, a file over the cap, a folder, a hard link: reported, skipped
                 report.problems.append(f"{rel}: {error.message}")
                 continue
             except OSError as error:
                 report.problems.append(f"{rel}: {error.strerror or error}")
                 continue
-            if b"\x00" in data[:8192]:
-                continue  # binary
+            if is_binary(data):
+                report.problems.append(f"{rel}: {BINARY_REFUSAL}")
+                continue
             held = self.index_text(source, rel, data.decode("utf-8", "replace"), force=force)
             if held < 0:
                 report.files_unchanged += 1
@@ -232,10 +266,6 @@ class MemoryIndex:
             report.seconds = round(report.seconds + other.seconds, 4)
         return report
 
-    def index_session(self, log: Iterable[Entry], session: str) -> int:
-        """Every message entry of a session log (all branches, evicted and masked ones included)."""
-        return self.add_entries(log, session)
-
     def rebuild(self) -> None:
         """Forgets everything; index the files and logs again after (they are the truth)."""
         self.backend.clear()
@@ -249,38 +279,93 @@ class MemoryIndex:
                min_score: float = 0.0, sources: Sequence[str] | None = None, paths: Sequence[str] | None = None,
                roles: Sequence[str] | None = None, start: str | None = None, end: str | None = None,
                use_mmr: bool = False, decay_half_life_days: float | None = None, today: date | None = None,
-               candidate_multiplier: int = CANDIDATE_MULTIPLIER) -> list[SearchResult]:
-        """The best `k` chunks for `query`, best first. `mode`: hybrid, bm25 or vector. Filters:
-        `sources` (memory, files, session), `paths` (files or session ids), `roles`, `start`/`end`
-        (ISO timestamps or dates, inclusive). `use_mmr` diversifies; `decay_half_life_days` lowers dated
-        notes by age (relative to `today`)."""
+               candidate_multiplier: int = CANDIDATE_MULTIPLIER, hops: int = 1, max_chars: int | None = None,
+               context: bool = True, rewrite: Rewrite | None = None) -> list[SearchResult]:
+        """The best `k` units for `query`, best first, their texts within `max_chars` characters in all
+        (default `CHARS_PER_RESULT` per result: 2,000 for k = 5; results come in rank order until it
+        is spent). `mode`: hybrid, bm25 or vector. Filters: `sources` (memory, files, session), `paths`
+        (files or session ids), `roles`, `start`/`end` (ISO timestamps or dates, inclusive). `hops`
+        (1-5) follows chained questions: each hop asks again with what links the best results onward
+        (`hops.py`; `rewrite`, an LLM, may write that query instead). `context` adds matching lines
+        of the neighbouring units. `use_mmr` diversifies; `decay_half_life_days` lowers dated notes by
+        age (relative to `today`)."""
         if not isinstance(query, str) or not query.strip():
             raise InputError("the search query is empty", "give a few words to search for")
         if mode not in ("hybrid", "bm25", "vector"):
             raise InputError(f"unknown search mode {mode!r}", "use hybrid, bm25 or vector")
         if fusion not in ("weighted", "rrf"):
             raise InputError(f"unknown fusion {fusion!r}", "use weighted or rrf")
+        if not isinstance(hops, int) or isinstance(hops, bool) or not 1 <= hops <= MAX_HOPS:
+            raise InputError(f"hops must be a whole number from 1 to {MAX_HOPS}, not {hops!r}",
+                             "1 for a plain search, 2-4 for a question that chains look-ups")
         k = max(1, min(int(k), MAX_RESULTS))
+        budget = CHARS_PER_RESULT * k if max_chars is None else max_chars
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < MIN_RESULT_CHARS:
+            raise InputError(f"max_chars must be a whole number of at least {MIN_RESULT_CHARS}, not {max_chars!r}",
+                             f"e.g. {CHARS_PER_RESULT * 5} for five results")
         filters = Filters(tuple(sources) if sources else None, tuple(paths) if paths else None,
                           tuple(roles) if roles else None, start, end)
-        wanted = k * max(1, candidate_multiplier)
+        plan = _Plan(k, k * max(1, candidate_multiplier), mode, fusion, min_score, filters, use_mmr,
+                     decay_half_life_days, today, hops, budget, context, rewrite)
         snapshot = getattr(self.backend, "snapshot", None)
         if snapshot is not None:
             with snapshot():
-                return self._search(query, k, wanted, mode, fusion, min_score, filters, use_mmr,
-                                    decay_half_life_days, today)
-        return self._search(query, k, wanted, mode, fusion, min_score, filters, use_mmr, decay_half_life_days, today)
+                return self._search(query, plan)
+        return self._search(query, plan)
 
-    def _search(self, query: str, k: int, wanted: int, mode: Mode, fusion: Fusion, min_score: float,
-                filters: Filters, use_mmr: bool, half_life: float | None, today: date | None) -> list[SearchResult]:
+    def _search(self, query: str, plan: _Plan) -> list[SearchResult]:
+        ranked, chunks = self._rank(query, plan, plan.mode)
+        lists = [[(s.key, s.score) for s in ranked]]
+        scored = {s.key: s for s in ranked}
+        asked: list[str] = []
+        for _ in range(plan.hops - 1):
+            texts = [chunks[key].text for key, _ in lists[-1][:HOP_READ] if key in chunks]
+            if plan.rewrite is not None:
+                follow = plan.rewrite(query, texts).strip()
+                terms = [follow] if follow and follow not in asked else []
+            else:
+                terms = link_terms(query, texts, asked)
+            if not terms:
+                break
+            asked.extend(terms)
+            # A follow-up query is ids and names: full text finds them, meaning would only blur them.
+            more, found = self._rank(hop_query(terms), plan, "bm25" if plan.mode == "hybrid" else plan.mode)
+            chunks.update(found)
+            lists.append([(s.key, s.score) for s in more])
+            for s in more:
+                scored.setdefault(s.key, s)
+        merged = merge(lists) if len(lists) > 1 else [(key, score, 1) for key, score in lists[0]]
+        stems = query_stems(" ".join([query, *asked]))
+        results: list[SearchResult] = []
+        remaining = plan.max_chars
+        for key, score, hop in merged:
+            if len(results) >= plan.k or remaining < MIN_RESULT_CHARS:
+                break
+            chunk = chunks[key]
+            before, after = (self.backend.neighbours(key, chunk.source, chunk.path) if plan.context
+                             else (None, None))
+            view = shown(chunk.text, before.text if before else None, after.text if after else None, stems,
+                         room_for(remaining, plan.k - len(results)), plan.context)
+            remaining -= len(view.text)
+            parts = scored[key]
+            day = timestamp_day(chunk.timestamp)
+            results.append(SearchResult(
+                chunk.path, chunk.start_line, chunk.end_line, score, view.text, chunk.source, parts.text_score,
+                parts.vector_score, chunk.ref or file_ref(chunk.path, chunk.start_line, chunk.end_line), chunk.role,
+                chunk.timestamp, chunk.id, chunk.speaker, tuple(r.label() for r in resolve_relative(chunk.text, day)),
+                hop))
+        return results
+
+    def _rank(self, query: str, plan: _Plan, mode: Mode) -> tuple[list[Scored], dict[int, Chunk]]:
+        """The candidates of one query, fused and filtered, best first, with their chunks."""
         text: dict[int, float] = {}
         vector: dict[int, float] = {}
         qvec = None
         if mode != "vector":
-            text = normalize_text(self.backend.text_search(query, wanted, filters))
+            text = normalize_text(self.backend.text_search(query, plan.wanted, plan.filters))
         if mode != "bm25":
             qvec = self.embedder.embed([query])[0]
-            vector = {key: clamp_cosine(s) for key, s in self.backend.vector_search(qvec, wanted, filters)}
+            vector = {key: clamp_cosine(s) for key, s in self.backend.vector_search(qvec, plan.wanted, plan.filters)}
         if mode == "hybrid" and qvec is not None:
             # Every candidate gets both scores: a keyword hit the vector side did not fetch is scored
             # by its vector too, and a vector hit without the words scores 0 on text (it had none).
@@ -288,22 +373,21 @@ class MemoryIndex:
             vector.update({key: clamp_cosine(s) for key, s in self.backend.vector_scores(qvec, missing).items()})
         chunks = self.backend.fetch(sorted(set(text) | set(vector)))
         text = exact_first(text, chunks, query)
-        ranked = fuse(text, vector, mode=mode, fusion=fusion)
+        ranked = fuse(text, vector, mode=mode, fusion=plan.fusion)
         ranked = [s for s in ranked if s.key in chunks]  # deleted since the candidates were fetched
-        if half_life:
-            when = today or date.today()
-            ranked = sorted((Scored(s.key, s.score * decay_factor(chunks[s.key].path, when, half_life),
+        spans = query_spans(query)
+        if spans:
+            ranked = sorted((Scored(s.key, s.score * (1 + DATE_BOOST), s.text_score, s.vector_score)
+                             if _within(chunks[s.key].timestamp, spans) else s for s in ranked),
+                            key=lambda s: (-s.score, s.key))
+        if plan.half_life:
+            when = plan.today or date.today()
+            ranked = sorted((Scored(s.key, s.score * decay_factor(chunks[s.key].path, when, plan.half_life),
                                     s.text_score, s.vector_score) for s in ranked), key=lambda s: (-s.score, s.key))
-        ranked = [s for s in ranked if s.score >= min_score and s.score > 0]
-        if use_mmr:
-            ranked = mmr(ranked, {s.key: chunks[s.key].text for s in ranked}, k)
-        results = []
-        for scored in ranked[:k]:
-            chunk = chunks[scored.key]
-            results.append(SearchResult(chunk.path, chunk.start_line, chunk.end_line, scored.score,
-                                        snippet(chunk.text), chunk.source, scored.text_score, scored.vector_score,
-                                        chunk.ref, chunk.role, chunk.timestamp, chunk.id))
-        return results
+        ranked = [s for s in ranked if s.score >= plan.min_score and s.score > 0]
+        if plan.use_mmr:
+            ranked = mmr(ranked, {s.key: chunks[s.key].text for s in ranked}, plan.k)
+        return ranked, chunks
 
     def stats(self) -> dict[str, Any]:
         return {**self.backend.stats(), "embedder": self.embedder.name, "dims": self.embedder.dims}
@@ -316,6 +400,30 @@ class MemoryIndex:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """One search's settings, checked (see `MemoryIndex.search`)."""
+
+    k: int
+    wanted: int
+    mode: Mode
+    fusion: Fusion
+    min_score: float
+    filters: Filters
+    use_mmr: bool
+    half_life: float | None
+    today: date | None
+    hops: int
+    max_chars: int
+    context: bool
+    rewrite: Rewrite | None
+
+
+def _within(timestamp: str | None, spans: Sequence[tuple[date, date]]) -> bool:
+    day = timestamp_day(timestamp)
+    return day is not None and any(start <= day <= end for start, end in spans)
 
 
 def exact_first(text: dict[int, float], chunks: dict[int, Chunk], query: str) -> dict[int, float]:

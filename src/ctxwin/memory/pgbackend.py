@@ -15,13 +15,15 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import re2
 
 from ctxwin.errors import InputError, MemoryIndexError
-from ctxwin.memory.backend import IDENTIFIER, Filters, cjk_runs
-from ctxwin.memory.chunks import Chunk
+from ctxwin.memory.backend import FIELDS_WEIGHT, Filters, cjk_runs, whole_identifiers
+from ctxwin.memory.chunks import IDENTIFIER, Chunk
 from ctxwin.memory.vectors import VectorScan
+from ctxwin.paths import re2_options
 
-_TOKEN_SQL = r"\w+"
+_TOKEN = re2.compile(r"[\pL\pN_]+", re2_options())
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ctxwin_memory_meta(name text NOT NULL, key text NOT NULL, value text NOT NULL,
     PRIMARY KEY(name, key));
@@ -31,18 +33,26 @@ CREATE TABLE IF NOT EXISTS ctxwin_memory_chunks(key bigserial PRIMARY KEY, name 
     source text NOT NULL, path text NOT NULL, start_line integer NOT NULL, end_line integer NOT NULL,
     hash text NOT NULL, ref text, role text, ts text, text text NOT NULL, embedding bytea,
     tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED, UNIQUE(name, id));
+ALTER TABLE ctxwin_memory_chunks ADD COLUMN IF NOT EXISTS speaker text;
+ALTER TABLE ctxwin_memory_chunks ADD COLUMN IF NOT EXISTS fields text NOT NULL DEFAULT '';
+ALTER TABLE ctxwin_memory_chunks ADD COLUMN IF NOT EXISTS ftsv tsvector
+    GENERATED ALWAYS AS (to_tsvector('simple', fields)) STORED;
 CREATE INDEX IF NOT EXISTS ctxwin_memory_chunks_tsv ON ctxwin_memory_chunks USING gin(tsv);
+CREATE INDEX IF NOT EXISTS ctxwin_memory_chunks_ftsv ON ctxwin_memory_chunks USING gin(ftsv);
 CREATE INDEX IF NOT EXISTS ctxwin_memory_chunks_path ON ctxwin_memory_chunks(name, source, path);
 """
 _VECTOR_SCHEMA = "ALTER TABLE ctxwin_memory_chunks ADD COLUMN IF NOT EXISTS vec vector"
-_COLUMNS = "key, id, source, path, start_line, end_line, hash, ref, role, ts, text"
+_COLUMNS = "key, id, source, path, start_line, end_line, hash, ref, role, ts, text, speaker, fields"
 _LOCK = int.from_bytes(hashlib.blake2b(b"ctxwin:memory:schema", digest_size=8).digest(), "big", signed=True)
 
 
 def _tokens(query: str) -> list[str]:
-    import re
+    return list(dict.fromkeys(t.lower() for t in _TOKEN.findall(query)))
 
-    return list(dict.fromkeys(t.lower() for t in re.findall(_TOKEN_SQL, query)))
+
+def _chunk(r: Sequence[Any]) -> Chunk:
+    return Chunk(id=r[1], source=r[2], path=r[3], start_line=r[4], end_line=r[5], hash=r[6], ref=r[7], role=r[8],
+                 timestamp=r[9], text=r[10], speaker=r[11], fields=r[12] or "")
 
 
 def _where(filters: Filters) -> tuple[str, list[Any]]:
@@ -141,27 +151,29 @@ class PostgresBackend:
             vector = None if vectors is None else vectors[number].astype(np.float32)
             rows.append((self.name, c.id, c.source, c.path, c.start_line, c.end_line, c.hash, c.ref, c.role,
                          c.timestamp, c.text.replace("\x00", "\ufffd"), None if vector is None else vector.tobytes(),
+                         c.speaker, c.fields.replace("\x00", "\ufffd"),
                          None if vector is None or not self.pgvector else self._vec_literal(vector)))
         vec_col, vec_val = (", vec", ", %s::vector") if self.pgvector else ("", "")
         with self.conn.cursor() as cursor:
             cursor.executemany(
                 "INSERT INTO ctxwin_memory_chunks(name, id, source, path, start_line, end_line, hash, ref, role, ts, "
-                f"text, embedding{vec_col}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s{vec_val}) "
-                "ON CONFLICT (name, id) DO NOTHING",
+                f"text, embedding, speaker, fields{vec_col}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                f"%s, %s{vec_val}) ON CONFLICT (name, id) DO NOTHING",
                 rows if self.pgvector else [r[:-1] for r in rows])
             return max(int(cursor.rowcount), 0)  # psycopg sums the rows each statement inserted
 
     def replace_file(self, source: str, path: str, digest: str, chunks: Sequence[Chunk],
-                     vectors: np.ndarray | None) -> None:
+                     vectors: np.ndarray | None) -> int:
         with self.conn.transaction():
             deleted = self.conn.execute("DELETE FROM ctxwin_memory_chunks WHERE name = %s AND source = %s AND "
                                         "path = %s", (self.name, source, path)).rowcount
             if deleted:
                 self._bump()
-            self._insert(chunks, vectors)
+            added = self._insert(chunks, vectors)
             self.conn.execute("INSERT INTO ctxwin_memory_files VALUES (%s, %s, %s, %s) "
                               "ON CONFLICT (name, source, path) DO UPDATE SET hash = excluded.hash",
                               (self.name, source, path, digest))
+        return added
 
     def remove_file(self, source: str, path: str) -> None:
         with self.conn.transaction():
@@ -214,12 +226,14 @@ class PostgresBackend:
         where, params = _where(filters)
         found: dict[int, float] = {}
         # The parser keeps a hyphenated word or a path whole, beside its parts: the query does too.
-        tokens = [*dict.fromkeys(m.lower() for m in IDENTIFIER.findall(query)), *_tokens(query)]
+        tokens = [*dict.fromkeys(m.lower() for m in IDENTIFIER.findall(query)), *whole_identifiers(query),
+                  *_tokens(query)]
         if tokens:
             expression = " | ".join("'" + t.replace("'", "''").replace("\\", "") + "'" for t in tokens)
             rows = self.conn.execute(
-                "SELECT key, ts_rank_cd(tsv, q) FROM ctxwin_memory_chunks, to_tsquery('simple', %s) q "
-                f"WHERE name = %s AND tsv @@ q{where} ORDER BY 2 DESC, key LIMIT %s",
+                f"SELECT key, ts_rank_cd(tsv, q) + {FIELDS_WEIGHT!r} * ts_rank_cd(ftsv, q) FROM ctxwin_memory_chunks, "
+                "to_tsquery('simple', %s) q "
+                f"WHERE name = %s AND (tsv @@ q OR ftsv @@ q){where} ORDER BY 2 DESC, key LIMIT %s",
                 [expression, self.name, *params, k])
             found.update({int(key): float(rank) for key, rank in rows})
         for run in (r for r in cjk_runs(query) if len(r) >= 2):
@@ -277,8 +291,16 @@ class PostgresBackend:
             return {}
         rows = self.conn.execute(f"SELECT {_COLUMNS} FROM ctxwin_memory_chunks WHERE name = %s AND key = ANY(%s)",
                                  (self.name, list(keys)))
-        return {int(r[0]): Chunk(id=r[1], source=r[2], path=r[3], start_line=r[4], end_line=r[5], hash=r[6],
-                                 ref=r[7], role=r[8], timestamp=r[9], text=r[10]) for r in rows}
+        return {int(r[0]): _chunk(r) for r in rows}
+
+    def neighbours(self, key: int, source: str, path: str) -> tuple[Chunk | None, Chunk | None]:
+        before = self.conn.execute(f"SELECT {_COLUMNS} FROM ctxwin_memory_chunks WHERE name = %s AND source = %s "
+                                   "AND path = %s AND key < %s ORDER BY key DESC LIMIT 1",
+                                   (self.name, source, path, key)).fetchone()
+        after = self.conn.execute(f"SELECT {_COLUMNS} FROM ctxwin_memory_chunks WHERE name = %s AND source = %s "
+                                  "AND path = %s AND key > %s ORDER BY key LIMIT 1",
+                                  (self.name, source, path, key)).fetchone()
+        return (None if before is None else _chunk(before)), (None if after is None else _chunk(after))
 
     def iter_texts(self) -> Iterator[list[tuple[int, str]]]:
         last = 0

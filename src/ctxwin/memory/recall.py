@@ -79,15 +79,18 @@ class ConversationHit:
 
 def conversation_search(index: MemoryIndex, query: str, *, sessions: Sequence[str] | None = None,
                         roles: Sequence[str] | None = None, limit: int = DEFAULT_LIMIT,
-                        start_date: str | None = None, end_date: str | None = None) -> list[ConversationHit]:
+                        start_date: str | None = None, end_date: str | None = None, hops: int = 1,
+                        max_chars: int | None = None) -> list[ConversationHit]:
     """Messages of the given sessions (all indexed sessions when None) matching `query`, best first.
-    Dates are inclusive ISO dates or timestamps (a date-only end covers the whole day)."""
+    Dates are inclusive ISO dates or timestamps (a date-only end covers the whole day). `hops` and
+    `max_chars` as in `MemoryIndex.search` (a chained question; the characters of all snippets)."""
     for role in roles or ():
         if role not in ROLES:
             raise InputError(f"unknown role {role!r}", f"roles are {', '.join(ROLES)}")
     results = index.search(query, k=limit, sources=["session"], paths=sessions, roles=roles,
-                           start=_iso_day(start_date, "start_date"), end=_iso_day(end_date, "end_date"))
-    return [_hit(r) for r in results if r.ref]
+                           start=_iso_day(start_date, "start_date"), end=_iso_day(end_date, "end_date"),
+                           hops=hops, max_chars=max_chars)
+    return [_hit(r) for r in results if r.source == "session" and r.ref]
 
 
 def _hit(result: SearchResult) -> ConversationHit:
@@ -96,7 +99,7 @@ def _hit(result: SearchResult) -> ConversationHit:
 
 def search_log(log: SessionLog, query: str, *, index: MemoryIndex | None = None, limit: int = DEFAULT_LIMIT,
                roles: Sequence[str] | None = None, start_date: str | None = None,
-               end_date: str | None = None) -> list[ConversationHit]:
+               end_date: str | None = None, hops: int = 1, max_chars: int | None = None) -> list[ConversationHit]:
     """`conversation_search` over one session log, indexing it first (into `index`, or a throwaway
     in-memory SQLite index)."""
     own = index is None
@@ -104,7 +107,7 @@ def search_log(log: SessionLog, query: str, *, index: MemoryIndex | None = None,
     try:
         target.add_entries(log, log.session_id)
         return conversation_search(target, query, sessions=[log.session_id], roles=roles, limit=limit,
-                                   start_date=start_date, end_date=end_date)
+                                   start_date=start_date, end_date=end_date, hops=hops, max_chars=max_chars)
     finally:
         if own:
             target.close()

@@ -1,6 +1,7 @@
 """File access confined to one folder, race-free: every path is opened one component at a time
 relative to the folder's descriptor with `O_NOFOLLOW`, so neither `..`, an absolute path nor a
-symlink (even one swapped in between a check and a use) can reach outside it.
+symlink (even one swapped in between a check and a use) can reach outside it; nor can a hard link
+(a file with more than one name is refused, as the workspace tools refuse it: `files.too_many_links`).
 
 Paths are relative to the root; `/memories/...` (the prefix Anthropic's memory tool uses) names the
 root too. Anything else absolute, any `..`, NUL bytes and empty components are refused with
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxwin.errors import FileTooLargeError, MemoryPathError
+from ctxwin.files import hard_link_refusal, too_many_links
 
 ROOT_ALIAS = "/memories"
 """Anthropic's memory tool stores files under /memories: that prefix names the root."""
@@ -102,9 +104,13 @@ class Confined:
                 if error.errno == errno.EISDIR:
                     raise MemoryPathError(f"{self.display(parts)} is a folder, not a file") from None
                 raise
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             os.close(fd)
             raise MemoryPathError(f"{self.display(parts)} is not a regular file")
+        if too_many_links(info):
+            os.close(fd)
+            raise MemoryPathError(f"{self.display(parts)}: {hard_link_refusal(info.st_nlink)}")
         return fd
 
     def kind(self, path: str) -> str | None:

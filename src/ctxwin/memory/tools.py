@@ -2,13 +2,15 @@
 tools) and one runner. A model's call never raises: refusals and bad arguments come back as error
 outputs that say what to do.
 
-- `memory_search {query, max_results, min_score}`: hybrid search of MEMORY.md and memory/*.md;
-  snippets with path and line range (OpenClaw's).
-- `memory_get {path, from, lines}`: read lines of a memory file; a missing file is empty text.
+- `memory_search {query, max_results, min_score, hops, max_chars}`: hybrid search of MEMORY.md and
+  memory/*.md; each hit's matching text within `max_chars` for all hits, with path, line range, date and
+  a ref (OpenClaw's, plus Letta's search agent for chained questions: `hops`).
+- `memory_get {path, from, lines}`: read lines of a memory file (a hit's ref, `memory/x.md:3-5`, is a
+  path too); a missing file is empty text.
 - `memory {command, ...}`: Anthropic's `memory_20250818` commands (view, create, str_replace, insert,
   delete, rename) inside the memory folder (`/memories/...` names it), confined like every tool.
-- `conversation_search {query, roles, limit, start_date, end_date, all_sessions}`: every message of
-  the session log, evicted and masked ones included; each hit carries the `recall` ref.
+- `conversation_search {query, roles, limit, start_date, end_date, all_sessions, hops, max_chars}`:
+  every message of the session log, evicted and masked ones included; each hit carries the `recall` ref.
 - `open_files` / `close_files`: Letta's working set, limited by the window.
 - `semantic_search_files {query, limit}`: hybrid search of the workspace's files.
 """
@@ -20,13 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import re2
+
 from ctxwin.errors import InputError, MemoryEditError, MemoryPathError
 from ctxwin.memory.files import MEMORY_DIR, MEMORY_FILE, FileScope
-from ctxwin.memory.index import MemoryIndex
+from ctxwin.memory.hops import MAX_HOPS
+from ctxwin.memory.index import MemoryIndex, SearchResult
 from ctxwin.memory.recall import DEFAULT_LIMIT, ROLES, conversation_search, index_sessions
 from ctxwin.memory.sandbox import ROOT_ALIAS, Confined, parts_of
+from ctxwin.memory.snippets import CHARS_PER_RESULT, MIN_RESULT_CHARS
 from ctxwin.memory.working_set import WorkingSet
 from ctxwin.messages.tools import SchemaFormat, to_format
+from ctxwin.paths import re2_options
 
 MAX_RESULTS = 6
 """memory_search's default number of results (OpenClaw's)."""
@@ -63,6 +70,19 @@ def _int(description: str, minimum: int = 0, default: int | None = None) -> dict
     return out
 
 
+def _hops() -> dict[str, Any]:
+    return {"type": "integer", "minimum": 1, "maximum": MAX_HOPS, "default": 1, "description": (
+        "Look-ups chained for you: 1 for a plain search; 2-4 for a question that goes through one thing to "
+        "another (the owner of X, then where that owner lives, ...): each hop searches again for the ids, "
+        "names, dates and files the best hits mention.")}
+
+
+def _max_chars(per: int) -> dict[str, Any]:
+    return {"type": "integer", "minimum": MIN_RESULT_CHARS, "description": (
+        f"Characters of text for all hits together (default {CHARS_PER_RESULT} per hit asked for): each hit "
+        "shows its matching lines first.")}
+
+
 def _object(properties: dict[str, Any], required: Sequence[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": list(required), "additionalProperties": False}
 
@@ -83,11 +103,14 @@ SPECS: dict[str, MemoryToolSpec] = {s.name: s for s in (
             "max_results": _int("Most snippets to return.", 1, MAX_RESULTS),
             "min_score": {"type": "number", "minimum": 0, "maximum": 1, "default": MIN_SCORE,
                           "description": "Drop hits scoring below this (0-1)."},
+            "hops": _hops(),
+            "max_chars": _max_chars(CHARS_PER_RESULT),
         }, ["query"])),
     MemoryToolSpec("memory_get", (
         "Read lines of a memory file (MEMORY.md or memory/...), after memory_search found it. A missing file "
         "returns empty text."), _object({
-            "path": _str("MEMORY.md or memory/YYYY-MM-DD.md (as memory_search names it)."),
+            "path": _str("MEMORY.md or memory/YYYY-MM-DD.md (as memory_search names it), or a hit's ref "
+                         "(memory/2026-01-02.md:4-9: those lines)."),
             "from": _int("First line, 1-based.", 1, 1),
             "lines": _int(f"Number of lines (default {GET_MAX_LINES}).", 1),
         }, ["path"])),
@@ -121,6 +144,8 @@ SPECS: dict[str, MemoryToolSpec] = {s.name: s for s in (
             "end_date": _str("Only messages on or before this ISO date/time (a date covers the whole day)."),
             "all_sessions": {"type": "boolean", "default": False,
                              "description": "Also search the workspace's other sessions."},
+            "hops": _hops(),
+            "max_chars": _max_chars(CHARS_PER_RESULT),
         }, ["query"])),
     MemoryToolSpec("open_files", (
         "Open files into your working set (shown at the end of your context until closed). The number of open "
@@ -153,6 +178,28 @@ def schemas(format: SchemaFormat = "openai", names: Sequence[str] | None = None)
             raise InputError(f"unknown memory tool {name!r}", f"memory tools: {', '.join(SPECS)}")
         out.append(to_format(SPECS[name], format))
     return out
+
+
+def hit_text(result: SearchResult) -> str:
+    """One hit as the model reads it: `path:lines · speaker · date (yesterday = ...)`, then its text."""
+    head = [f"{result.path}:{result.start_line}" + (f"-{result.end_line}" if result.end_line != result.start_line
+                                                     else "")]
+    head.extend(x for x in (result.speaker, result.date) if x)
+    dates = f" ({'; '.join(result.dates)})" if result.dates else ""
+    return f"{' · '.join(head)}{dates} [score {result.score:.2f}]\n{result.text}"
+
+
+_FILE_REF = re2.compile(r"^(.+):([0-9]{1,9})(?:-([0-9]{1,9}))?$", re2_options())
+
+
+def parse_file_ref(path: str) -> tuple[str, int, int | None]:
+    """(path, first line, line count or None) of `memory/x.md`, `memory/x.md:4` or `memory/x.md:4-9`."""
+    match = _FILE_REF.match(path)
+    if match is None:
+        return path, 1, None
+    start = max(int(match.group(2)), 1)
+    last = match.group(3)
+    return match.group(1), start, (max(int(last) - start + 1, 1) if last else 1)
 
 
 def numbered(lines: Sequence[str], first: int) -> str:
@@ -258,11 +305,11 @@ class MemoryTools:
     def memory_search(self, args: dict[str, Any]) -> MemoryToolOutput:
         self.index.index_workspace(self.workspace)
         results = self.index.search(args["query"], k=args.get("max_results", MAX_RESULTS),
-                                    min_score=args.get("min_score", MIN_SCORE), sources=["memory"])
+                                    min_score=args.get("min_score", MIN_SCORE), sources=["memory"],
+                                    hops=args.get("hops", 1), max_chars=args.get("max_chars"))
         payload = {"results": [r.to_dict() for r in results], "provider": "ctxwin",
                    "model": self.index.embedder.name, "fallback": None}
-        lines = [f"{r.path}:{r.start_line}-{r.end_line} (score {r.score:.2f})\n{r.snippet}" for r in results]
-        return MemoryToolOutput("\n\n".join(lines) or "No matches in memory.", False, payload)
+        return MemoryToolOutput("\n\n".join(map(hit_text, results)) or "No matches in memory.", False, payload)
 
     def _memory_path(self, path: str) -> str:
         parts = parts_of(path, alias=None)
@@ -271,12 +318,13 @@ class MemoryTools:
         raise MemoryPathError(f"{path!r} is not a memory file", "memory_get reads MEMORY.md and memory/...")
 
     def memory_get(self, args: dict[str, Any]) -> MemoryToolOutput:
-        rel = self._memory_path(args["path"])
+        path, first_ref, count_ref = parse_file_ref(args["path"])
+        rel = self._memory_path(path)
         text = self.files.read(rel)
         if text is None:
             return MemoryToolOutput("", False, {"text": "", "path": rel})
-        first = max(1, args.get("from", 1))
-        count = args.get("lines", GET_MAX_LINES)
+        first = max(1, args.get("from", first_ref))
+        count = args.get("lines", count_ref if count_ref is not None else GET_MAX_LINES)
         lines = text.split("\n")[first - 1: first - 1 + count]
         body = "\n".join(lines)
         return MemoryToolOutput(body, False, {"text": body, "path": rel, "from": first, "lines": len(lines)})
@@ -289,15 +337,15 @@ class MemoryTools:
             index_sessions(self.index, self.sessions_root)  # incremental: what is new since the last call
         hits = conversation_search(self.index, args["query"], sessions=sessions, roles=args.get("roles"),
                                    limit=args.get("limit", DEFAULT_LIMIT), start_date=args.get("start_date"),
-                                   end_date=args.get("end_date"))
+                                   end_date=args.get("end_date"), hops=args.get("hops", 1),
+                                   max_chars=args.get("max_chars"))
         text = "\n\n".join(f"[{h.ref}] {h.role} {h.timestamp or ''} (score {h.score:.2f})\n{h.snippet}" for h in hits)
         return MemoryToolOutput(text or "No matching messages.", False, {"results": [h.to_dict() for h in hits]})
 
     def semantic_search_files(self, args: dict[str, Any]) -> MemoryToolOutput:
         self.index.index_workspace(self.workspace, include_files=True, files=self.file_scope)
         results = self.index.search(args["query"], k=args.get("limit", 5), sources=["files"])
-        lines = [f"{r.path}:{r.start_line}-{r.end_line} (score {r.score:.2f})\n{r.snippet}" for r in results]
-        return MemoryToolOutput("\n\n".join(lines) or "No matching files.", False,
+        return MemoryToolOutput("\n\n".join(map(hit_text, results)) or "No matching files.", False,
                                 {"results": [r.to_dict() for r in results]})
 
     # -- working set

@@ -5,13 +5,16 @@ agent knows to read it (OpenClaw's bootstrap; Pi injects without caps).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxwin.files import BINARY_REFUSAL, is_binary
 from ctxwin.pipeline.cut import head_tail
 from ctxwin.policies.model import BootstrapPolicy
 
+LOG = logging.getLogger(__name__)
 MIN_REMAINING_CHARS = 64
 """Stop adding files once fewer characters than this remain of the total budget."""
 HEADER = "# Project Context\n\nThese workspace files were loaded for you:\n"
@@ -74,11 +77,22 @@ def render(files: Sequence[tuple[str, str]], policy: BootstrapPolicy) -> Bootstr
     return Bootstrap(text, tuple(report))
 
 
+def refused(name: str, reason: str) -> str:
+    """What the prompt holds in place of a file that was not loaded, so the agent knows it is there."""
+    return f"[{name} was not loaded: {reason}.]"
+
+
 def read_files(root: Path, policy: BootstrapPolicy) -> list[tuple[str, str]]:
-    """The policy's files that exist under `root`, decoded as UTF-8 (invalid bytes replaced)."""
+    """The policy's files that exist under `root`, decoded as UTF-8 (invalid bytes replaced). A binary
+    file is not loaded: a one-line notice stands in its place (`refused`) and a warning is logged."""
     found = []
     for name in policy.files:
         path = root / name
         if path.is_file():
-            found.append((name, path.read_bytes().decode("utf-8", "replace")))
+            data = path.read_bytes()
+            if is_binary(data):
+                LOG.warning("bootstrap: %s not loaded: %s", name, BINARY_REFUSAL)
+                found.append((name, refused(name, BINARY_REFUSAL)))
+                continue
+            found.append((name, data.decode("utf-8", "replace")))
     return found

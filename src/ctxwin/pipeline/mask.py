@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from ctxwin.messages import Message, ToolCall, ToolResult
 from ctxwin.pipeline.events import Masked
@@ -92,16 +93,37 @@ def cleared_call(call: ToolCall, limit: int, ref: str) -> ToolCall:
     return ToolCall(call.id, call.name, arguments, call.extra)
 
 
-def candidates(items: Sequence[Item], policy: MaskPolicy, pins: frozenset[str] = frozenset()) -> list[int]:
-    """Indices of the items a batch would mask now. Masking always takes every item due up to its
-    cutoff, so the scan runs back from the cutoff only as far as the last masked item: its cost is
-    the number of items since the last batch, not the length of the session."""
+@dataclass
+class MaskScan:
+    """How far `candidates` has looked into a view that has only grown at its end since: the items
+    before `upto` were scanned, and `found` are the candidates among them (the eligible items after the
+    last masked one). The caller keeps one per view and starts a new one when the view changes other
+    than at its end (a decision, a compaction, a pin) or the policy changes; then a call scans only the
+    items that became due since the previous call, however long the session (a session whose outputs
+    are all too small to mask would otherwise be scanned from its start on every call)."""
+
+    upto: int = 0
+    found: list[int] = field(default_factory=list)
+
+
+def candidates(items: Sequence[Item], policy: MaskPolicy, pins: frozenset[str] = frozenset(),
+               scan: MaskScan | None = None) -> list[int]:
+    """Indices of the items a batch would mask now: the eligible items before the cutoff (the last
+    `keep_last` results stay) that come after the last masked item (masking always takes every item due
+    up to its cutoff). With `scan` (see `MaskScan`, updated in place), only the items since its `upto`
+    are looked at."""
     cutoff = _protected_from(items, policy.keep_last) if policy.keep_last > 0 else len(items)
-    found = []
-    for index in range(cutoff - 1, -1, -1):
+    if scan is None:  # no memo: start after the last masked item (nothing before it is due)
+        start = next((i + 1 for i in range(cutoff - 1, -1, -1) if items[i].rendered_by == "mask"), 0)
+        scan = MaskScan(upto=start)
+    elif scan.upto > cutoff:  # the cutoff never moves back in a view that only grows: not that view
+        scan.upto, scan.found = 0, []
+    found = scan.found
+    for index in range(scan.upto, cutoff):
         item = items[index]
         if item.rendered_by == "mask":
-            break
+            found.clear()
+            continue
         if item.synthetic or item.rendered_by in MASKED_BY or item.entry_id in pins:
             continue
         role = item.message.role
@@ -112,16 +134,18 @@ def candidates(items: Sequence[Item], policy: MaskPolicy, pins: frozenset[str] =
                 tool_matches(b.name, policy.tools_allow, policy.tools_deny)
                 for b in item.message.blocks if isinstance(b, ToolResult)):
             found.append(index)
-    found.reverse()
-    return found
+    scan.upto = cutoff
+    return list(found)
 
 
-def stage(items: Sequence[Item], policy: MaskPolicy, ctx: StageContext) -> StageResult:
+def stage(items: Sequence[Item], policy: MaskPolicy, ctx: StageContext, scan: MaskScan | None = None) -> StageResult:
+    """Mask the items due, once a batch of them is. `scan`: the caller's memo of earlier scans of this
+    view (see `MaskScan`); the result is the same with or without it."""
     out = list(items)
     total = ctx.system_tokens + total_tokens(out)
     if total <= policy.trigger_tokens or total <= policy.trigger_ratio * ctx.budget:
         return StageResult(out)
-    due = candidates(out, policy, ctx.pins)
+    due = candidates(out, policy, ctx.pins, scan)
     if sum(len(out[i].message.blocks) for i in due if out[i].message.role == "tool") < policy.batch:
         return StageResult(out)
     edit = Rewrite("mask", ctx, out)

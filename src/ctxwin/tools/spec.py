@@ -333,14 +333,17 @@ def validate_args(spec: ToolSpec, args: Mapping[str, Any] | None) -> dict[str, A
         args = {}
     if not isinstance(args, Mapping):
         raise ToolError("bad_argument", f"arguments of {spec.name} must be an object, not {type(args).__name__}")
-    properties = spec.parameters["properties"]
-    unknown = sorted(str(key) for key in set(args) - set(properties))
-    if unknown:
-        raise ToolError(
-            "bad_argument", f"{spec.name} has no argument {', '.join(u[:80] for u in unknown)}",
-            f"Its arguments are: {', '.join(properties)}.",
-        )
-    missing = [name for name in spec.parameters["required"] if args.get(name) is None]
+    # A hand-written schema may leave out `properties` or `required` (JSON Schema: none of either);
+    # only a schema that declares its properties refuses others.
+    properties = spec.parameters.get("properties") or {}
+    if "properties" in spec.parameters or spec.parameters.get("additionalProperties") is False:
+        unknown = sorted(str(key) for key in set(args) - set(properties))
+        if unknown:
+            raise ToolError(
+                "bad_argument", f"{spec.name} has no argument {', '.join(u[:80] for u in unknown)}",
+                f"Its arguments are: {', '.join(properties) or 'none'}.",
+            )
+    missing = [name for name in spec.parameters.get("required") or () if args.get(name) is None]
     if missing:
         raise ToolError("bad_argument", f"{spec.name} needs {', '.join(missing)}")
-    return {name: _coerce(name, value, properties[name]) for name, value in args.items() if value is not None}
+    return {name: _coerce(name, value, properties.get(name, {})) for name, value in args.items() if value is not None}

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from ctxwin.files import too_many_links
+
 # The deny list is defined in `ctxwin.paths` (the memory index applies it too); `DEFAULT_DENY`,
 # `deny_match` and `denied_tail` are named here as well, where the tools have always found them.
 from ctxwin.paths import DEFAULT_DENY, denied_tail, deny_match, printable
@@ -156,7 +158,7 @@ def require_file(resolved: Resolved, allow_hard_links: bool = False) -> None:
     """Refuses folders, special files and (unless allowed) hard-linked files, from `stat` alone."""
     mode = resolved.st.st_mode
     if stat.S_ISREG(mode):
-        if resolved.st.st_nlink > 1 and not allow_hard_links:
+        if too_many_links(resolved.st, allow_hard_links):
             raise ToolError(
                 "hard_link",
                 f"Refused: {resolved.display} has {resolved.st.st_nlink} hard links; its other names may be outside "
