@@ -396,3 +396,31 @@ def test_the_conversion_round_trips(messages: list[BaseMessage]) -> None:
         m.tool_call_id for m in messages if isinstance(m, ToolMessage)]
     again, originals = originals_of(messages)
     assert all(a is b for a, b in zip(from_ctxwin(again, originals), messages, strict=True))
+
+
+def test_the_middleware_reads_the_model_window_and_output_from_the_chat_model(tmp_path: Path) -> None:
+    """`CtxwinMiddleware()` with no engine: its engine takes the chat model's name, the window of its
+    profile and its max_tokens, so none of them is written twice; an option given wins."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    from ctxwin.adapters.langchain import chat_model_limits
+    from ctxwin.testing import FakeProvider
+
+    with FakeProvider(context_window=200_000, max_output=4_000) as fake:
+        fake.reply("hello")
+        chat = langchain_openai.ChatOpenAI(model="gpt-4.1", base_url=fake.openai_base_url, api_key="sk-test",
+                                           max_tokens=700, max_retries=0)
+        assert chat.profile["max_input_tokens"] == 1_047_576  # what LangChain knows of the model
+        middleware = CtxwinMiddleware()
+        agent = create_agent(chat, tools=[read_chunk], middleware=[middleware])
+        assert agent.invoke(ask())["messages"][-1].content == "hello"
+        engine = middleware.engine_for()
+        assert (engine.model, engine.window, engine.max_output) == ("gpt-4.1", 1_047_576, 700)
+        body = fake.requests[-1].body
+        assert body.get("max_completion_tokens", body.get("max_tokens")) == 700  # what the reserve follows
+
+        fake.reply("again")
+        chosen = CtxwinMiddleware(window=50_000)  # given: wins over the profile
+        create_agent(chat, tools=[read_chunk], middleware=[chosen]).invoke(ask())
+        assert (chosen.engine_for().window, chosen.engine_for().max_output) == (50_000, 700)
+    assert chat_model_limits(WindowedFake(messages=iter(script()))) == {}  # a model that says nothing
+    assert chat_model_limits(None) == {}

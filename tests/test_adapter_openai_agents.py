@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.mcp import MCPServerStdio
 from agents.memory.session import Session as SessionProtocol
 from agents.memory.session_settings import SessionSettings
+from agents.model_settings import ModelSettings
 from agents.models.openai_responses import OpenAIResponsesModel
 from agents.run_config import CallModelData, ModelInputData
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
@@ -39,6 +41,7 @@ from ctxwin.adapters.openai_agents import (
     CtxwinInputFilter,
     CtxwinModel,
     CtxwinSession,
+    UnwrappedModelWarning,
     _ItemHistory,
     items_to_messages,
     messages_to_items,
@@ -235,12 +238,57 @@ def test_filter_without_a_ctxwin_session_keeps_the_log_itself(tmp_path: Path) ->
     """The filter works with any session (here the SDK's SQLiteSession): it logs what it sees."""
     engine = ContextEngine(window=WINDOW, max_output=MAX_OUTPUT)
     provider = Provider(tool_plan(0, 14))
-    result = Runner.run_sync(agent_for(provider.model), "Read them.", max_turns=40,
-                             session=SQLiteSession("x", str(tmp_path / "x.db")),
-                             run_config=RunConfig(call_model_input_filter=CtxwinInputFilter(engine), **NO_TRACING))
+    with pytest.warns(UnwrappedModelWarning):  # no CtxwinModel here: overflows would not be recovered
+        result = Runner.run_sync(agent_for(provider.model), "Read them.", max_turns=40,
+                                 session=SQLiteSession("x", str(tmp_path / "x.db")),
+                                 run_config=RunConfig(call_model_input_filter=CtxwinInputFilter(engine), **NO_TRACING))
     assert result.final_output == "run 0 done" and provider.refused == []
     logged = "\n".join(r.text for m in engine.messages for r in m.tool_results)
     assert all(result_text(f"r0/f{n}.py") in logged for n in range(14))
+
+
+def test_the_filter_without_a_wrapped_model_says_overflows_will_not_be_recovered(tmp_path: Path) -> None:
+    """The README's snippet gives the agent `model=session.wrap(model)`; left out, nothing recovers an
+    overflow, and the filter says so once (at its second call: the first request went unwrapped)."""
+    session = open_session(tmp_path / "s")
+    config = RunConfig(call_model_input_filter=session.input_filter, **NO_TRACING)
+    with pytest.warns(UnwrappedModelWarning, match=r"model=session\.wrap\(model\)") as caught:
+        Runner.run_sync(agent_for(Provider(tool_plan(0, 4)).model), "Read them.", session=session, run_config=config,
+                        max_turns=20)
+    assert len([w for w in caught if issubclass(w.category, UnwrappedModelWarning)]) == 1
+    wrapped = open_session(tmp_path / "t")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnwrappedModelWarning)
+        result = Runner.run_sync(agent_for(wrapped.wrap(Provider(tool_plan(0, 4)).model)), "Read them.",
+                                 session=wrapped, max_turns=20,
+                                 run_config=RunConfig(call_model_input_filter=wrapped.input_filter, **NO_TRACING))
+    assert result.final_output == "run 0 done"
+
+
+@pytest.mark.parametrize("where", ["agent", "run_config"])
+def test_the_output_the_request_asks_for_is_its_reserve(tmp_path: Path, where: str) -> None:
+    """`max_tokens` in the agent's model settings (or the run's, which win) is the reserve each
+    request is budgeted with, not the engine's default."""
+    session = open_session(tmp_path / "s")
+    settings = ModelSettings(max_tokens=1_500)
+    agent = Agent(name="reader", instructions="Read.", model=session.wrap(Provider(tool_plan(0, 2)).model),
+                  tools=[read_file], **({"model_settings": settings} if where == "agent" else {}))
+    budgets: list[int] = []
+    inner = session.input_filter
+    original = inner.settle
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        assert inner.last is not None
+        budgets.append(inner.last.budget)
+        return out
+
+    inner.settle = watched  # type: ignore[method-assign]
+    config = RunConfig(call_model_input_filter=inner, **({"model_settings": settings} if where == "run_config" else {}),
+                       **NO_TRACING)
+    assert Runner.run_sync(agent, "Read them.", session=session, run_config=config, max_turns=10).final_output
+    expected = session.engine.prepare(max_output=1_500).budget
+    assert budgets and set(budgets) == {expected} and expected > session.engine.prepare().budget
 
 
 def test_overflow_from_the_provider_is_recovered_and_the_request_retried(tmp_path: Path) -> None:

@@ -222,6 +222,38 @@ def test_history_processor_with_run_context_as_a_capability(tmp_path: Path) -> N
     check_nothing_lost(engine, provider)
 
 
+def test_the_processors_capability_form_keeps_the_runs_history_whole(tmp_path: Path) -> None:
+    """`processor.capability()` sends the view and leaves the run's history alone: `all_messages()` is
+    the real conversation (it used to be the managed view: 3 of 26 results whole, in 6 messages)."""
+    engine = engine_at(tmp_path / "s")
+    processor = CtxwinHistory(engine)
+    budgets: list[tuple[int, int]] = []
+    provider = Provider(conversation_plan(), watch=lambda: budgets.append((processor.last.tokens,
+                                                                           processor.last.budget)))
+    history = run_conversation(make_agent(provider.model, [processor.capability()]))
+    check_requests(provider, budgets)
+    check_nothing_lost(engine, provider)
+    returned = {p.tool_call_id: p.content for m in history if isinstance(m, ModelRequest) for p in m.parts
+                if isinstance(p, ToolReturnPart)}
+    assert returned == RESULTS
+    assert len(history) == 2 * len(conversation_plan())  # every request and response of the three runs
+
+
+def test_the_2x_spelling_of_history_processors(tmp_path: Path) -> None:
+    """PydanticAI 2 has no `history_processors=` (`Agent(history_processors=[...])` is a TypeError);
+    its spelling is `capabilities=[ProcessHistory(processor)]`, and the processor plugs in as it is."""
+    with pytest.raises(TypeError, match="history_processors"):
+        Agent(FunctionModel(lambda m, i: ModelResponse(parts=[TextPart("x")])),  # type: ignore[call-arg]
+              history_processors=[CtxwinHistory(engine_at(tmp_path / "unused"))])
+    engine = engine_at(tmp_path / "s")
+    processor = CtxwinHistory(engine)
+    provider = Provider(conversation_plan())
+    history = run_conversation(make_agent(provider.model, [ProcessHistory(processor)]))
+    processor.log(history)
+    assert provider.refused == [] and max(provider.accepted) <= WINDOW
+    check_nothing_lost(engine, provider)
+
+
 def test_capability_keeps_the_runs_history_whole(tmp_path: Path) -> None:
     engine = engine_at(tmp_path / "s")
     capability = CtxwinCapability(engine)

@@ -335,7 +335,9 @@ def test_glued_records_are_split_and_counted(tmp_path: Path) -> None:
     assert [m.text for m in repaired.messages] == [m.text for m in clean.messages]
     assert repaired.repaired == {"glued_json_lines": 1, "glued_json_records": 2} and not repaired.warnings
     code, out, err = cli("inspect", str(path), "--json")
-    assert code == 0 and json.loads(out)["read"]["repaired"] == 3
+    # One glued line is one repair, whatever it held (issue 23: the count was 3, lines plus records).
+    assert code == 0 and json.loads(out)["read"]["repaired"] == 1
+    assert json.loads(out)["read"]["files"][0]["repairs"] == 1
     assert "note: 1 line(s) held 2 JSON records glued together; each was read" in err
 
 

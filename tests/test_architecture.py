@@ -1,8 +1,11 @@
-"""The import contract: a package imports only from layers below its own (DESIGN.md, "Target layout").
+"""The import contract: a package imports only from layers below its own (the Layout table of the
+design and of the README: base, pure, below the engine, engine, live, tracing, integrations, edges).
 
 Every import counts, at module level or inside a function, `TYPE_CHECKING` blocks included: a
 function-level import that dodges a cycle is still the dependency it names. The checker is run on a
-small tree with a deliberate violation first, so a checker that sees nothing cannot pass.
+small tree with a deliberate violation first, so a checker that sees nothing cannot pass. The table
+names exactly the packages the tree has (a stale name fails), and no package reaches into another's
+private modules (`ctxwin.x._y` is imported only inside `x`).
 """
 
 from __future__ import annotations
@@ -13,30 +16,22 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "lazy"),
-    # `paths` (globs and the deny list) sits beside `files`, below everything else: the tools'
-    # workspace and the memory index both refuse what the one deny list names.
-    ("files", "paths"),
-    ("messages",),
-    ("tokens",),
-    ("policies",),
-    ("store",),
-    ("pipeline",),
-    ("compaction",),
-    ("providers",),
-    ("memory",),
-    ("engine",),
-    ("tools",),
-    ("agent",),
-    ("telemetry",),  # below the integrations, so the proxy and the adapters can open spans
-    ("proxy", "mcp", "adapters"),
-    ("transcripts",),
-    ("testing",),
-    ("evaluation", "reports"),
-    ("cli",),
+DESIGN_LAYERS: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = (
+    # The base: within it, each line may import the lines above it. `paths` (globs and the deny
+    # list) sits beside `files`: the tools' workspace and the memory index both refuse what the one
+    # deny list names. `lazy` is the helper for packages that load on first use.
+    ("base", (("errors", "lazy"), ("files", "paths"), ("messages",), ("tokens",), ("policies",), ("store",))),
+    ("pure", (("pipeline",), ("compaction",))),
+    ("below the engine", (("providers",), ("memory",))),
+    ("engine", (("engine",),)),
+    ("live", (("tools",), ("agent",))),
+    ("tracing", (("telemetry",),)),  # below the integrations, so the proxy and the adapters can open spans
+    ("integrations", (("proxy", "mcp", "adapters"),)),  # optional extras: siblings, never each other
+    ("edges", (("transcripts",), ("testing",), ("evaluation",), ("cli",))),
 )
-"""Lowest first. Packages on one line are siblings: neither may import the other."""
+"""The design's layers, lowest first, each as its lines in order. Packages on one line are siblings:
+neither may import the other."""
+LAYERS: tuple[tuple[str, ...], ...] = tuple(line for _, lines in DESIGN_LAYERS for line in lines)
 RANK = {package: rank for rank, line in enumerate(LAYERS) for package in line}
 ROOT_MODULES = {"__init__", "__main__"}
 """Modules of the root package that stand above every layer (the public façade)."""
@@ -98,6 +93,49 @@ def violations(src: Path, top: str, rank: dict[str, int]) -> list[Violation]:
             if rank[other] >= rank[own]:
                 out.append(Violation(module, line, imported))
     return out
+
+
+def top_level_names(src: Path, top: str) -> set[str]:
+    """The packages and modules directly under `src/top` (what `package_of` can return)."""
+    return {p.stem if p.is_file() else p.name for p in (src / top).iterdir()
+            if (p.is_file() and p.suffix == ".py") or (p.is_dir() and (p / "__init__.py").exists())} - ROOT_MODULES
+
+
+def private_imports(src: Path, top: str) -> list[Violation]:
+    """Imports of another package's private module (`top.x._y`, `top.x.y._z` from outside `top.x`)."""
+    out: list[Violation] = []
+    for path in sorted((src / top).rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        module = ".".join(parts)
+        for line, imported in imports_of(path, module):
+            names = imported.split(".")
+            private = any(name.startswith("_") for name in names[2:])
+            if private and package_of(imported, top) not in (None, package_of(module, top)):
+                out.append(Violation(module, line, imported))
+    return out
+
+
+def test_the_layers_name_exactly_the_packages_of_the_tree() -> None:
+    assert set(RANK) == top_level_names(SRC, "ctxwin")
+    assert len(RANK) == sum(len(line) for line in LAYERS)  # no package on two lines
+
+
+def test_no_package_imports_a_private_module_of_another() -> None:
+    found = private_imports(SRC, "ctxwin")
+    assert not found, "imports of another package's private module:\n" + "\n".join(map(str, found))
+
+
+def test_the_private_import_check_finds_one(tmp_path: Path) -> None:
+    tree = tmp_path / "pkg"
+    for name in ("a", "b"):
+        (tree / name).mkdir(parents=True)
+        (tree / name / "__init__.py").write_text("")
+    (tree / "a" / "_inner.py").write_text("X = 1\n")
+    (tree / "a" / "user.py").write_text("from pkg.a._inner import X\n")  # its own package: allowed
+    (tree / "b" / "thief.py").write_text("def f():\n    from pkg.a._inner import X\n    return X\n")
+    assert [str(v) for v in private_imports(tmp_path, "pkg")] == ["pkg.b.thief:2 imports pkg.a._inner"]
 
 
 def test_no_package_imports_a_layer_above_its_own() -> None:

@@ -360,3 +360,52 @@ def test_a_compaction_inside_a_tool_loop_keeps_the_result_just_asked_for(strateg
         assert [b.id for b in tail[-2].tool_calls] == [f"c{n}_0"], (n, prepared.messages[-3:])
         assert [r.call_id for r in tail[-1].tool_results] == [f"c{n}_0"]
     assert compacted
+
+
+# --------------------------------------------------------------------------------------------------
+# The strategy set, named once (issue 22.5)
+
+
+def test_the_strategy_set_is_derived_from_one_registry() -> None:
+    import typing
+
+    from ctxwin.compaction import strategies
+    from ctxwin.policies.model import COMPACTION_SECTIONS, Policy, section_name
+
+    names = [section_name(s) for s in COMPACTION_SECTIONS]
+    assert list(policies.STRATEGIES) == names == list(strategies.BY_NAME)
+    assert {type(s).section for s in strategies.IMPLEMENTATIONS} == set(COMPACTION_SECTIONS)
+    # The policy union accepts exactly the registry's sections, each by its own name.
+    for section in COMPACTION_SECTIONS:
+        policy = Policy.model_validate({"compaction": {"strategy": section_name(section)}})
+        assert type(policy.compaction) is section
+        assert strategies.strategy_for(policy.compaction).section is section
+    with pytest.raises(ValueError):
+        Policy.model_validate({"compaction": {"strategy": "nope"}})
+    # Each strategy is typed against its own section (its generic parameter), not `Any`.
+    for strategy in strategies.IMPLEMENTATIONS:
+        base = type(strategy).__orig_bases__[0]  # type: ignore[attr-defined]  # set by Generic subclassing
+        assert typing.get_args(base) == (type(strategy).section,)
+
+
+def test_letta_compact_all_mode_summarizes_everything_but_the_round_in_flight() -> None:
+    """Letta's `all` mode as a strategy option: no kept tail; inside a tool loop only the newest round
+    (the call and the results the model is about to read) stays, as Letta keeps a pending approval."""
+    policy = policies.from_dict({"name": "letta-all", "compaction": {"enabled": True, "strategy": "letta",
+                                                                     "mode": "all", "trigger_ratio": 0.9}})
+    messages = conversation(3, 2, size=50)
+    engine = ContextEngine(MemorySessionLog(), model="gpt-4o", policy=policy, window=100_000, max_output=1_000)
+    for message in messages:
+        engine.append(message)
+    prepared = engine.compact()
+    assert any(e.is_compaction for e in prepared.events)
+    assert [item.synthetic for item in prepared.items] == [True]  # the summary alone: nothing kept verbatim
+    # Inside a tool loop (the view ends with the results of the newest call), that round stays.
+    in_loop = ContextEngine(MemorySessionLog(), model="gpt-4o", policy=policy, window=100_000, max_output=1_000)
+    for message in messages[:-1]:  # drop the closing "done with task 2": the last round is in flight
+        in_loop.append(message)
+    prepared = in_loop.compact()
+    kept = [item.message for item in prepared.items if not item.synthetic]
+    assert [m.role for m in kept] == ["assistant", "tool"] and kept[0].tool_calls
+    assert kept[1].tool_results[0].call_id == kept[0].tool_calls[0].id
+    assert not validate(prepared.messages, "anthropic")

@@ -21,6 +21,7 @@ from ctxwin.store.entries import (
     DecisionEntry,
     LabelEntry,
     MessageEntry,
+    ModelChangeEntry,
     PinEntry,
     RecoveryEntry,
     epoch,
@@ -38,6 +39,7 @@ ENTRIES = [
                     summarizer_state={"extractive": {"k": 1}}),
     PinEntry("e3"),
     LabelEntry("before-refactor", "e4"),
+    ModelChangeEntry("claude-sonnet-4-5", "import"),
     CalibrationEntry({"factor": 1.2, "observations": 3}),
     RecoveryEntry(30_000, 4_000, 0.85, "anthropic", 31_000, 30_000),
     CustomEntry("custom", {"type": "my-app", "x": 1}),
@@ -67,7 +69,7 @@ def test_a_malformed_payload_is_one_typed_error_naming_the_entry(kind: str, payl
 
 
 def test_an_unknown_kind_is_kept_as_it_is() -> None:
-    assert parse("model_change", {"model": "x"}) == CustomEntry("model_change", {"model": "x"})
+    assert parse("future_kind", {"model": "x"}) == CustomEntry("future_kind", {"model": "x"})
 
 
 def test_epoch_reads_iso_text_and_milliseconds() -> None:

@@ -20,14 +20,14 @@ from ctxwin.compaction.extractive import (
     MODIFIED,
     OPEN,
     READ,
+    STATE,
     STATE_KEY,
     USER,
     ExtractiveSummarizer,
     command_entries,
     command_line,
-    error_entries,
+    cut_note,
     group_paths,
-    omission_note,
 )
 from ctxwin.compaction.identifiers import extract_file_ops, normalize, survives, user_text
 from ctxwin.compaction.summary import (
@@ -107,16 +107,23 @@ def test_every_section_says_what_it_should() -> None:
     assert s[MODIFIED] == ["/repo/src/client.py"] and s[READ] == ["/repo/src/util.py"]
     # Deduplicated with a count, by the first line, the directory said once.
     assert s[COMMANDS] == ["(in /repo)", "`pytest tests/test_client.py -q` (×2)"]
-    assert s[ERRORS] == ["`pytest tests/test_client.py -q`: E   AssertionError: expected 3 retries, got 2\n"
-                         "1 failed, 4 passed — fixed: `pytest tests/test_client.py -q` succeeded after editing "
-                         "src/client.py"]
+    # Every error line, grouped by the command that printed it, with the evidence of the fix.
+    assert s[ERRORS] == ["`pytest tests/test_client.py -q` — fixed: passed later, after editing src/client.py:\n"
+                         "E   AssertionError: expected 3 retries, got 2 · 1 failed, 4 passed"]
+    # The document opens with the state of the work: the ask, what is done, what fails, what is next.
+    assert s[STATE] == ["The user asked: \u201cAdd retry logic to the HTTP client in /repo/src/client.py; keep the "
+                        "public API unchanged.\u201d. Latest request: \u201cand what about timeouts?\u201d. Done: 1 "
+                        "file modified (latest: src/client.py). No error is open. Next: Add debug logging"]
+    assert summary.text.startswith("## State of the work\nThe user asked:")
     assert s[DECISIONS] == ["I decided to use exponential backoff instead of a fixed delay because the API "
                             "rate-limits."]
     assert s[OPEN][0] == "Unanswered: and what about timeouts?"
     assert s[OPEN][1:] == ["[in progress] Document the retry setting", "[ ] Release 2.4.1", "[x] Add retries",
                            "Next: Add debug logging", "Next: Update the changelog"]
     assert s[CURRENT][0].startswith("Last assistant message: Retries now work.")
-    assert s[CURRENT][-1] == "Last tool call: TodoWrite"
+    assert s[CURRENT][-1] == ("Last tool calls: Edit /repo/src/client.py; Bash: cd /repo && pytest "
+                              "tests/test_client.py -q (failed); Bash: cd /repo && pytest tests/test_client.py -q; "
+                              "TodoWrite")  # one line, not one "Last tool call:" per call
     assert "OPS-4411" not in s.get(IDENTIFIERS, [])  # shown in a user message already: not repeated
     assert summary.modified_files == ("/repo/src/client.py",) and summary.read_files == ("/repo/src/util.py",)
     assert summary.covered_ids == tuple(m.id for m in span)
@@ -167,21 +174,26 @@ def test_tiny_budgets_keep_whole_sections_and_their_headers() -> None:
 
 
 def test_with_room_for_headers_every_section_with_content_appears() -> None:
-    summary = summarize(session(), 260)
+    summary = summarize(session(), 600)  # (the notes get at most a quarter of the budget)
     assert set(summary.sections) >= {GOAL, USER, MODIFIED, READ, COMMANDS, ERRORS, DECISIONS, OPEN, CURRENT}
     assert summary.details["omitted"]  # and something had to give
 
 
+def span_ids(span: list[Message]) -> list[str]:
+    return [m.id for m in span]
+
+
 def test_lower_priority_items_go_first() -> None:
-    span = [user("the goal")] + [m for i in range(40) for m in (
-        assistant("", ToolCall(f"c{i}", "Bash", {"command": f"echo step-{i:02d}"})), tool_result(f"c{i}", "ok"))]
-    summary = summarize(assign_ids(span), 200)
+    span = assign_ids([user("the goal")] + [m for i in range(40) for m in (
+        assistant("", ToolCall(f"c{i}", "Bash", {"command": f"echo step-{i:02d}"})), tool_result(f"c{i}", "ok"))])
+    summary = summarize(span, 200)
     *commands, note = summary.sections[COMMANDS]
     assert 0 < len(commands) < 40
     assert commands[-1] == "`echo step-39`"  # the most recent survive, shown in order
     assert commands == sorted(commands)
-    # ... and the section says how many it left out, and where they all are.
-    assert note == omission_note(40 - len(commands), "commands")
+    # ... and the section says how many it left out, and the ref that returns them all.
+    assert note == cut_note(40 - len(commands), COMMANDS, span_ids(span)[-1])
+    assert note.endswith(f'recall("entry:{span_ids(span)[-1]}#commands") returns them all')
     assert len(summary.details[STATE_KEY][COMMANDS]) == 40
 
 
@@ -206,7 +218,11 @@ def test_merging_carries_everything_forward() -> None:
     second = summarize(span[8:], 3_000, previous=first)
     assert second.sections[GOAL] == first.sections[GOAL]  # the goal is kept
     assert "/repo/src/util.py" in second.read_files and "/repo/src/client.py" in second.modified_files
-    assert second.sections[ERRORS] == first.sections[ERRORS]  # errors of the first span stay
+    # The first span's error stays, and the second span's passing run is the evidence of its fix.
+    assert first.sections[ERRORS][0].startswith("`pytest tests/test_client.py -q` — not fixed in this span:\n")
+    fixed = first.sections[ERRORS][0].replace("not fixed in this span", "fixed: passed later, after editing "
+                                              "src/client.py")
+    assert second.sections[ERRORS] == [fixed]
     assert second.covered_ids == tuple(m.id for m in span[8:])
     # A file read in the first span and modified in the second leaves the read-only list.
     third = summarize([assistant("", ToolCall("z", "Write", {"file_path": "/repo/src/util.py", "content": ""}))],
@@ -402,16 +418,14 @@ def test_every_distinct_error_line_is_kept_with_its_command_and_fix() -> None:
     assert error_lines("  × expected a semicolon\n    204 │ code") == ["× expected a semicolon"]
     assert error_lines("Assertion with =~ failed\n<html class=\"phx-error\">" + "x" * 600) == [
         "Assertion with =~ failed"]  # a page dump that happens to say "error" is not an error line
-    entries = error_entries(span)
-    assert entries == [
-        "`mix test`: ** (RuntimeError) no config found\n3 tests, 1 failure — fixed: `mix test` succeeded after "
-        "editing lib/parser.ex",
-        # The same error twice: once, at its latest failure; escaped line breaks split the JSON text.
-        "`npm run build`: {\"message\": \"Build failed\nerror TS2304: Cannot find name 'join'.\"} — not fixed in "
-        "this span",
+    summary = summarize(span, 600)
+    assert summary.sections[ERRORS] == [
+        "`mix test` — fixed: passed later, after editing lib/parser.ex:\n"
+        "** (RuntimeError) no config found · 3 tests, 1 failure",
+        # The same error twice: once, with its two runs; escaped line breaks split the JSON text.
+        "`npm run build` (2 failed runs) — not fixed in this span:\n"
+        "{\"message\": \"Build failed · error TS2304: Cannot find name 'join'.\"}",
     ]
-    text = normalize(summarize(span, 600).text)
-    assert all(normalize(line) in text for entry in entries for line in entry.split(" — ")[0].split("\n"))
 
 
 def test_under_pressure_the_recent_and_the_referenced_stay_and_the_rest_is_counted() -> None:
@@ -420,13 +434,14 @@ def test_under_pressure_the_recent_and_the_referenced_stay_and_the_rest_is_count
         span += [bash(f"c{i}", f"make target_{i:02d}"), tool_result(f"c{i}", "ok")]
     span += [assistant("Next I will look at target_03 again."),
              bash("z", "grep -n target_03 Makefile"), tool_result("z", "3: target_03:")]
-    summary = summarize(assign_ids(span), 220)
+    span = assign_ids(span)
+    summary = summarize(span, 270)  # (room for the state of the work, then as many commands as before)
     *commands, note = summary.sections[COMMANDS]
     assert "`grep -n target_03 Makefile`" in commands and "`make target_39`" in commands  # the most recent
     assert "`make target_03`" in commands  # old, but the end of the history refers to it
     assert "`make target_10`" not in commands
     left_out = 41 - len(commands)
-    assert note == omission_note(left_out, "commands") and summary.details["omitted"][COMMANDS] == left_out
+    assert note == cut_note(left_out, COMMANDS, span[-1].id) and summary.details["omitted"][COMMANDS] == left_out
     assert len(summary.details[STATE_KEY][COMMANDS]) == 41  # the full list, kept with the compaction
 
 
@@ -448,6 +463,6 @@ def test_the_summary_reads_the_logged_messages_not_their_masked_renderings(tmp_p
     assert placeholder.startswith("[Old output of Bash")  # the output is a placeholder in the view
     engine.compact()
     summary = next(e for e in engine.session.path() if e.kind == "compaction").payload["summary"]
-    assert "src/a.ts(3,1): error TS2304: Cannot find name 'join'." in summary
+    assert "src/a.ts: error TS2304: Cannot find name 'join'. (line 3)" in summary
     assert "`npm run build -- --filter core`" in summary
     assert "cleared" not in summary.split("## Recall index")[0]

@@ -267,7 +267,7 @@ def test_a_server_error_falls_back_to_the_extractive_summary(fake: FakeProvider)
     messages = span()
     summary = LLMSummarizer(anthropic(fake), window_tokens=100_000).summarize(
         messages, budget_tokens=800, counter=COUNTER)
-    assert summary.summarizer == "extractive" and summary.text.startswith("## Goal\n- Add retries")
+    assert summary.summarizer == "extractive" and "## Goal\n- Add retries" in summary.text
     assert summary.covered_ids == tuple(m.id for m in messages)  # nothing evicted goes unread
     record = summary.details["fallback"]
     assert record["from"] == "llm:pi" and "500" in record["reason"] and record["calls"] == 1

@@ -1,4 +1,4 @@
-"""The proxy's requests as spans: one `ctxwin.proxy.request` per request, its record on it, and the
+"""The proxy's requests as spans: one `chat {model}` span per request, its record on it, and the
 engine's prepare span nested under it (the telemetry is off unless configured: see test_telemetry)."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ async def test_a_request_is_a_span_with_the_engines_prepare_under_it(spans: InMe
         response = await _ask(app, "hello")
     assert response.status_code == 200, response.text
     finished = spans.get_finished_spans()
-    request = next(s for s in finished if s.name == "ctxwin.proxy.request")
+    request = next(s for s in finished if s.name == "chat claude-sonnet-4-5")  # `{operation} {model}`
     prepare = next(s for s in finished if s.name == "ctxwin.prepare")
     assert prepare.parent is not None and prepare.parent.span_id == request.context.span_id
     attributes = dict(request.attributes or {})

@@ -92,7 +92,7 @@ def test_eval_retention_writes_the_scored_views(tmp_path) -> None:
                  "--json")
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "v").iterdir()) == [
-        "before-compaction.masking.p0.txt", "before-compaction.masking.p1.txt",
+        "before-compaction.masking.p0.txt", "before-compaction.masking.p1.txt", "before-compaction.points.json",
         "before-compaction.recorded.p0.txt", "before-compaction.recorded.p1.txt"]
     data = json.loads(result.stdout)
     view = data["sessions"][1]["policies"]["masking"]

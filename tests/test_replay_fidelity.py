@@ -120,18 +120,22 @@ def test_swe_agent_thought_action_steps_become_calls_and_results(tmp_path: Path)
          "agent": "primary", "message_type": "action"},
     ]
     path = tmp_path / "run.traj"
-    path.write_text(json.dumps({"history": history, "info": {"exit_status": "submitted"}}))
+    path.write_text(json.dumps({"history": history, "info": {"exit_status": "submitted",
+                                                             "submission": "diff --git a/foo.py b/foo.py"}}))
     transcript = _load(path)
     roles = [m.role for m in transcript.messages]
-    assert roles == ["system", "user", "assistant", "user", "assistant", "tool", "assistant"]
+    assert roles == ["system", "user", "assistant", "user", "assistant", "tool", "assistant", "tool"]
     call = transcript.messages[4].tool_calls[0]
-    assert (call.name, call.arguments) == ("bash", {"command": "open foo.py\n"})
+    # SWE-agent's own commands are what they are: `open` reads foo.py (the action itself is kept).
+    assert (call.name, call.arguments) == ("open", {"path": "foo.py", "action": "open foo.py\n"})
     assert transcript.messages[4].text == "DISCUSSION\nLet me look."
     result = transcript.messages[5].tool_results[0]
-    assert result.call_id == call.id and result.name == "bash" and "1:x = 1" in result.text
+    assert result.call_id == call.id and result.name == "open" and "1:x = 1" in result.text
     assert transcript.messages[2].text.startswith("DISCUSSION\ndemo")  # demonstrations stay as they were
-    assert not transcript.messages[6].tool_calls  # the last action has no observation: kept as it was
-    assert transcript.metadata["thought_action_calls"] == 1
+    # The last action, `submit`, has no observation: it is a call all the same, answered by the patch.
+    (submit,) = transcript.messages[6].tool_calls
+    assert submit.name == "submit" and transcript.messages[7].tool_results[0].text == "diff --git a/foo.py b/foo.py"
+    assert transcript.metadata["thought_action_calls"] == 2
     assert not validate(transcript.messages, "anthropic") and not transcript.warnings
 
 

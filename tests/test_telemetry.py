@@ -416,7 +416,7 @@ def test_proxy_request_span_carries_the_request_record(provider: TracerProvider,
         engine.prepare()
         span.record(entry, session_id="sess-1")
     spans = exporter.get_finished_spans()
-    [request] = by_name(spans, a.PROXY_REQUEST)
+    [request] = by_name(spans, f"chat {MODEL}")  # the GenAI conventions' name of a model call
     [prepare] = by_name(spans, a.PREPARE)
     assert parent_id(prepare) == request.context.span_id and request.parent is None
     got = dict(request.attributes or {})
@@ -566,8 +566,12 @@ def test_a_run_that_never_ended_is_closed_as_failed_when_the_next_one_starts(
     # The run raised inside its sub-agent: no `end`, no `done`. The next run starts in the same thread.
     sink(loop_event("user", 2, 0, **{"text": "second"}))
     sink(loop_event("done", 2, 1, **{"text": "ok"}))
-    first, child, second = sorted(exporter.get_finished_spans(), key=lambda s: s.start_time or 0)
+    finished = exporter.get_finished_spans()
+    first, child, second = sorted((s for s in finished if s.name in (a.AGENT_RUN, a.SUBAGENT)),
+                                  key=lambda s: s.start_time or 0)
     assert [first.name, child.name, second.name] == [a.AGENT_RUN, a.SUBAGENT, a.AGENT_RUN]
+    [call] = by_name(finished, "chat")  # the model call in flight when the run raised (no model given)
+    assert call.status.status_code is StatusCode.ERROR and parent_id(call) == first.context.span_id
     assert first.status.status_code is child.status.status_code is StatusCode.ERROR
     assert parent_id(child) == first.context.span_id and second.parent is None
     assert second.status.status_code is StatusCode.UNSET and (second.attributes or {})["ctxwin.run.stop"] == "done"
@@ -780,3 +784,218 @@ def test_console_exporter_writes_spans_to_stderr(capsys: pytest.CaptureFixture[s
     assert out.out == ""  # stdout stays free for a command's own output
     span = json.loads(out.err[out.err.index("{"):])
     assert span["name"] == a.PREPARE and span["resource"]["attributes"]["service.name"] == "my-agent"
+
+
+# ------------------------------------------------------------------------------------------------
+# The conventions: names checked against the semantic-conventions packages, traces that join
+
+
+def convention_names() -> set[str]:
+    """Every attribute name the OpenTelemetry semantic conventions (stable and incubating) and
+    OpenInference define."""
+    import importlib
+    import pkgutil
+
+    from openinference.semconv import trace as openinference
+    from opentelemetry.semconv import attributes as stable
+    from opentelemetry.semconv._incubating import attributes as incubating
+
+    names: set[str] = set()
+    for package in (stable, incubating):
+        for info in pkgutil.iter_modules(package.__path__):
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            names |= {v for k, v in vars(module).items() if k.isupper() and isinstance(v, str)}
+    for holder in (openinference.SpanAttributes,):
+        names |= {v for k, v in vars(holder).items() if k.isupper() and isinstance(v, str)}
+    return names
+
+
+def every_span_kind_of_run(tmp_path: Path, provider: TracerProvider) -> None:
+    """An instrumented agent with sub-agents and a model-written compaction, and a proxy request: every
+    kind of span ctxwin makes."""
+    from ctxwin.compaction.llm import LLMSummarizer
+
+    root = make_workspace(tmp_path / "ws", files=2, lines=20)
+    plan = [Turn(text="Delegate.", calls=[("t1", "task", {"task": "count the lines of docs/f001.txt"})]),
+            Turn(text="All done.")]
+
+    def script(api: str, messages: list[Message]) -> Turn:
+        first = next(m for m in messages if m.role == "user").text
+        if first.startswith("Task: "):
+            return Turn(text="12 lines")
+        return plan[min(sum(1 for m in messages if m.role == "assistant"), 1)]
+
+    with ScriptedFake(script, context_window=32_000, max_output=1_000) as fake:
+        model = HttpModel(client_for("anthropic", fake.anthropic_base_url, MODEL, api_key="k"))
+        subagents = SubAgents()
+        agent = create_agent(model, workspace=Workspace([root], model=MODEL), window=32_000, max_output=1_000,
+                             config=AgentConfig(max_steps=5, max_tokens=1_000), extra_tools=[subagents.tool()])
+        subagents.attach(agent)
+        telemetry.instrument_agent(agent, provider, agent_name="main")
+        assert agent.run("Turn 1: delegate.").stop == "done"
+    with FakeProvider(context_window=200_000) as fake_summarizer:
+        fake_summarizer.reply("## Goal\nRefactor the parser (PAR-4471).\n\n## Constraints & Preferences\n- (none)\n\n"
+                              "## Progress\n### Done\n- [x] Read f0..f39\n\n## Key Decisions\n- (none)\n\n"
+                              "## Next Steps\n1. Summarize\n\n## Critical Context\n- (none)")
+        summarizer = LLMSummarizer(AnthropicClient(fake_summarizer.anthropic_base_url, "k", "claude-haiku-4-5"),
+                                   window_tokens=100_000)
+        engine = ContextEngine(model=MODEL, policy="pi", window=30_000, max_output=1_000, summarizer=summarizer)
+        fill(engine, 40)
+        telemetry.instrument(engine, provider)
+        engine.compact()
+    with telemetry.proxy_request_span(api="anthropic", model=MODEL, tracer_provider=provider) as span:
+        span.record(ProxyRequestEntry("anthropic", MODEL, 200, 100, 90, 0.5, input_tokens=80, output_tokens=9))
+        span.response({"id": "msg_01", "model": MODEL, "stop_reason": "end_turn"})
+
+
+def test_every_attribute_name_is_one_the_conventions_define(tmp_path: Path, provider: TracerProvider,
+                                                             exporter: InMemorySpanExporter) -> None:
+    """Names outside `ctxwin.*` are the conventions' own (GenAI, general ones like error.type and
+    http.response.status_code, OpenInference): each is checked against the installed packages."""
+    every_span_kind_of_run(tmp_path, provider)
+    spans = exporter.get_finished_spans()
+    emitted = {k for s in spans for k in (s.attributes or {})}
+    emitted |= {k for s in spans for e in s.events if e.name != "exception" for k in (e.attributes or {})}
+    ours = {k for k in emitted if k.startswith("ctxwin.")}
+    foreign = emitted - ours
+    known = convention_names()
+    assert foreign - known == set()
+    assert {"gen_ai.operation.name", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+            "gen_ai.response.id", "gen_ai.response.model", "gen_ai.response.finish_reasons",
+            "gen_ai.request.model", "gen_ai.provider.name"} <= foreign
+    # The module's own constants too, whether or not this run emitted them.
+    constants = {v for k, v in vars(a).items() if k.isupper() and isinstance(v, str) and "." in v
+                 and not v.startswith("ctxwin.")}
+    assert constants - known == set()
+
+
+def test_operation_names_and_model_call_span_names_follow_the_conventions(tmp_path: Path, provider: TracerProvider,
+                                                                         exporter: InMemorySpanExporter) -> None:
+    from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+        GenAiOperationNameValues,
+        GenAiProviderNameValues,
+    )
+
+    every_span_kind_of_run(tmp_path, provider)
+    spans = exporter.get_finished_spans()
+    operations = {str((s.attributes or {}).get("gen_ai.operation.name")) for s in spans
+                  if "gen_ai.operation.name" in (s.attributes or {})}
+    well_known = {v.value for v in GenAiOperationNameValues}
+    assert operations - well_known <= set(a.ENGINE_OPERATIONS.values())  # ctxwin's own, documented ones
+    assert {"chat", "invoke_agent", "prepare_context", "compact_context"} <= operations
+    providers = {str((s.attributes or {})["gen_ai.provider.name"]) for s in spans
+                 if "gen_ai.provider.name" in (s.attributes or {})}
+    assert providers and providers <= {v.value for v in GenAiProviderNameValues}
+    for span in spans:
+        attrs = span.attributes or {}
+        if attrs.get("gen_ai.operation.name") == "chat":  # a model call: `{operation} {model}`
+            assert span.name == f"chat {attrs['gen_ai.request.model']}"
+            assert attrs["openinference.span.kind"] == "LLM"
+    # The engine's spans: an operation name; a model-written summary's usage on compact and on its stage.
+    [compact] = by_name(spans, a.COMPACT)
+    [stage] = children(spans, compact)
+    assert (compact.attributes or {})["gen_ai.operation.name"] == "compact_context"
+    for span in (compact, stage):
+        got = span.attributes or {}
+        assert got["gen_ai.usage.input_tokens"] > 0 and got["gen_ai.usage.output_tokens"] > 0
+    assert (stage.attributes or {})["ctxwin.compaction.summarizer_model"] == "claude-haiku-4-5"
+    assert all((s.attributes or {})["gen_ai.operation.name"] == "prepare_context" for s in by_name(spans, a.PREPARE))
+    # OpenInference kinds as before: AGENT for runs and sub-agents, CHAIN for the engine, LLM for calls.
+    kinds = {s.name: (s.attributes or {}).get("openinference.span.kind") for s in spans}
+    assert (kinds[a.AGENT_RUN], kinds[a.SUBAGENT], kinds[a.PREPARE], kinds[a.COMPACT]) == (
+        "AGENT", "AGENT", "CHAIN", "CHAIN")
+
+
+def test_each_model_call_of_an_agent_is_a_span_with_its_usage_and_response(
+        tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
+    root = make_workspace(tmp_path / "ws", files=2, lines=20)
+    plan = [Turn(text="Reading.", calls=[("r1", "read", {"path": "docs/f001.txt"})]), Turn(text="Done.")]
+    with ScriptedFake(lambda api, messages: plan[min(sum(1 for m in messages if m.role == "assistant"), 1)],
+                      context_window=32_000, max_output=1_000) as fake:
+        model = HttpModel(client_for("anthropic", fake.anthropic_base_url, MODEL, api_key="k"))
+        agent = create_agent(model, workspace=Workspace([root], model=MODEL), window=32_000, max_output=1_000,
+                             config=AgentConfig(max_steps=5, max_tokens=1_000))
+        completions = []
+        original = agent.send
+        agent.send = lambda prepared: completions.append(original(prepared)) or completions[-1]  # type: ignore[method-assign]
+        telemetry.instrument_agent(agent, provider, agent_name="main")
+        assert agent.run("Read f001.").stop == "done"
+    spans = exporter.get_finished_spans()
+    [run] = by_name(spans, a.AGENT_RUN)
+    calls = by_name(spans, f"chat {MODEL}")
+    assert len(calls) == len(completions) == agent.stats.model_calls == 2
+    for call, completion in zip(calls, completions, strict=True):
+        got = call.attributes or {}
+        assert parent_id(call) == run.context.span_id and call.kind.name == "CLIENT"
+        assert (got["gen_ai.response.id"], got["gen_ai.response.model"]) == (completion.raw["id"],
+                                                                           completion.raw["model"])
+        assert list(got["gen_ai.response.finish_reasons"]) == [completion.stop_reason]
+        usage = completion.usage
+        assert got["gen_ai.usage.input_tokens"] == usage.context_tokens > 0
+        assert got["gen_ai.usage.output_tokens"] == usage.output_tokens > 0
+        assert got["gen_ai.provider.name"] == "anthropic" and call.status.status_code is StatusCode.UNSET
+    assert sum(int((c.attributes or {})["gen_ai.usage.input_tokens"]) for c in calls) == agent.stats.input_tokens
+
+
+def test_an_overflowed_call_is_an_error_span_and_the_retry_a_new_one(tmp_path: Path, provider: TracerProvider,
+                                                                      exporter: InMemorySpanExporter) -> None:
+    sink = telemetry.agent_event_sink(provider, session_id="s", model=MODEL)
+    sink(loop_event("user", 1, 0, text="hi"))
+    sink(loop_event("model_call", 1, 1, tokens=9_000, budget=8_000, messages=3))
+    sink(loop_event("overflow", 1, 1, error="prompt is too long", tokens=6_000))
+    sink(loop_event("model_call", 1, 1, tokens=6_000, budget=6_500, messages=2))
+    sink(loop_event("assistant", 1, 1, text="ok", tool_calls=[], stop_reason="end_turn"))
+    sink(loop_event("done", 1, 1, text="ok"))
+    failed, answered = sorted(by_name(exporter.get_finished_spans(), f"chat {MODEL}"), key=lambda s: s.start_time or 0)
+    assert failed.status.status_code is StatusCode.ERROR
+    assert (failed.attributes or {})["error.type"] == "context_overflow"
+    assert answered.status.status_code is StatusCode.UNSET
+    assert list((answered.attributes or {})["gen_ai.response.finish_reasons"]) == ["end_turn"]
+    assert (failed.attributes or {})["ctxwin.request.tokens"] == 9_000
+
+
+def test_a_proxy_span_continues_the_callers_trace_and_passes_it_upstream(provider: TracerProvider,
+                                                                         exporter: InMemorySpanExporter) -> None:
+    caller = provider.get_tracer("the-agent").start_span("agent step")
+    incoming: dict[str, str] = {}
+    from opentelemetry.trace import set_span_in_context
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    TraceContextTextMapPropagator().inject(incoming, context=set_span_in_context(caller))
+    headers = {"Traceparent": incoming["traceparent"], "x-api-key": "sk-secret"}  # any case, as HTTP allows
+    upstream = {"traceparent": incoming["traceparent"], "content-type": "application/json"}
+    with telemetry.proxy_request_span(api="openai-chat", model="gpt-4o", headers=headers,
+                                      tracer_provider=provider) as span:
+        span.inject(upstream)
+        span.response({"id": "chatcmpl-9", "model": "gpt-4o-2024-08-06",
+                       "choices": [{"index": 0, "finish_reason": "tool_calls"}]})
+    caller.end()
+    [proxy] = by_name(exporter.get_finished_spans(), "chat gpt-4o")
+    assert proxy.context.trace_id == caller.get_span_context().trace_id
+    assert parent_id(proxy) == caller.get_span_context().span_id and proxy.parent is not None and proxy.parent.is_remote
+    _, trace_id, span_id, _ = upstream["traceparent"].split("-")
+    assert (int(trace_id, 16), int(span_id, 16)) == (proxy.context.trace_id, proxy.context.span_id)
+    assert upstream["content-type"] == "application/json"
+    got = proxy.attributes or {}
+    assert (got["gen_ai.response.id"], got["gen_ai.response.model"], list(got["gen_ai.response.finish_reasons"])) == (
+        "chatcmpl-9", "gpt-4o-2024-08-06", ["tool_calls"])
+
+
+def test_without_a_traceparent_or_with_a_broken_one_the_proxy_span_starts_where_it_is(
+        provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
+    with provider.get_tracer("app").start_as_current_span("server") as server:
+        with telemetry.proxy_request_span(api="anthropic", model=MODEL, headers={"traceparent": "00-zz-yy-01"},
+                                          tracer_provider=provider):
+            pass
+        with telemetry.proxy_request_span(api="anthropic", model=MODEL, headers={}, tracer_provider=provider):
+            pass
+    for span in by_name(exporter.get_finished_spans(), f"chat {MODEL}"):
+        assert parent_id(span) == server.get_span_context().span_id
+
+
+def test_off_the_proxy_span_leaves_the_callers_trace_headers_alone() -> None:
+    upstream = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    with telemetry.proxy_request_span(api="anthropic", model=MODEL, headers=dict(upstream)) as span:
+        span.inject(upstream)
+        span.response({"id": "x"})
+    assert upstream == {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}

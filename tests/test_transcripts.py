@@ -588,3 +588,85 @@ def test_byte_order_mark_and_windows_line_ends(tmp_path: Path) -> None:
     transcript = load_transcript(path)
     assert transcript.warnings == []
     assert [m.content_key for m in transcript.messages] == [m.content_key for m in load_transcript(EXAMPLE).messages]
+
+
+# --------------------------------------------------------------------------------------------------
+# Formats in summaries (issue 23.8): SWE-agent's commands are reads and edits, Codex reasoning stays
+# reasoning
+
+
+def test_swe_agent_commands_are_reads_and_edits_and_submit_is_kept(tmp_path: Path) -> None:
+    from ctxwin.compaction.extractive import COMMANDS, MODIFIED, READ, STATE, ExtractiveSummarizer
+    from ctxwin.compaction.identifiers import extract_file_ops
+    from ctxwin.evaluation.probes import file_ops
+
+    def step(action: str, observation: str) -> list[dict[str, str]]:
+        return [{"role": "assistant", "content": f"```\n{action}\n```", "thought": "next", "action": action},
+                {"role": "user", "content": observation, "message_type": "observation"}]
+
+    history = [{"role": "system", "content": "You are SWE-agent."},
+               {"role": "user", "content": "Fix the rounding in fields.py", "message_type": "observation"},
+               *step("open src/fields.py 1474", "[File: src/fields.py (1997 lines total)]"),
+               *step("goto 1480", "[File: src/fields.py (1997 lines total)]"),
+               *step("edit 1480:1480\n        return int(round(value))\nend_of_edit", "File updated."),
+               *step("create reproduce.py", "[File: reproduce.py (1 lines total)]"),
+               *step("insert 1\nprint(1)\nend_of_insert", "File updated."),
+               *step("python reproduce.py", "1"),
+               {"role": "assistant", "content": "```\nsubmit\n```", "thought": "done", "action": "submit"}]
+    path = tmp_path / "run.traj"
+    path.write_text(json.dumps({"history": history, "info": {"submission": "diff --git a/src/fields.py"}}))
+    transcript = load_transcript(path)
+    calls = [c for m in transcript.messages for c in m.tool_calls]
+    assert [c.name for c in calls] == ["open", "goto", "edit", "create", "insert", "bash", "submit"]
+    assert calls[0].arguments == {"path": "src/fields.py", "line_number": 1474, "action": "open src/fields.py 1474"}
+    assert calls[2].arguments["range"] == "1480:1480"
+    assert calls[2].arguments["text"] == "        return int(round(value))"
+    assert not pairing.validate(transcript.messages, "anthropic")
+    # The edit and the insert act on the file last opened or created: the summarizer and the scorer agree.
+    read, modified = extract_file_ops(transcript.messages)
+    assert (read, modified) == ([], ["src/fields.py", "reproduce.py"])
+    assert file_ops(transcript.messages) == (["src/fields.py", "src/fields.py"],  # open, goto
+                                             ["src/fields.py", "reproduce.py", "reproduce.py"])  # edit, create, insert
+    summary = ExtractiveSummarizer().summarize(transcript.messages, budget_tokens=2_000)
+    assert summary.sections[MODIFIED] == ["src/fields.py", "reproduce.py"] and READ not in summary.sections
+    assert summary.sections[COMMANDS] == ["`python reproduce.py`", "`submit`"]  # the last step is kept
+    assert "the work submitted (`submit`)" in summary.sections[STATE][0]
+
+
+def test_codex_reasoning_stays_reasoning_and_is_never_sent_as_text(tmp_path: Path) -> None:
+    from ctxwin.engine import ContextEngine
+
+    records = [
+        {"type": "session_meta", "payload": {"id": "11111111-1111-4111-8111-111111111111", "cwd": "/w"}},
+        {"type": "turn_context", "payload": {"cwd": "/w", "model": "gpt-5.2-codex"}},
+        {"type": "response_item", "payload": {"type": "message", "role": "user",
+                                              "content": [{"type": "input_text", "text": "List the files."}]}},
+        {"type": "response_item", "payload": {"type": "reasoning", "summary": [
+            {"type": "summary_text", "text": "I will inspect the directory."}], "encrypted_content": "ENC-1"}},
+        {"type": "response_item", "payload": {"type": "function_call", "name": "exec_command",
+                                              "arguments": "{\"cmd\":\"ls\"}", "call_id": "call-1"}},
+        {"type": "response_item", "payload": {"type": "function_call_output", "call_id": "call-1",
+                                              "output": "a.txt\nb.txt"}},
+        {"type": "response_item", "payload": {"type": "reasoning", "id": "rs_2", "summary": [],
+                                              "content": [{"type": "reasoning_text", "text": "Two files."}],
+                                              "encrypted_content": "ENC-2"}},
+        {"type": "response_item", "payload": {"type": "message", "role": "assistant",
+                                              "content": [{"type": "output_text", "text": "a.txt and b.txt"}]}},
+    ]
+    path = tmp_path / "rollout.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": "2026-01-02T03:04:05Z", **r}) + "\n" for r in records))
+    transcript = load_transcript(path)
+    thinking = [b for m in transcript.messages for b in m.blocks if isinstance(b, Thinking)]
+    assert [t.thinking for t in thinking] == ["I will inspect the directory.", ""] and thinking[0].signature == "ENC-1"
+    engine = ContextEngine(model="claude-sonnet-4-5", policy="ctxwin")
+    for message in transcript.messages:
+        engine.append(message)
+    prepared = engine.prepare()
+    anthropic = json.dumps(prepared.to_anthropic())
+    chat = json.dumps(prepared.to_openai_chat())
+    for sent in (anthropic, chat):  # dropped where the provider cannot take it, never turned into text
+        assert "reasoning" not in sent and "ENC-" not in sent and "inspect the directory" not in sent
+    responses = prepared.to_openai_responses()
+    items = responses["input"] if isinstance(responses, dict) else responses
+    kept = [i for i in items if i.get("type") == "reasoning"]
+    assert [i.get("encrypted_content") for i in kept] == ["ENC-1", "ENC-2"]  # Responses takes its own back

@@ -281,13 +281,16 @@ def _unchanged(block: Block, original: Mapping[str, Any]) -> bool:
 # The middleware
 
 
-class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
+class CtxwinMiddleware(AgentMiddleware):
     """ctxwin as LangChain v1 agent middleware; replaces `SummarizationMiddleware` and
     `ContextEditingMiddleware` in `create_agent(model, tools, middleware=[CtxwinMiddleware(engine)])`.
 
     `engine`: a `ContextEngine` (one conversation), or a factory called with the LangGraph
     `thread_id` (one engine per conversation, kept for the middleware's life); None gives an
-    in-memory engine built from `engine_options` (`model`, `policy`, `window`, ...).
+    in-memory engine per conversation, built at its first model call from what the chat model says
+    of itself (`chat_model_limits`: its model name, its window from its profile, its `max_tokens`)
+    and `engine_options` (`policy`, `session`, ...; any of `model`, `window`, `max_output` given
+    there wins over the chat model's).
     `recall`: also give the agent the `ctxwin_recall` tool. `spill_tool_results`: cap and spill tool
     results in `wrap_tool_call` (when the session has a blob store).
 
@@ -305,7 +308,8 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
         if engine is not None and not (isinstance(engine, ContextEngine) or callable(engine)):
             raise InputError(f"engine must be a ContextEngine or a factory of one, not {type(engine).__name__}",
                              "pass ContextEngine(...) or a function thread_id -> ContextEngine")
-        self._source: EngineSource = engine if engine is not None else (lambda _thread: ContextEngine(**engine_options))
+        self._options = engine_options
+        self._source: EngineSource | None = engine
         self._engines: dict[str, ContextEngine] = {}
         self._overheads: dict[tuple[int, str, tuple[str, ...]], int] = {}
         self._conversions: dict[int, Conversions] = {}  # per engine: one conversation's state each
@@ -314,14 +318,16 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
 
     # -- which engine ------------------------------------------------------------------------------
 
-    def engine_for(self, thread_id: str | None = None) -> ContextEngine:
-        """The engine of conversation `thread_id` (the current run's when None)."""
+    def engine_for(self, thread_id: str | None = None, *, chat_model: Any = None) -> ContextEngine:
+        """The engine of conversation `thread_id` (the current run's when None); one this middleware
+        builds takes the limits `chat_model` states (the model call's)."""
         if isinstance(self._source, ContextEngine):
             return self._source
         thread = thread_id or current_thread()
         engine = self._engines.get(thread)
         if engine is None:
-            engine = self._source(thread)
+            engine = self._source(thread) if self._source is not None else ContextEngine(
+                **{**chat_model_limits(chat_model), **self._options})
             if not isinstance(engine, ContextEngine):
                 raise InputError(f"the engine factory returned {type(engine).__name__}, not a ContextEngine",
                                  "make the factory return ContextEngine(...)")
@@ -334,7 +340,7 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
     # -- model calls -------------------------------------------------------------------------------
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Any]) -> Any:
-        engine = self.engine_for()
+        engine = self.engine_for(chat_model=request.model)
         prepared, originals = self._prepare(engine, request)
         while True:
             try:
@@ -345,7 +351,7 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
             return self._answered(engine, response)
 
     async def awrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[Any]]) -> Any:
-        engine = self.engine_for()
+        engine = self.engine_for(chat_model=request.model)
         prepared, originals = self._prepare(engine, request)
         while True:
             try:
@@ -360,7 +366,7 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
         canonical, originals = originals_of(request.messages, self._conversions_for(engine))
         engine.sync(canonical)
         engine.overhead_tokens = self._overhead(engine, request)
-        return engine.prepare(), originals
+        return engine.prepare(max_output=requested_output(request)), originals
 
     def _request(self, engine: ContextEngine, request: ModelRequest, prepared: Prepared,
                  originals: Mapping[str, Sequence[Sequence[BaseMessage]]]) -> ModelRequest:
@@ -435,6 +441,38 @@ class CtxwinMiddleware(AgentMiddleware):  # type: ignore[misc]
         self.after_agent(state, runtime)
 
 
+def requested_output(request: ModelRequest) -> int | None:
+    """The output this model call asks for (the reserve its request is budgeted with): a max-tokens
+    setting of the call, else the chat model's `max_tokens`; None when neither says (the engine's
+    default)."""
+    settings = request.model_settings or {}
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        value = settings.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return chat_model_limits(request.model).get("max_output")
+
+
+def chat_model_limits(model: Any) -> dict[str, Any]:
+    """What a LangChain chat model says about itself, as `ContextEngine` options: `model` (its
+    `model_name` or `model`), `window` (its profile's `max_input_tokens`, when it has a profile) and
+    `max_output` (its `max_tokens`). What it does not say is left out (the registry decides)."""
+    if model is None:
+        return {}
+    name = getattr(model, "model_name", None) or getattr(model, "model", None)
+    profile = getattr(model, "profile", None)
+    window = profile.get("max_input_tokens") if isinstance(profile, Mapping) else None
+    max_tokens = getattr(model, "max_tokens", None)
+    out: dict[str, Any] = {}
+    if isinstance(name, str) and name:
+        out["model"] = name
+    if isinstance(window, int) and not isinstance(window, bool) and window > 0:
+        out["window"] = window
+    if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0:
+        out["max_output"] = max_tokens
+    return out
+
+
 def budget_tool_text(engine: ContextEngine, text: str) -> tuple[str, str, str] | None:
     """(text for the agent's state, blob handle of the full output, "spilled" | "capped") when the
     engine's policy would spill or cap `text`, else None. Uses the pipeline's own spill and result
@@ -505,5 +543,5 @@ def _text_of(content: str | list[Any]) -> str:
                      if isinstance(p, str) or (isinstance(p, Mapping) and p.get("type") == "text"))
 
 
-__all__ = ["Conversions", "CtxwinMiddleware", "budget_tool_text", "current_thread", "from_ctxwin", "originals_of",
-           "recall_tool", "to_ctxwin"]
+__all__ = ["Conversions", "CtxwinMiddleware", "budget_tool_text", "chat_model_limits", "current_thread", "from_ctxwin",
+           "originals_of", "recall_tool", "to_ctxwin"]

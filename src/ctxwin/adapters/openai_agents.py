@@ -14,7 +14,9 @@
   what the filter assumed; an overflow error from the provider is recovered from (`engine.recover`)
   and the smaller request retried, bounded; the provider's usage calibrates the engine's counts.
 
-Typical use::
+Typical use (both halves: the filter manages what is sent, `session.wrap(model)` recovers when the
+provider refuses a request as too long; a filter whose requests never pass through a wrapped model
+warns once, at its second call, that overflow errors will reach the caller)::
 
     session = CtxwinSession.open("runs/abc", model="gpt-4.1")
     agent = Agent(name="a", instructions="...", tools=[...], model=session.wrap(model))
@@ -35,6 +37,7 @@ import bisect
 import copy
 import dataclasses
 import json
+import warnings
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -396,8 +399,19 @@ class CtxwinInputFilter:
         self._agent = ""
         self._extras: dict[str, int] = {}  # agent name -> tokens of the extras its last request carried
         self._sent: ModelInputData | None = None
+        self._settled = False  # a CtxwinModel saw the last prepared request
+        self._warned = False
+        self._max_output: int | None = None  # the output the request being prepared asks for
 
     def __call__(self, data: CallModelData[Any]) -> ModelInputData:
+        if self._sent is not None and not self._settled and not self._warned:
+            self._warned = True
+            warnings.warn(UnwrappedModelWarning(
+                "ctxwin: the requests this input filter prepares do not go through a CtxwinModel, so an "
+                "overflow error from the provider will reach you instead of being recovered; give the agent "
+                "model=session.wrap(model) (or CtxwinModel(model, input_filter))"), stacklevel=2)
+        self._settled = False
+        self._max_output = requested_output(getattr(data.agent, "model_settings", None))
         model_data = data.model_data
         raw = model_data.input
         items = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw)
@@ -408,24 +422,27 @@ class CtxwinInputFilter:
         if extras is None:
             extras = self._extras_tokens(agent_extras(data.agent))
         self.engine.overhead_tokens = self._overhead(model_data.instructions, extras)
-        return self._input(self.engine.prepare())
+        return self._input(self.engine.prepare(max_output=self._max_output))
 
     def settle(self, instructions: str | None, input: Any, tools: Sequence[Any], output_schema: Any,
-               handoffs: Sequence[Any]) -> tuple[str | None, Any]:
+               handoffs: Sequence[Any], model_settings: ModelSettings | None = None) -> tuple[str | None, Any]:
         """The instructions and input to send with a request carrying `tools`, `output_schema` and
-        `handoffs` (what the runner hands the model). When the input is the one this filter prepared
-        and the request carries more or less than it counted, the engine prepares again with the
-        true overhead; any other input (the filter not in the run's config) goes as it is."""
+        `handoffs` with `model_settings` (what the runner hands the model). When the input is the one
+        this filter prepared and the request carries more or less than it counted, or asks for
+        another output size (the run's settings over the agent's), the engine prepares again with the
+        true overhead and reserve; any other input (the filter not in the run's config) goes as it is."""
+        self._settled = True
         sent = self._sent
         if sent is None or instructions != sent.instructions or input != sent.input:
             return instructions, input
         extras = self._extras_tokens(request_extras(tools, handoffs, output_schema))
         self._extras[self._agent] = extras
         overhead = self._overhead(self._instructions, extras)
-        if overhead == self.engine.overhead_tokens:
+        max_output = requested_output(model_settings) if model_settings is not None else self._max_output
+        if overhead == self.engine.overhead_tokens and max_output == self._max_output:
             return instructions, input
-        self.engine.overhead_tokens = overhead
-        again = self._input(self.engine.prepare())
+        self.engine.overhead_tokens, self._max_output = overhead, max_output
+        again = self._input(self.engine.prepare(max_output=max_output))
         return again.instructions, again.input
 
     def recover(self, error: object) -> ModelInputData | None:
@@ -453,6 +470,17 @@ class CtxwinInputFilter:
         return round(raw * self.engine.calibrator.factor)
 
 
+def requested_output(settings: ModelSettings | None) -> int | None:
+    """The output a request asks for (`ModelSettings.max_tokens`), the reserve it is budgeted with;
+    None: the engine's default."""
+    value = getattr(settings, "max_tokens", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+class UnwrappedModelWarning(UserWarning):
+    """The input filter runs without `CtxwinModel`: overflow errors are not recovered."""
+
+
 # -- where the SDK surfaces the provider's errors ---------------------------------------------------
 
 
@@ -475,7 +503,7 @@ class CtxwinModel(Model):
                            output_schema: AgentOutputSchemaBase | None, handoffs: list[Handoff],
                            tracing: ModelTracing, **kwargs: Any) -> ModelResponse:
         system_instructions, input = self.input_filter.settle(system_instructions, input, tools, output_schema,
-                                                              handoffs)
+                                                              handoffs, model_settings)
         while True:
             try:
                 response = await self.model.get_response(system_instructions, input, model_settings, tools,
@@ -494,7 +522,7 @@ class CtxwinModel(Model):
                               output_schema: AgentOutputSchemaBase | None, handoffs: list[Handoff],
                               tracing: ModelTracing, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
         system_instructions, input = self.input_filter.settle(system_instructions, input, tools, output_schema,
-                                                              handoffs)
+                                                              handoffs, model_settings)
         while True:
             started = False
             try:
@@ -523,5 +551,5 @@ class CtxwinModel(Model):
 
 
 __all__ = ["CLEAR_ENTRY", "ITEMS_META", "POP_ENTRY", "SDK_ONLY_FIELDS", "CtxwinInputFilter", "CtxwinModel",
-           "CtxwinSession", "agent_extras", "items_to_messages", "message_items", "messages_to_items", "plain_item",
-           "request_extras"]
+           "CtxwinSession", "UnwrappedModelWarning", "agent_extras", "items_to_messages", "message_items",
+           "messages_to_items", "plain_item", "request_extras"]

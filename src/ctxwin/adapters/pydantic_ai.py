@@ -340,20 +340,24 @@ class CtxwinHistory:
         return self.process(messages)
 
     def with_context(self, ctx: RunContext[Any], messages: list[ModelMessage]) -> list[ModelMessage]:
-        """The RunContext form: the run's tool definitions are counted against the budget too."""
-        return self.process(messages, tools=_run_tools(ctx))
+        """The RunContext form: the run's tool definitions are counted against the budget too, and
+        the output its settings ask for (`max_tokens`) is reserved."""
+        return self.process(messages, tools=_run_tools(ctx), max_output=requested_output(ctx.model_settings))
 
     def capability(self) -> ProcessHistory[Any]:
-        """`Agent(capabilities=[processor.capability()])`: `ProcessHistory` with this processor, which
-        also logs each model response as it arrives (a run's last answer is followed by no request,
-        so a bare processor would only see it on the next run) and calibrates the engine's counts
-        from its usage."""
+        """`Agent(capabilities=[processor.capability()])`: this processor as a capability that sends
+        its view without rewriting the run's history (`result.all_messages()` is the real history,
+        as with `CtxwinCapability`; a bare `ProcessHistory(processor)` replaces the history with the
+        view, as every history processor does), logs each model response as it arrives (a run's last
+        answer is followed by no request, so a bare processor would only see it on the next run) and
+        calibrates the engine's counts from its usage."""
         return _LoggingProcessHistory(self.with_context, history=self)
 
-    def process(self, messages: list[ModelMessage], *, tools: Sequence[Any] = ()) -> list[ModelMessage]:
+    def process(self, messages: list[ModelMessage], *, tools: Sequence[Any] = (),
+                max_output: int | None = None) -> list[ModelMessage]:
         self.log(messages)
         self.engine.overhead_tokens = _overhead(self.engine, _instructions(messages), tools)
-        self.last = self.engine.prepare()
+        self.last = self.engine.prepare(max_output=max_output)
         self._sent = _view(self.last, messages)
         return list(self._sent)
 
@@ -373,6 +377,14 @@ class CtxwinHistory:
 class _LoggingProcessHistory(ProcessHistory[Any]):
     history: CtxwinHistory | None = field(default=None, repr=False)
 
+    async def before_model_request(self, ctx: RunContext[Any], request_context: ModelRequestContext
+                                   ) -> ModelRequestContext:
+        if self.history is None:
+            return await super().before_model_request(ctx, request_context)
+        # The request gets the view; the run's history (ctx.messages) stays as it is.
+        request_context.messages = self.history.with_context(ctx, list(request_context.messages))
+        return request_context
+
     async def after_model_request(self, ctx: RunContext[Any], *, request_context: ModelRequestContext,
                                   response: ModelResponse) -> ModelResponse:
         if self.history is not None:
@@ -384,6 +396,13 @@ class _LoggingProcessHistory(ProcessHistory[Any]):
 def _record_usage(engine: ContextEngine, response: ModelResponse) -> None:
     if response.usage.input_tokens:  # PydanticAI's input tokens include cache reads and writes
         engine.record_usage({"context_tokens": response.usage.input_tokens})
+
+
+def requested_output(settings: Any) -> int | None:
+    """The output a request asks for (its settings' `max_tokens`), the reserve it is budgeted with;
+    None: the engine's default."""
+    value = settings.get("max_tokens") if isinstance(settings, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _run_tools(ctx: RunContext[Any]) -> list[Any]:
@@ -418,7 +437,7 @@ class CtxwinCapability(AbstractCapability[Any]):
         parameters = request_context.model_request_parameters
         tools = [*getattr(parameters, "function_tools", ()), *getattr(parameters, "output_tools", ())]
         self.engine.overhead_tokens = _overhead(self.engine, _instructions(history), tools)
-        self.last = self.engine.prepare()
+        self.last = self.engine.prepare(max_output=requested_output(request_context.model_settings))
         request_context.messages = _view(self.last, history)
         return request_context
 

@@ -24,13 +24,13 @@ from ctxwin.agent.events import LoopEvent, RunResult, RunStats, loop_event
 from ctxwin.agent.model import Model
 from ctxwin.agent.processes import child_groups, kill_tool_processes
 from ctxwin.agent.tree import Cancel, ChildRecord, tree_totals
-from ctxwin.compaction.checkpoint import META as CHECKPOINT_META
-from ctxwin.compaction.checkpoint import REQUEST as CHECKPOINT_REQUEST
+from ctxwin.compaction.checkpoint import request_message as checkpoint_request
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.errors import CtxwinError, Interrupted, ModelCallCancelled
+from ctxwin.memory.consolidate.schedule import SleepConfig, SleepTime, sleep_time
 from ctxwin.memory.flush import daily_notes
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
-from ctxwin.messages.providers._common import RAW_ARGUMENTS
+from ctxwin.messages.providers import RAW_ARGUMENTS
 from ctxwin.pipeline.view import Event
 from ctxwin.policies.model import Policy
 from ctxwin.providers import Completion, ProviderError
@@ -75,6 +75,9 @@ class AgentConfig(BaseModel):
     memory_flush: bool = False
     """Before an automatic compaction, append notes on the span leaving the view to the workspace's
     memory/YYYY-MM-DD.md (OpenClaw's pre-compaction flush; the engine calls it)."""
+    consolidate: SleepConfig | None = None
+    """Sleep-time consolidation of the workspace's memory (`ctxwin.memory.consolidate`) on a background
+    thread, when idle and after `agent.sleep.session_ended()`; None: off."""
 
 
 def tool_schema(spec: ToolSpec) -> dict[str, Any]:
@@ -137,6 +140,7 @@ class Agent:
         self._groups_before: set[int] = set()
         self._running_tools = False
         self._tree_lock = threading.Lock()  # children charge its run and record themselves from their threads
+        self.sleep: SleepTime | None = None  # sleep-time consolidation, when configured (create_agent)
 
     # ---------------------------------------------------------------- events
 
@@ -158,6 +162,8 @@ class Agent:
             self.engine.append(message)
             self.stats.turns += 1
             self.emit("user", text=message.text)
+        if self.sleep is not None:
+            self.sleep.begin()  # never idle (for sleep-time consolidation) while a turn runs
         self._step = 0
         self._run_cost = 0.0
         self.cancel.clear()
@@ -186,6 +192,9 @@ class Agent:
             self.stats.errors.append(text)
             self.emit("error", error=text, status=getattr(error, "status_code", None))
             return RunResult("error", text, self._step)
+        finally:
+            if self.sleep is not None:
+                self.sleep.end()
 
     def resume(self) -> RunResult | None:
         """Continue from the last logged message: run pending tool calls, or call the model after a
@@ -376,8 +385,7 @@ class Agent:
         """Ask the agent for its own state summary now (`/checkpoint`); the checkpoint policy uses it
         at the next compaction."""
         tokens = self.last_prepared.tokens if self.last_prepared is not None else 0
-        self.engine.append(Message("user", (Text(CHECKPOINT_REQUEST.format(tokens=tokens)),),
-                                   meta={"ctxwin": CHECKPOINT_META}))
+        self.engine.append(checkpoint_request(tokens))
 
     def _check(self, call: ToolCall) -> ToolOutput | None:
         """An error output for a call that must not run (unknown tool, arguments that are not a JSON
@@ -463,6 +471,8 @@ def create_agent(model: Model, *, session: SessionLog | None = None, workspace: 
     agent = (agent_type or Agent)(engine, model, workspace=workspace, config=config, extra_tools=extra_tools,
                                   on_event=on_event, cancel=cancel)
     built.append(agent)
+    agent.sleep = sleep_time(workspace.roots[0] if workspace else None, config.consolidate,
+                             sessions=getattr(getattr(session, "directory", None), "parent", None))
     return agent  # type: ignore[return-value]
 
 

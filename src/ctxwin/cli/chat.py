@@ -38,6 +38,7 @@ from ctxwin.cli.run import (
     options,
 )
 from ctxwin.errors import CtxwinError
+from ctxwin.memory.consolidate.schedule import CLOSE_WAIT_S, SleepConfig
 from ctxwin.store import DEFAULT_ROOT
 from ctxwin.tokens.breakdown import LABELS
 
@@ -84,9 +85,11 @@ class Repl:
         return agent
 
     def _switch(self, folder: Path, *, create: bool = True) -> None:
-        """Open the session in `folder`, then close the current one (kept when the new one cannot be opened)."""
+        """Open the session in `folder`, then end and close the current one (kept when the new one cannot be
+        opened)."""
         old = self.agent
         self.agent = self._open(folder, create=create)
+        self.end_session(old)
         old.engine.session.close()
 
     def show(self, event: LoopEvent) -> None:
@@ -237,8 +240,17 @@ class Repl:
                     break
                 continue
             self.turn(line)
+        self.end_session(self.agent, wait=CLOSE_WAIT_S)
         self.agent.engine.session.close()
         self.opts.close()
+
+    @staticmethod
+    def end_session(agent: Agent, wait: float | None = 0) -> None:
+        """With --consolidate (/new, /resume DIR, leaving): the ended session's memory is consolidated in
+        the background (waited for up to `wait` seconds, so that leaving the chat does not cut it short)."""
+        if agent.sleep is not None:
+            agent.sleep.session_ended()
+            agent.sleep.close(wait)
 
 
 @app.command("chat")
@@ -254,9 +266,15 @@ def chat(
     max_steps: MaxStepsOption = 100,
     allow_shell: AllowShellOption = False, api_key: ApiKeyOption = None, subagents: SubagentsOption = True,
     stream: StreamOption = True, agents: AgentsOption = None, timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
+    consolidate: bool = typer.Option(False, "--consolidate", help="After each session (/new, /quit), consolidate "
+                                     "the workspace's memory into MEMORY.md and memory/wiki/ in the background."),
+    consolidate_idle: float | None = typer.Option(None, "--consolidate-idle", min=1, help="Also consolidate after "
+                                                  "this many seconds without a turn.", show_default=False),
 ) -> None:
     """Chat with the agent in the terminal."""
     opts = options(base_url, api, model, session, workspace, window, max_output, policy, max_steps, allow_shell,
                    api_key, subagents, stream, agents, timeout)
+    if consolidate or consolidate_idle is not None:
+        opts.consolidate = SleepConfig(after_session=consolidate, idle_seconds=consolidate_idle)
     opts.check()  # before a session folder is made for the chat
     Repl(opts, sessions).loop()

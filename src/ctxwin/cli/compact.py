@@ -12,6 +12,7 @@ from rich.markup import escape
 from ctxwin.cli.app import app, console, handle_errors, print_json
 from ctxwin.cli.reads import SessionReads
 from ctxwin.pipeline.events import kind_of
+from ctxwin.policies.model import STRATEGIES
 
 
 @app.command("compact")
@@ -19,7 +20,7 @@ from ctxwin.pipeline.events import kind_of
 def compact_command(
     session: Path = typer.Argument(..., help="A stored session folder, or any transcript file."),
     focus: str = typer.Option(None, "--focus", help="What the summary should concentrate on."),
-    strategy: str = typer.Option(None, "--strategy", help="pi, openclaw, claude-code, letta, checkpoint or ctxwin."),
+    strategy: str = typer.Option(None, "--strategy", help=f"One of {', '.join(STRATEGIES)}."),
     policy: str = typer.Option("ctxwin", "--policy", help="Policy preset or TOML file (its other stages apply)."),
     window: int = typer.Option(None, "--window", help="Context window in tokens (default: the model's)."),
     model: str = typer.Option(None, "--model", help="Model name (default: the transcript's)."),

@@ -1,4 +1,4 @@
-"""`ctxwin memory index|show|search` over a workspace's memory folder, and `ctxwin search SESSION QUERY`
+"""`ctxwin memory index|show|search|consolidate` over a workspace's memory folder, and `ctxwin search SESSION QUERY`
 over a stored session or any transcript file. Thin wrappers over `ctxwin.memory`; `--json` prints the
 library's return values."""
 
@@ -221,3 +221,50 @@ def search_session(
     if kind == "transcript" and hits:
         console.print("[dim]refs of a transcript file are positions in it; import it (ctxwin import) for "
                       "refs that recall resolves[/]")
+
+
+@memory_app.command("consolidate")
+@handle_errors
+def consolidate_cmd(
+    workspace: Path = WORKSPACE,
+    sessions: Path | None = typer.Option(None, "--sessions", help="The ctxwin sessions to read (default: "
+                                         "<workspace>/.ctxwin/sessions when it exists).", show_default=False),
+    since: str | None = typer.Option(None, "--since", help="Read notes and sessions from this day (YYYY-MM-DD) "
+                                     "instead of from where the last run stopped.", show_default=False),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Write nothing; say what would change."),
+    max_chars: int = typer.Option(12_000, "--max-chars", min=1_000, help="MEMORY.md's cap in characters."),
+    model: str | None = typer.Option(None, "--model", "-m", help="Extract facts with this model (default: the "
+                                     "deterministic rules, no model).", show_default=False),
+    api: str = typer.Option("openai", "--api", help="The model's API: anthropic, openai or openai-responses."),
+    base_url: str | None = typer.Option(None, "--base-url", help="The model's endpoint.", show_default=False),
+    api_key: str | None = typer.Option(None, "--api-key", help="Key (default: ANTHROPIC_API_KEY / OPENAI_API_KEY).",
+                                       show_default=False),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+) -> None:
+    """Turn the daily notes and session logs since the last run into a short, current, sourced MEMORY.md
+    (under --max-chars) and memory/wiki/<topic>.md pages that keep every fact's history."""
+    from ctxwin.memory.consolidate import ModelExtractor, consolidate
+    from ctxwin.providers import client_for
+
+    extractor = None
+    if model is not None or base_url is not None:
+        extractor = ModelExtractor(client_for(api, base_url, model, api_key=api_key))  # type: ignore[arg-type]
+    report = consolidate(workspace, sessions=sessions, since=since, dry_run=dry_run, max_chars=max_chars,
+                         extractor=extractor)
+    if as_json:
+        print_json(report.to_dict() | ({"memory_md": report.memory_text} if dry_run else {}))
+        return
+    m = report.merge
+    console.print(f"read {len(report.notes_read)} note(s) ({report.bytes_read:,} bytes) and "
+                  f"{len(report.sessions_read)} session(s) ({report.entries_read:,} entries): {report.units} "
+                  f"statements, {report.observations} facts stated; {m.added} new, {m.restated} restated, "
+                  f"{m.superseded} superseded, {m.closed} task(s) closed", highlight=False)
+    console.print(f"MEMORY.md: {report.memory_chars:,} chars, {report.in_memory} current facts "
+                  f"({report.wiki_only} more only in memory/wiki/); {report.facts} facts in all", highlight=False)
+    files = report.would_write if dry_run else report.written
+    verb = "would write" if dry_run else "wrote"
+    console.print(f"{verb}: {', '.join(files)}" if files else "nothing new: no file changed", highlight=False)
+    for name in report.archived:
+        console.print(f"hand edits kept as a note: {escape(name)}", highlight=False)
+    for problem in report.problems:
+        console.print(f"[yellow]warning:[/] {escape(problem)}")

@@ -45,13 +45,20 @@ def proxy(
     upstream_timeout: float = typer.Option(DEFAULT_UPSTREAM_TIMEOUT_S, "--upstream-timeout", min=0.001,
                                            help="Seconds to wait for the upstream's answer (and between its "
                                                 "stream events)."),
+    memory_workspace: Path | None = typer.Option(None, "--memory-workspace", help="With --consolidate-idle: "
+                                                 "consolidate this workspace's memory from the --store sessions.",
+                                                 show_default=False),
+    consolidate_idle: float | None = typer.Option(None, "--consolidate-idle", min=1, help="Seconds without a "
+                                                  "request after which --memory-workspace is consolidated.",
+                                                  show_default=False),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn's log level.", hidden=True),
 ) -> None:
     """Serve Anthropic- and OpenAI-compatible endpoints that manage the context of the traffic they forward."""
     address = parse_listen(listen)
     config = ProxyConfig(upstream=upstream.rstrip("/"), policy=policy, store_dir=store, postgres=postgres,
                          auth_token=auth_token or None, passthrough=passthrough, recall_tool=recall_tool,
-                         window=window, max_body_bytes=max_body_bytes, upstream_timeout=upstream_timeout)
+                         window=window, max_body_bytes=max_body_bytes, upstream_timeout=upstream_timeout,
+                         memory_workspace=memory_workspace, consolidate_idle=consolidate_idle)
     store_text = f"PostgreSQL, {workers} worker(s)" if postgres else str(store) if store else "in memory"
 
     def announce() -> None:

@@ -71,7 +71,7 @@ class SessionReads:
         return {
             "damaged_files": sum(report.is_damaged for report in self.reports.values()),
             "damaged": sum(f["damaged_total"] for f in files),
-            "repaired": sum(sum(f["repaired"].values()) for f in files),
+            "repaired": sum(f["repairs"] for f in files),
             "warnings": sum(f["warnings"] for f in files),
             "files": files,
         }

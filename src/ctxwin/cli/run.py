@@ -24,6 +24,7 @@ from ctxwin.agent import Agent, AgentConfig, AgentDefinition, HttpModel, LoopEve
 from ctxwin.agent.subagents import SubAgents
 from ctxwin.cli.app import app, console, err_console, handle_errors
 from ctxwin.errors import InputError
+from ctxwin.memory.consolidate.schedule import SleepConfig
 from ctxwin.providers import APIS, client_for
 from ctxwin.store import DEFAULT_ROOT, Session
 from ctxwin.tools import Workspace
@@ -79,6 +80,7 @@ class AgentOptions:
     stream: bool = False
     timeout: float = DEFAULT_TIMEOUT_S
     agents: Path | None = None
+    consolidate: SleepConfig | None = None  # sleep-time consolidation of the workspace's memory (chat)
     clients: list[Any] = field(default_factory=list)  # the HTTP clients built, for close()
 
     def check(self) -> None:
@@ -114,7 +116,8 @@ class AgentOptions:
         # Persistent agents live with the workspace they work on, whatever session calls them.
         tools = SubAgents(definitions=definitions, sessions_root=children, models=other_model,
                           state_root=self.workspace / ".ctxwin" / "agents") if self.subagents else None
-        agent = create_agent(model, session=log, workspace=ws, config=AgentConfig(max_steps=self.max_steps),
+        config = AgentConfig(max_steps=self.max_steps, consolidate=self.consolidate)
+        agent = create_agent(model, session=log, workspace=ws, config=config,
                              policy=self.policy, window=self.window, max_output=self.max_output,
                              extra_tools=tools.tools() if tools else [], on_event=on_event)
         if tools is not None:

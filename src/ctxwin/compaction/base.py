@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ctxwin.messages import Message
+from ctxwin.tokens import counter_for
 from ctxwin.tokens.base import TokenCounter
 
 
@@ -33,7 +34,10 @@ class Summary:
 
 
 class Summarizer(Protocol):
-    name: str
+    @property
+    def name(self) -> str:
+        """What the summary's `summarizer` field says wrote it."""
+        ...
 
     def summarize(
         self,
@@ -51,10 +55,7 @@ class Summarizer(Protocol):
 
 
 def summary_counter(counter: TokenCounter | None, model: str | None = None) -> TokenCounter:
-    """The counter a summarizer measures with: the caller's, else the default one for `model` (loaded
-    here, on first need, so that importing a summarizer does not load the tokenizers)."""
+    """The counter a summarizer measures with: the caller's, else the default one for `model`."""
     if counter is not None:
         return counter
-    from ctxwin.tokens import counter_for
-
     return counter_for(model)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, ClassVar
 
 from ctxwin.compaction.cuts import CutPlan, is_cut_point, plan_at
-from ctxwin.compaction.pi import PiStrategy
+from ctxwin.compaction.pi import KeepsRecentStrategy
 from ctxwin.compaction.strategy import AgentSummary
 from ctxwin.messages import Message, Text
 from ctxwin.pipeline.view import Item, StageContext
+from ctxwin.policies.model import CheckpointCompaction
 
 TAG = re.compile(r"<checkpoint>(.*?)(?:</checkpoint>|$)", re.S)
 SHARE = 0.75
@@ -47,10 +47,16 @@ def checkpoint_cut(items: Sequence[Item], reply_id: str, pins: set[str]) -> CutP
     return plan_at(items, cut, pins, split_turns=False)
 
 
-class CheckpointStrategy(PiStrategy):
-    name: ClassVar[str] = "checkpoint"
+def request_message(tokens: int) -> Message:
+    """The user message that asks the agent for its checkpoint now (the view at `tokens` model tokens);
+    the agent loop's `/checkpoint` sends it too."""
+    return Message("user", (Text(REQUEST.format(tokens=tokens)),), meta={"ctxwin": META})
 
-    def plan(self, items: Sequence[Item], policy: Any, ctx: StageContext, pins: set[str],
+
+class CheckpointStrategy(KeepsRecentStrategy[CheckpointCompaction]):
+    section = CheckpointCompaction
+
+    def plan(self, items: Sequence[Item], policy: CheckpointCompaction, ctx: StageContext, pins: set[str],
              factor: float = 1.0, agent_summary: AgentSummary | None = None) -> CutPlan:
         fallback = super().plan(items, policy, ctx, pins, factor)
         if agent_summary is None:
@@ -64,9 +70,18 @@ class CheckpointStrategy(PiStrategy):
     def is_summary_request(self, message: Message) -> bool:
         return message.meta.get("ctxwin") == META
 
-    def summary_request(self, tokens: int, window: int, policy: Any, factor: float) -> Message | None:
+    def summary_request(self, tokens: int, window: int, policy: CheckpointCompaction,
+                        factor: float) -> Message | None:
         mark = policy.checkpoint_tokens or int(self.threshold(window, policy) * SHARE)
         if tokens * factor <= mark:
             return None
-        shown = round(tokens * factor)
-        return Message("user", (Text(REQUEST.format(tokens=shown)),), meta={"ctxwin": META})
+        return request_message(round(tokens * factor))
+
+    def written_summary(self, plan: CutPlan, agent_summary: AgentSummary | None) -> str | None:
+        """The agent's checkpoint stands for the span that ends with its reply (Alyx); a plan that
+        keeps the reply, or does not reach it, is summarized as usual."""
+        if agent_summary is None or plan.first_kept_id == agent_summary.entry_id:
+            return None
+        if not any(item.entry_id == agent_summary.entry_id for item in plan.span):
+            return None
+        return agent_summary.text

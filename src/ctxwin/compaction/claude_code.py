@@ -4,7 +4,6 @@ as attachments after the summary, each and all within a token budget."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
 
 from ctxwin.compaction.cuts import CutPlan, plan_at
 from ctxwin.compaction.identifiers import READ_TOOLS, call_arguments, call_path, tool_kind
@@ -12,24 +11,25 @@ from ctxwin.compaction.strategy import AgentSummary, Strategy
 from ctxwin.messages import ToolResult
 from ctxwin.pipeline.cut import head_tail
 from ctxwin.pipeline.view import Item, StageContext
+from ctxwin.policies.model import ClaudeCodeCompaction
 
 RESTORE_WINDOW_SHARE = 0.25
 """Re-attached files never take more than this share of the window (Claude Code's 50K is a quarter
 of 200K)."""
 
 
-class ClaudeCodeStrategy(Strategy):
-    name: ClassVar[str] = "claude-code"
+class ClaudeCodeStrategy(Strategy[ClaudeCodeCompaction]):
+    section = ClaudeCodeCompaction
 
-    def plan(self, items: Sequence[Item], policy: Any, ctx: StageContext, pins: set[str],
+    def plan(self, items: Sequence[Item], policy: ClaudeCodeCompaction, ctx: StageContext, pins: set[str],
              factor: float = 1.0, agent_summary: AgentSummary | None = None) -> CutPlan:
         return plan_at(items, len(items), pins, split_turns=False)
 
-    def attachments(self, plan: CutPlan, policy: Any, ctx: StageContext) -> list[dict[str, str]]:
+    def attachments(self, plan: CutPlan, policy: ClaudeCodeCompaction, ctx: StageContext) -> list[dict[str, str]]:
         return restore_files(plan, policy, ctx) if policy.restore_recent_files else []
 
 
-def restore_files(plan: CutPlan, policy: Any, ctx: StageContext) -> list[dict[str, str]]:
+def restore_files(plan: CutPlan, policy: ClaudeCodeCompaction, ctx: StageContext) -> list[dict[str, str]]:
     """The most recently read files of the summarized span (as last read), each within
     `restore_file_tokens`, all within `restore_total_tokens`, skipping files the kept tail reads again."""
     kept_paths = set()
@@ -43,10 +43,10 @@ def restore_files(plan: CutPlan, policy: Any, ctx: StageContext) -> list[dict[st
         for block in item.message.blocks:
             if not isinstance(block, ToolResult) or block.is_error:
                 continue
-            call = ctx.calls.get(block.call_id)
-            if call is None or tool_kind(call.name) not in READ_TOOLS:
+            found = ctx.calls.get(block.call_id)
+            if found is None or tool_kind(found.name) not in READ_TOOLS:
                 continue
-            path = call_path(call_arguments(call))
+            path = call_path(call_arguments(found))
             if path and path not in kept_paths:
                 latest.pop(path, None)
                 latest[path] = block.text

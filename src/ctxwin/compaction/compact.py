@@ -19,29 +19,21 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctxwin.compaction.base import Summarizer, Summary
-from ctxwin.compaction.checkpoint import CheckpointStrategy
-from ctxwin.compaction.claude_code import ClaudeCodeStrategy
-from ctxwin.compaction.ctxwin import CtxwinStrategy
 from ctxwin.compaction.cuts import CutPlan
-from ctxwin.compaction.extractive import ExtractiveSummarizer
+from ctxwin.compaction.extractive import ExtractiveSummarizer, Facts, message_facts
 from ctxwin.compaction.identifiers import call_arguments, guard
-from ctxwin.compaction.letta import LettaStrategy
-from ctxwin.compaction.openclaw import OpenClawStrategy
-from ctxwin.compaction.pi import PiStrategy
-from ctxwin.compaction.strategy import AgentSummary, Strategy, summary_budget
-from ctxwin.errors import CompactionFailed, InputError
+from ctxwin.compaction.strategies import strategy_for
+from ctxwin.compaction.strategy import AgentSummary
+from ctxwin.errors import CompactionFailed
 from ctxwin.messages import Message, Text
 from ctxwin.pipeline.view import CHARS_PER_TOKEN, Item, StageContext, describe_call, recall_ref, total_tokens
+from ctxwin.policies.model import CompactionSection
 from ctxwin.store.entries import CompactionEntry
-
-STRATEGIES: Mapping[str, Strategy] = {s.name: s for s in (
-    PiStrategy(), OpenClawStrategy(), ClaudeCodeStrategy(), LettaStrategy(), CheckpointStrategy(), CtxwinStrategy())}
-"""Every strategy by the name a policy gives in `compaction.strategy`."""
 
 GUARD_SHARE = 0.1
 """Share of the summary budget held back from the summarizer so the identifier guard has room to
 append what the summary lost."""
-INDEX_SHARE = 0.15
+INDEX_SHARE = 0.1
 """Share of the summary budget for the recall index: where the largest evicted outputs can be read
 back, byte for byte (the page table of what left the view)."""
 INDEX_MIN_TOKENS = 150
@@ -107,27 +99,13 @@ def summary_from_entry(entry: CompactionEntry) -> Summary:
     )
 
 
-def strategy_for(policy: Any) -> Strategy:
-    """The strategy a compaction section names."""
-    found = STRATEGIES.get(policy.strategy)
-    if found is None:
-        raise InputError(f"unknown compaction strategy {policy.strategy!r}", f"choose one of {', '.join(STRATEGIES)}")
-    return found
-
-
-def threshold(window: int, policy: Any) -> int:
+def threshold(window: int, policy: CompactionSection) -> int:
     """Tokens above which a compaction is due (model tokens)."""
     return strategy_for(policy).threshold(window, policy)
 
 
-def compaction_due(tokens: int, ctx: StageContext, policy: Any, factor: float = 1.0, turns: int = 0) -> bool:
-    """Whether a view of `tokens` (counter units, system included) holding `turns` turns is past a
-    trigger."""
-    return strategy_for(policy).due(tokens, ctx.window, policy, factor, turns) is not None
-
-
-def plan_cut(items: Sequence[Item], policy: Any, ctx: StageContext, pins: set[str], factor: float = 1.0,
-             agent_summary: AgentSummary | None = None) -> CutPlan:
+def plan_cut(items: Sequence[Item], policy: CompactionSection, ctx: StageContext, pins: set[str],
+             factor: float = 1.0, agent_summary: AgentSummary | None = None) -> CutPlan:
     """Where this policy's strategy cuts the view."""
     return strategy_for(policy).plan(items, policy, ctx, pins, factor, agent_summary)
 
@@ -138,7 +116,7 @@ def plan_cut(items: Sequence[Item], policy: Any, ctx: StageContext, pins: set[st
 
 def compact_view(
     items: Sequence[Item],
-    policy: Any,
+    policy: CompactionSection,
     ctx: StageContext,
     *,
     summarizer: Summarizer | None,
@@ -151,9 +129,12 @@ def compact_view(
     factor: float = 1.0,
     originals: Mapping[str, Message] | None = None,
     agent_summary: AgentSummary | None = None,
+    facts: Mapping[str, Facts] | None = None,
 ) -> Outcome:
     """Plan, summarize, guard. Raises `CompactionFailed` (history untouched) when there is nothing
-    to summarize, the summarizer fails, or the result would not shrink the view enough."""
+    to summarize, the summarizer fails, or the result would not shrink the view enough. `facts`:
+    `message_facts` of logged messages by entry id, when the caller keeps them (the extractive
+    summarizer and the guard read them instead of scanning again; same bytes either way)."""
     strategy = strategy_for(policy)
     before = ctx.system_tokens + total_tokens(items)
     plan = strategy.plan(items, policy, ctx, pins, factor, agent_summary)
@@ -161,37 +142,35 @@ def compact_view(
         raise CompactionFailed("nothing to compact: the recent history alone is within the kept budget", before)
     if memory_flush is not None and trigger != "manual":
         memory_flush([i.message for i in plan.summarized])
-    summarizer = summarizer or ExtractiveSummarizer()
-    budget = summary_budget(policy, ctx.window, factor)
+    chosen: Summarizer = summarizer or ExtractiveSummarizer()
+    budget = strategy.summary_tokens(policy, ctx, factor)
     summarizer_budget = max(int(budget * (1 - GUARD_SHARE - INDEX_SHARE)), 1)
-    # The summarizer reads the messages as logged, not their masked or spilled renderings in the view.
-    logged = originals or {}
-    span_messages = [logged.get(i.entry_id, i.message) for i in plan.span]
-    prefix_messages = [logged.get(i.entry_id, i.message) for i in plan.prefix]
+    # The summarizer reads the messages as logged, not their masked or spilled renderings in the view,
+    # each with its entry id as its id (what a summary's recall refs name).
+    span_messages = logged_messages(plan.span, originals)
+    prefix_messages = logged_messages(plan.prefix, originals)
+    written = strategy.written_summary(plan, agent_summary)
     try:
-        if agent_summary is not None and plan.first_kept_id != agent_summary.entry_id \
-                and any(i.entry_id == agent_summary.entry_id for i in plan.span):
-            # The agent's own summary stands for the span (Alyx); the guard and the index still apply.
-            summary = Summary(text=agent_summary.text, summarizer="agent checkpoint",
-                              tokens=ctx.counter.count_text(agent_summary.text))
+        if written is not None:
+            # A summary the strategy already has stands for the span; the guard and the index still apply.
+            summary = Summary(text=written, summarizer="agent checkpoint", tokens=ctx.counter.count_text(written))
             if summary.tokens > summarizer_budget:
-                summary = summarizer.summarize([Message("assistant", (Text(agent_summary.text),))], previous=None,
+                summary = chosen.summarize([Message("assistant", (Text(written),))], previous=None,
                                                focus=focus, budget_tokens=summarizer_budget, counter=ctx.counter)
         elif plan.prefix:
             history_budget = int(summarizer_budget * (1 - SPLIT_PREFIX_SHARE))
-            history = summarizer.summarize(span_messages, previous=previous, focus=focus,
-                                           budget_tokens=history_budget, counter=ctx.counter) \
+            history = run_summarizer(chosen, span_messages, previous, focus, history_budget, ctx, facts) \
                 if span_messages else previous
-            turn = summarizer.summarize(prefix_messages, previous=None, focus=focus,
-                                        budget_tokens=summarizer_budget - history_budget, counter=ctx.counter)
+            turn = run_summarizer(chosen, prefix_messages, None, focus, summarizer_budget - history_budget, ctx, facts)
             summary = join_split_turn(history, turn, ctx)
         else:
-            summary = summarizer.summarize(span_messages, previous=previous, focus=focus,
-                                           budget_tokens=summarizer_budget, counter=ctx.counter)
+            summary = run_summarizer(chosen, span_messages, previous, focus, summarizer_budget, ctx, facts)
     except Exception as error:  # a failed summary never deletes history
-        raise CompactionFailed(f"summarizer {getattr(summarizer, 'name', '?')} failed: {error}", before) from error
+        raise CompactionFailed(f"summarizer {chosen.name} failed: {error}", before) from error
     if policy.identifier_policy == "strict":
-        summary = guard(summary, span_messages + prefix_messages, ctx.counter, int(budget * (1 - INDEX_SHARE)))
+        guarded = span_messages + prefix_messages
+        scanned = [(facts.get(m.id) or message_facts(m)).identifiers for m in guarded] if facts else None
+        summary = guard(summary, guarded, ctx.counter, int(budget * (1 - INDEX_SHARE)), scanned)
     summary = with_recall_index(summary, plan.summarized, ctx, budget, originals)
     covered = tuple(dict.fromkeys([*(previous.covered_ids if previous else ()),
                                    *(i.entry_id for i in plan.summarized)]))
@@ -210,7 +189,30 @@ def compact_view(
     details = {"trigger": trigger, "span_messages": len(plan.span), "prefix_messages": len(plan.prefix),
                "kept_messages": len(plan.kept), "summary_tokens": summary.tokens,
                "identifier_guard": summary.details.get("identifier_guard", {})}
+    if "input_tokens" in summary.details:  # a model wrote it: what its calls cost (telemetry reports it)
+        details["summarizer_usage"] = {k: summary.details.get(k) for k in ("model", "calls", "input_tokens",
+                                                                           "output_tokens")}
     return Outcome(policy.strategy, summary, plan, before, after, reason, attachments, details)
+
+
+def run_summarizer(summarizer: Summarizer, span: list[Message], previous: Summary | None, focus: str | None,
+                   budget: int, ctx: StageContext, facts: Mapping[str, Facts] | None) -> Summary:
+    """The summarizer on `span`; the extractive one also reads the facts the caller already has."""
+    if facts and isinstance(summarizer, ExtractiveSummarizer):
+        return summarizer.summarize(span, previous=previous, focus=focus, budget_tokens=budget, counter=ctx.counter,
+                                    facts=facts)
+    return summarizer.summarize(span, previous=previous, focus=focus, budget_tokens=budget, counter=ctx.counter)
+
+
+def logged_messages(items: Sequence[Item], originals: Mapping[str, Message] | None) -> list[Message]:
+    """The messages of `items` as logged (`originals`, by entry id, else the view's), each with its
+    entry id as its `id`."""
+    logged = originals or {}
+    out = []
+    for item in items:
+        message = logged.get(item.entry_id, item.message)
+        out.append(message if message.id == item.entry_id else replace(message, id=item.entry_id))
+    return out
 
 
 def recall_index(items: Sequence[Item], ctx: StageContext, budget_tokens: int,
@@ -233,18 +235,26 @@ def recall_index(items: Sequence[Item], ctx: StageContext, budget_tokens: int,
                 candidates.append((size, position, f"- input of {describe_call(call)}: "
                                                    f"recall(\"{recall_ref(item.entry_id, call.id)}\")"))
     chosen: list[tuple[int, str]] = []
+    described: set[str] = set()
     used = 0
-    for _, position, line in sorted(candidates, key=lambda c: (-c[0], c[1])):
+    for _, position, line in sorted(candidates, key=lambda c: (-c[0], -c[1])):
+        what = line.rsplit(": recall(", 1)[0]
+        if what in described:  # the same call made again: one line, the newest ref (no line repeated)
+            continue
         cost = ctx.counter.count_text(line) + 1
         if used + cost <= budget_tokens:
             chosen.append((position, line))
+            described.add(what)
             used += cost
     return [line for _, line in sorted(chosen)]
 
 
 def with_recall_index(summary: Summary, items: Sequence[Item], ctx: StageContext, budget: int,
                       originals: Mapping[str, Message] | None = None) -> Summary:
-    room = budget - ctx.counter.count_text(summary.text) - ctx.counter.count_text(INDEX_HEADING) - 2
+    """The summary with its recall index appended, in what the budget leaves (at most INDEX_SHARE of it:
+    a short summary does not grow into a long index)."""
+    room = min(budget - ctx.counter.count_text(summary.text), int(budget * INDEX_SHARE)) \
+        - ctx.counter.count_text(INDEX_HEADING) - 2
     lines = recall_index(items, ctx, room, originals)
     if not lines:
         return summary

@@ -50,7 +50,8 @@ _PATH = re.compile(r"(?<![\w/:~.@-])@?(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+/?
 _EXT = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
 _FILENAME = re.compile(
     r"(?<![\w/.-])[\w-]+(?:\.[\w-]+)*\.(?:py|pyi|ts|tsx|js|jsx|mjs|cjs|json|jsonl|toml|ya?ml|md|rst|txt|ex|exs|"
-    r"rs|go|java|kt|rb|php|c|cc|cpp|h|hpp|cs|swift|sh|sql|html|css|scss|vue|svelte|lock|cfg|ini|env|xml|proto)\b"
+    r"rs|go|java|kt|rb|php|c|cc|cpp|h|hpp|cs|swift|sh|sql|html|css|scss|vue|svelte|lock|cfg|ini|env|xml|proto|"
+    r"png|jpe?g|gif|svg|pdf|csv|tsv|log|traj|patch|diff)\b"
 )
 _HEX = re.compile(r"\b[0-9a-f]{7,64}\b")
 _ERROR_CODE = re.compile(r"\b(?:E[A-Z]{3,}[A-Z0-9]*|[A-Z]{1,6}-?\d{3,6})\b")
@@ -69,6 +70,11 @@ WRITE_TOOLS = frozenset({"edit", "write", "multiedit", "notebookedit", "str_repl
                          "write_file", "edit_file", "insert", "replace", "update_file", "delete_file",
                          "file_write", "file_edit", "search_replace"})
 EDITOR_TOOLS = frozenset({"str_replace_editor", "str_replace_based_edit_tool", "text_editor"})
+OPEN_FILE_TOOLS = frozenset({"open", "open_file", "create", "goto"})
+"""SWE-agent commands that make a file the open one ..."""
+OPEN_FILE_EDITS = frozenset({"edit", "insert", "append"})
+OPEN_FILE_READS = frozenset({"goto", "scroll_up", "scroll_down"})
+"""... and those that act on it when they name no file."""
 PATCH_TOOLS = frozenset({"apply_patch", "patch", "applypatch"})
 SHELL_TOOLS = frozenset({"bash", "shell", "sh", "exec", "exec_command", "run", "terminal", "execute_command",
                          "run_command", "local_shell", "run_shell_command", "execute_bash", "cmd"})
@@ -221,19 +227,29 @@ def _call_file_ops(call: ToolCall) -> tuple[list[str], list[str]]:
     if kind in PATCH_TOOLS:
         patch = next((v for k, v in args.items() if k in ("input", "patch", "diff") and isinstance(v, str)), "")
         return [], [a or b for a, b in _PATCH_FILE.findall(patch)]
-    command = shell_command(call)
-    if command is not None:
-        if command.lstrip().startswith("apply_patch"):
-            return [], [a or b for a, b in _PATCH_FILE.findall(command)]
-        return shell_file_ops(command)
+    script = shell_command(call)
+    if script is not None:
+        if script.lstrip().startswith("apply_patch"):
+            return [], [a or b for a, b in _PATCH_FILE.findall(script)]
+        return shell_file_ops(script)
     return [], []
 
 
 def file_events(messages: Iterable[Message]) -> list[tuple[str, str]]:
-    """Every file operation in order: ("read" | "modified", path)."""
+    """Every file operation in order: ("read" | "modified", path). SWE-agent's viewer and editor act
+    on the file it last opened or created when a call names none (`goto`, `scroll_down`, `edit`,
+    `insert` with only the text)."""
     events: list[tuple[str, str]] = []
+    open_file: str | None = None
     for message in messages:
         for call in message.tool_calls:
+            kind = tool_kind(call.name)
+            path = call_path(call_arguments(call))
+            if kind in OPEN_FILE_TOOLS and path:
+                open_file = path
+            if path is None and open_file is not None and kind in OPEN_FILE_EDITS | OPEN_FILE_READS:
+                events.append(("modified" if kind in OPEN_FILE_EDITS else "read", open_file))
+                continue
             reads, writes = _call_file_ops(call)
             events.extend(("read", p) for p in reads)
             events.extend(("modified", p) for p in writes)
@@ -276,6 +292,15 @@ def canonical_paths(paths: Iterable[str]) -> dict[str, str]:
 
 # --------------------------------------------------------------------------------------------------
 # Identifiers
+
+_ESCAPES = {"\\n": "\n", "\\t": "\t", '\\"': '"', "\\'": "'", "\\r": ""}
+_ESCAPE = re.compile(r"\\[ntr\"']")
+
+
+def decoded(text: str) -> str:
+    """`text` with the escapes of serialized output (a literal `\\n`, `\\t`, `\\"`) turned back into
+    what they stand for: names are read from the text, not from its escaped form (no `nFinding`)."""
+    return _ESCAPE.sub(lambda m: _ESCAPES[m.group(0)], text) if "\\n" in text else text
 
 
 def _clean(token: str) -> str:
@@ -331,8 +356,9 @@ _STRICT_PASSES = (
 
 
 def _scan(text: str, *, user: bool, error: bool = False) -> list[str]:
-    """Identifiers in one text. User text also yields filenames, code names and any number."""
+    """Identifiers in one text (decoded). User text also yields filenames, code names and any number."""
     out: list[str] = []
+    text = decoded(text)
     for run in _STRICT_PASSES:
         text = run(text, out)
     if user or error:
@@ -363,7 +389,34 @@ def _arg_strings(value: Any) -> Iterable[str]:
             yield from _arg_strings(item)
 
 
-def extract_identifiers(messages: Sequence[Message]) -> list[str]:
+def message_identifiers(message: Message) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...]]:
+    """What one message contributes to `extract_identifiers`: its (identifier, tier) occurrences in
+    order, and the kebab-case names of a user message (which count only if a tool call of the span
+    uses them). A pure function of the message: it can be computed once, when the message arrives."""
+    tokens: list[tuple[str, int]] = []
+    kebab: list[str] = []
+    if message.role == "user":
+        text = user_text(message)
+        if text:
+            tokens.extend((t, TIER_USER) for t in _scan(text, user=True))
+            kebab.extend(k for k in _KEBAB.findall(text) if k not in _STOPWORD_KEBAB)
+    elif message.role == "assistant":
+        for block in message.blocks:
+            if isinstance(block, Text):
+                tokens.extend((t, TIER_AGENT) for t in _scan(block.text, user=False))
+            elif isinstance(block, ToolCall):
+                for value in _arg_strings(call_arguments(block)):
+                    tokens.extend((t, TIER_AGENT) for t in _scan(value, user=False))
+    elif message.role == "tool":
+        for result in message.tool_results:
+            tier = TIER_ERROR if is_failure(result) else TIER_RESULT
+            tokens.extend((t, tier) for t in _result_identifiers(result))
+    return tuple(tokens), tuple(kebab)
+
+
+def extract_identifiers(messages: Sequence[Message],
+                        scanned: Sequence[tuple[tuple[tuple[str, int], ...], tuple[str, ...]]] | None = None,
+                        ) -> list[str]:
     """Exact identifiers of the messages, most important first, without duplicates.
 
     From user text: paths, URLs, UUIDs, hashes, host:port, file names, error codes, issue numbers,
@@ -371,44 +424,31 @@ def extract_identifiers(messages: Sequence[Message]) -> list[str]:
     then used in a tool call, and any number of 2+ digits. From assistant text and tool-call arguments:
     paths, URLs, UUIDs, hashes, host:port, file names and numbers of 6+ digits. From failing tool results:
     error codes; from other results: commit ids git printed and URLs in short outputs.
-    Ranked by tier (user, error, agent, result), then by how often each occurs, then first appearance.
+    Ranked by tier (user, error, agent, result), then by how many later messages use each again, then
+    by first appearance. `scanned`: `message_identifiers` of each message, when already computed.
     """
-    found: dict[str, list[int]] = {}  # identifier -> [tier, -count, first position]
+    found: dict[str, list[int]] = {}  # identifier -> [tier, -later uses, first position, last message]
     position = 0
 
-    def add(tokens: Iterable[str], tier: int) -> None:
+    def add(tokens: Iterable[str], tier: int, at: int) -> None:
         nonlocal position
         for token in tokens:
             position += 1
             entry = found.get(token)
             if entry is None:
-                found[token] = [tier, -1, position]
+                found[token] = [tier, 0, position, at]
             else:
                 entry[0] = min(entry[0], tier)
-                entry[1] -= 1
+                if entry[3] != at:  # another, later message uses it again
+                    entry[1] -= 1
+                    entry[3] = at
 
-    call_text_parts: list[str] = []
-    for message in messages:
-        for call in message.tool_calls:
-            call_text_parts.extend(_arg_strings(call_arguments(call)))
-    call_text = "\n".join(call_text_parts)
-
-    for message in messages:
-        if message.role == "user":
-            text = user_text(message)
-            if text:
-                add(_scan(text, user=True), TIER_USER)
-                add((k for k in _KEBAB.findall(text) if k not in _STOPWORD_KEBAB and k in call_text), TIER_USER)
-        elif message.role == "assistant":
-            for block in message.blocks:
-                if isinstance(block, Text):
-                    add(_scan(block.text, user=False), TIER_AGENT)
-                elif isinstance(block, ToolCall):
-                    for value in _arg_strings(call_arguments(block)):
-                        add(_scan(value, user=False), TIER_AGENT)
-        elif message.role == "tool":
-            for result in message.tool_results:
-                add(_result_identifiers(result), TIER_ERROR if is_failure(result) else TIER_RESULT)
+    scans = list(scanned) if scanned is not None else [message_identifiers(m) for m in messages]
+    call_text = "\n".join(s for m in messages for call in m.tool_calls for s in _arg_strings(call_arguments(call)))
+    for current, (tokens, kebab) in enumerate(scans):
+        for token, tier in tokens:
+            add((token,), tier, current)
+        add((k for k in kebab if k in call_text), TIER_USER, current)
     ranked = sorted(found.items(), key=lambda kv: (kv[1][0], kv[1][1], kv[1][2]))
     return [token for token, _ in ranked]
 
@@ -513,12 +553,14 @@ def render_identifier(identifier: str) -> str:
     return f"- {identifier}"
 
 
-def guard(summary: Summary, span: Sequence[Message], counter: TokenCounter, budget_tokens: int) -> Summary:
+def guard(summary: Summary, span: Sequence[Message], counter: TokenCounter, budget_tokens: int,
+          scanned: Sequence[tuple[tuple[tuple[str, int], ...], tuple[str, ...]]] | None = None) -> Summary:
     """The summary with the span's identifiers that did not survive appended verbatim under
     "## Exact identifiers", most important first, as many as fit in `budget_tokens`. `details`
     gets an "identifier_guard" record: how many were checked, which were missing, appended, and
-    left out for lack of room."""
-    identifiers = extract_identifiers(span)
+    left out for lack of room. `scanned`: `message_identifiers` of each message of the span, when
+    already computed."""
+    identifiers = extract_identifiers(span, scanned)
     normalized_text = normalize(summary.text)
     missing = [i for i in identifiers if not survives(i, normalized_text)]
     text = summary.text.rstrip("\n")

@@ -3,14 +3,13 @@ the window (older chunks go into the summary)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
-from ctxwin.compaction.pi import PiStrategy
+from ctxwin.compaction.pi import KeepsRecentStrategy
 from ctxwin.pipeline.view import StageContext
+from ctxwin.policies.model import OpenClawCompaction
 
 
-class OpenClawStrategy(PiStrategy):
-    name: ClassVar[str] = "openclaw"
+class OpenClawStrategy(KeepsRecentStrategy[OpenClawCompaction]):
+    section = OpenClawCompaction
 
-    def keep_tokens(self, policy: Any, ctx: StageContext, factor: float) -> int:
+    def keep_tokens(self, policy: OpenClawCompaction, ctx: StageContext, factor: float) -> int:
         return min(policy.keep_recent_tokens, int(ctx.window * policy.history_share / factor))

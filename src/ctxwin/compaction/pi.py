@@ -4,47 +4,52 @@ boundary, and summarize a turn the cut falls inside apart (its "turn prefix").""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar, TypeVar
 
 from ctxwin.compaction.cuts import CutPlan, first_content, plan_at, recent_turns_cut, shrinking_cut, turn_starts
-from ctxwin.compaction.strategy import AgentSummary, Strategy, summary_budget
+from ctxwin.compaction.strategy import AgentSummary, Strategy
 from ctxwin.pipeline.view import Item, StageContext, total_tokens
+from ctxwin.policies.model import CompactionSection, KeepsRecentSection, PiCompaction
+
+K = TypeVar("K", bound=KeepsRecentSection)
 
 
-def fixed_tokens(policy: Any, ctx: StageContext, factor: float) -> int:
-    """What a compacted view holds whatever is kept: the system prompt and the summary."""
-    return ctx.system_tokens + summary_budget(policy, ctx.window, factor)
+def keep_tail_cut(items: Sequence[Item], keep: int, fixed: int, threshold: int, factor: float) -> int:
+    """Where a cut keeping `keep` recent tokens falls, kept small enough to land under `threshold`
+    with the `fixed` tokens (system prompt and summary) a compacted view holds whatever is kept."""
+    return shrinking_cut(items, first_content(items), keep, fixed, threshold / factor)
 
 
-def keep_tail_cut(items: Sequence[Item], keep: int, policy: Any, ctx: StageContext, factor: float,
-                  threshold: int) -> int:
-    """Where a cut keeping `keep` recent tokens falls, kept small enough to land under `threshold`."""
-    return shrinking_cut(items, first_content(items), keep, fixed_tokens(policy, ctx, factor), threshold / factor)
+class KeepsRecentStrategy(Strategy[K]):
+    """Pi's cut, for every strategy whose section keeps a recent tail (`keep_recent_tokens`,
+    `keep_recent_turns`); `keep_tokens` is where they differ."""
 
-
-class PiStrategy(Strategy):
-    name: ClassVar[str] = "pi"
     split_turns: ClassVar[bool] = True
 
-    def keep_tokens(self, policy: Any, ctx: StageContext, factor: float) -> int:
+    def keep_tokens(self, policy: K, ctx: StageContext, factor: float) -> int:
         return policy.keep_recent_tokens
 
-    def plan(self, items: Sequence[Item], policy: Any, ctx: StageContext, pins: set[str],
+    def plan(self, items: Sequence[Item], policy: K, ctx: StageContext, pins: set[str],
              factor: float = 1.0, agent_summary: AgentSummary | None = None) -> CutPlan:
         keep = self.keep_tokens(policy, ctx, factor)
         threshold = self.threshold(ctx.window, policy)
-        cut = keep_tail_cut(items, keep, policy, ctx, factor, threshold)
-        limit = threshold / factor - fixed_tokens(policy, ctx, factor)
-        return plan_at(items, turns_cut(items, cut, policy, limit), pins, split_turns=self.split_turns)
+        fixed = ctx.system_tokens + self.summary_tokens(policy, ctx, factor)
+        cut = keep_tail_cut(items, keep, fixed, threshold, factor)
+        limit = threshold / factor - fixed
+        cut = turns_cut(items, cut, policy, limit, keep_turns=policy.keep_recent_turns)
+        return plan_at(items, cut, pins, split_turns=self.split_turns)
 
 
-def turns_cut(items: Sequence[Item], cut: int, policy: Any, limit: float) -> int:
-    """`cut` moved for the turn knobs: back to keep at least `keep_recent_turns` turns (unless that
-    tail alone would be over `limit` tokens and compact again at once), then forward so the kept tail
-    holds at most `max_turns`, and, under a turn trigger, at most half of it (or `keep_recent_turns`):
-    a tail that still passed the trigger would compact again on the next request. The caps win over
+class PiStrategy(KeepsRecentStrategy[PiCompaction]):
+    section = PiCompaction
+
+
+def turns_cut(items: Sequence[Item], cut: int, policy: CompactionSection, limit: float, *, keep_turns: int) -> int:
+    """`cut` moved for the turn knobs: back to keep at least `keep_turns` turns (unless that tail
+    alone would be over `limit` tokens and compact again at once), then forward so the kept tail
+    holds at most `max_turns`, and, under a turn trigger, at most half of it (or `keep_turns`): a
+    tail that still passed the trigger would compact again on the next request. The caps win over
     the floor."""
-    keep_turns = getattr(policy, "keep_recent_turns", 0)  # only the strategies that keep a recent tail have it
     if keep_turns:
         floor = recent_turns_cut(items, keep_turns)
         if total_tokens(items[floor:]) <= limit:

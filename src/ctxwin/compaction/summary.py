@@ -67,13 +67,13 @@ def serialize_message(message: Message, *, tool_result_chars: int = TOOL_RESULT_
             parts.append("[Tool result]: " + truncate_result(body, tool_result_chars))
     else:
         label = "[User]: " if message.role == "user" else "[System]: "
-        text = "\n".join(b.text for b in message.blocks if isinstance(b, Text))
-        images = sum(isinstance(b, Image) for b in message.blocks)
-        if images:
-            text = (text + "\n" if text else "") + f"[{images} image(s)]"
+        said = "\n".join(b.text for b in message.blocks if isinstance(b, Text))
+        pictures = sum(isinstance(b, Image) for b in message.blocks)
+        if pictures:
+            said = (said + "\n" if said else "") + f"[{pictures} image(s)]"
         results = [truncate_result(r.text, tool_result_chars) for r in message.tool_results]
-        if text.strip():
-            parts.append(label + text)
+        if said.strip():
+            parts.append(label + said)
         parts.extend("[Tool result]: " + r for r in results)
     return parts
 
@@ -103,13 +103,16 @@ def render_item(item: str) -> str:
     return f"- {lines[0]}{rest}"
 
 
-def render_sections(sections: Mapping[str, Sequence[str]], labels: Mapping[str, str] | None = None) -> str:
-    """Markdown: `## heading` (or its label) then one bullet per item; empty sections left out."""
+def render_sections(sections: Mapping[str, Sequence[str]], labels: Mapping[str, str] | None = None,
+                    paragraphs: Iterable[str] = ()) -> str:
+    """Markdown: `## heading` (or its label) then one bullet per item (a section in `paragraphs`: its
+    items as plain paragraphs); empty sections left out."""
+    plain = set(paragraphs)
     blocks = []
     for heading, items in sections.items():
         if items:
             title = (labels or {}).get(heading, heading)
-            body = "\n".join(render_item(i) for i in items)
+            body = "\n\n".join(items) if heading in plain else "\n".join(render_item(i) for i in items)
             blocks.append(f"## {title}\n{body}" if title else body)
     return "\n\n".join(blocks)
 
@@ -224,12 +227,35 @@ class SectionItem:
     rank: float = 0.0
 
 
+ITEMS = "items"
+"""A section's form: each item one bullet (the default)."""
+MARKDOWN = "markdown"
+"""A section whose variants are already bullets (one or more), shown as they are (a whole section that
+shrinks as one, such as grouped errors)."""
+PARAGRAPH = "paragraph"
+"""A section whose items are plain paragraphs, not bullets."""
+
+
 @dataclass(frozen=True)
 class Section:
     key: str
     items: tuple[SectionItem, ...]
     weight: float = 1.0  # share of the budget when sections compete for it
     title: str | None = None  # the heading shown, when it differs from `key`
+    form: str = ITEMS
+    level_wise: bool = False
+    """Items grow one form at a time, all of them (most important first) before any grows again: every
+    item is shortened before any is left short of what the others have (errors: every message shown
+    before any gets its line numbers back)."""
+
+    def rendered(self, variant: str) -> str:
+        """How one item's variant reads in the summary."""
+        return render_item(variant) if self.form == ITEMS else variant
+
+
+def markdown_items(text: str) -> list[str]:
+    """The bullets of pre-rendered markdown as items (`render_item` of each gives the text back)."""
+    return parse_sections("## x\n" + text).get("x", [])
 
 
 @dataclass(frozen=True)
@@ -284,10 +310,10 @@ def _fit_once(sections: Sequence[Section], budget: int, costs: _Costs) -> Fitted
     live = [s for s in sections if s.items]
     heads = {s.key: costs(f"## {s.title or s.key}") + 1 for s in live}  # +1: the blank line between sections
     chosen: dict[str, dict[int, int]] = {s.key: {} for s in live}  # item index -> variant index
-    orders = {s.key: sorted(range(len(s.items)), key=lambda i, s=s: (s.items[i].rank, i)) for s in live}
+    orders = {s.key: _order(s) for s in live}
 
     def item_cost(section: Section, index: int, variant: int) -> int:
-        return costs(render_item(section.items[index].variants[variant]))
+        return costs(section.rendered(section.items[index].variants[variant]))
 
     def add_min(section: Section, allowance: int) -> int:
         used = 0
@@ -302,6 +328,8 @@ def _fit_once(sections: Sequence[Section], budget: int, costs: _Costs) -> Fitted
         return used
 
     def grow(section: Section, allowance: int) -> int:
+        if section.level_wise:
+            return grow_level_wise(section, allowance)
         used = 0
         for index in orders[section.key]:
             variant = chosen[section.key].get(index)
@@ -315,6 +343,28 @@ def _fit_once(sections: Sequence[Section], budget: int, costs: _Costs) -> Fitted
                     used += extra
                     break
         return used
+
+    def grow_level_wise(section: Section, allowance: int) -> int:
+        """One form longer for the least grown items (the most important first); an item that cannot
+        afford it stops the growth of everything ahead of it."""
+        used = 0
+        while True:
+            picks = chosen[section.key]
+            behind = max((v for v in picks.values() if v), default=0)
+            if not behind:
+                return used
+            grown = False
+            for index in orders[section.key]:
+                if picks.get(index) != behind:
+                    continue
+                extra = item_cost(section, index, behind - 1) - item_cost(section, index, behind)
+                if used + extra > allowance:
+                    return used
+                picks[index] = behind - 1
+                used += extra
+                grown = True
+            if not grown:
+                return used
 
     remaining = budget
     # 1. Every section with content gets its heading and its first item, in section order.
@@ -355,6 +405,11 @@ def _fit_once(sections: Sequence[Section], budget: int, costs: _Costs) -> Fitted
     return _render(live, chosen, costs.counter)
 
 
+def _order(section: Section) -> list[int]:
+    """The section's item indices, most important (lowest rank) first."""
+    return sorted(range(len(section.items)), key=lambda i: (section.items[i].rank, i))
+
+
 def water_fill(need: Mapping[str, int], weight: Mapping[str, float], pool: int) -> dict[str, int]:
     """Shares of `pool` by weight, where a key needing less than its share takes only its need and
     the rest is shared again among the others."""
@@ -382,6 +437,8 @@ def _render(live: Sequence[Section], chosen: Mapping[str, Mapping[int, int]], co
     for section in live:
         picks = chosen.get(section.key, {})
         items = [section.items[i].variants[picks[i]] for i in sorted(picks)]
+        if section.form == MARKDOWN:
+            items = [item for text in items for item in markdown_items(text)]
         if items:
             out[section.key] = items
             titles[section.key] = section.title or section.key
@@ -390,9 +447,13 @@ def _render(live: Sequence[Section], chosen: Mapping[str, Mapping[int, int]], co
         short = sum(1 for v in picks.values() if v > 0)
         if short:
             shortened[section.key] = short
-    text = render_sections(out, titles)
+    text = render_sections(out, titles, paragraphs_of(live))
     return Fitted(text=text, sections=out, tokens=counter.count_text(text) if text else 0,
                   omitted=omitted, shortened=shortened)
+
+
+def paragraphs_of(sections: Sequence[Section]) -> frozenset[str]:
+    return frozenset(s.key for s in sections if s.form == PARAGRAPH)
 
 
 def _drop_last(fitted: Fitted, counter: TokenCounter, sections: Sequence[Section]) -> Fitted:
@@ -405,7 +466,7 @@ def _drop_last(fitted: Fitted, counter: TokenCounter, sections: Sequence[Section
                 del out[key]
             break
     titles = {s.key: s.title or s.key for s in sections}
-    text = render_sections(out, titles)
+    text = render_sections(out, titles, paragraphs_of(sections))
     omitted = dict(fitted.omitted)
     return Fitted(text=text, sections=out, tokens=counter.count_text(text) if text else 0,
                   omitted=omitted, shortened=dict(fitted.shortened))

@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxwin.messages import Message
-from ctxwin.messages.pairing import Problem
+from ctxwin.messages import system as system_message
+from ctxwin.messages.pairing import Problem, repair, validate
+from ctxwin.messages.providers import to_anthropic, to_openai_chat, to_openai_responses
 from ctxwin.messages.tools import as_tool_schema, to_format
 from ctxwin.pipeline.view import Event, Item
 
@@ -69,8 +71,6 @@ class Prepared:
 
     def to_anthropic(self) -> dict[str, Any]:
         """`{"system", "messages", "tools"}` for the Anthropic Messages API."""
-        from ctxwin.messages.providers import to_anthropic
-
         body = to_anthropic(self._with_system())
         if self.tools:
             body["tools"] = [to_format(as_tool_schema(t), "anthropic") for t in self.tools]
@@ -78,8 +78,6 @@ class Prepared:
 
     def to_openai_chat(self) -> dict[str, Any]:
         """`{"messages", "tools"}` for OpenAI Chat Completions."""
-        from ctxwin.messages.providers import to_openai_chat
-
         body: dict[str, Any] = {"messages": to_openai_chat(self._with_system(for_provider="openai_chat"))}
         if self.tools:
             body["tools"] = [to_format(as_tool_schema(t), "openai") for t in self.tools]
@@ -87,8 +85,6 @@ class Prepared:
 
     def to_openai_responses(self) -> dict[str, Any]:
         """`{"instructions", "input", "tools"}` for the OpenAI Responses API."""
-        from ctxwin.messages.providers import to_openai_responses
-
         body: dict[str, Any] = {"input": to_openai_responses(self._for("openai_responses"))}
         if self.system:
             body["instructions"] = self.system
@@ -100,8 +96,6 @@ class Prepared:
         """The messages as the provider needs them. The engine keeps them valid for Anthropic; what
         another provider's rules add (OpenAI Chat answers each assistant turn of a run separately) is
         repaired here, deterministically, so the same request always converts to the same bytes."""
-        from ctxwin.messages.pairing import repair, validate
-
         messages = self.messages
         return repair(messages, provider).messages if validate(messages, provider) else messages  # type: ignore[arg-type]
 
@@ -109,9 +103,7 @@ class Prepared:
         messages = self._for(for_provider) if for_provider != "anthropic" else self.messages
         if not self.system:
             return messages
-        from ctxwin.messages import system
-
-        return [system(self.system), *messages]
+        return [system_message(self.system), *messages]
 
     def summary(self) -> dict[str, Any]:
         return {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ctxwin.compaction.extractive.lists import LIST_NAMES, list_text
 from ctxwin.errors import BlobNotTextError, CtxwinError, InputError
 from ctxwin.store.base import BlobStore
 
@@ -12,7 +13,9 @@ from .state import SessionState
 
 def resolve(ref: str, state: SessionState, blobs: BlobStore | None) -> str:
     """`entry:<id>` (a message as logged), `entry:<id>#<call id>` (one tool result, or a cleared call's
-    input), or `blob:<hash>` (a spilled output)."""
+    input), `entry:<id>#<list>` (a full list a summary cut for its budget: `commands`, `errors`, ...,
+    from the compaction in effect that covers entry <id>; also `entry:<compaction id>[#<list>]`), or
+    `blob:<hash>` (a spilled output)."""
     if not isinstance(ref, str):
         raise InputError(f"a recall reference is text, not {type(ref).__name__}",
                          "pass the ref a placeholder names: entry:<id>, entry:<id>#<call> or blob:<hash>")
@@ -32,6 +35,12 @@ def resolve(ref: str, state: SessionState, blobs: BlobStore | None) -> str:
     if ref.startswith("entry:"):
         entry_id, _, call_id = ref[len("entry:"):].partition("#")
         position = state.index.get(entry_id)
+        compaction = state.compaction
+        if position is None and compaction is not None and entry_id == compaction.entry_id:
+            found = compaction.summary.text if not call_id else list_text(compaction.summary.details, call_id)
+            if found is None:
+                raise CtxwinError(f"{ref}: the compaction has no list {call_id!r}", f"lists: {', '.join(LIST_NAMES)}")
+            return found
         if position is None:
             raise CtxwinError(f"{ref}: no such entry in this session", "use a ref from a placeholder or notice")
         message = state.records[position].message
@@ -42,6 +51,10 @@ def resolve(ref: str, state: SessionState, blobs: BlobStore | None) -> str:
             for call in message.tool_calls:  # a cleared call input: the call as it was made
                 if call.id == call_id:
                     return json.dumps(call.arguments, ensure_ascii=False)
+            if compaction is not None and entry_id in compaction.summary.covered_ids:
+                listed = list_text(compaction.summary.details, call_id)  # a summary's full list
+                if listed is not None:
+                    return listed
             raise CtxwinError(f"{ref}: entry has no result or call {call_id}")
         return message.text or "\n".join(r.text for r in message.tool_results) or json.dumps(message.to_dict())
     raise CtxwinError(f"not a recall reference: {ref!r}",

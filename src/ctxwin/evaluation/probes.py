@@ -5,11 +5,19 @@ kept verbatim (`messages[:first_kept]`, from the start of the session: a fact ev
 compaction still counts). Probes come from it, by type (the definitions of
 reference/measured-baselines.md):
 
-- `modified_files`: paths of Edit/Write-style calls (and SWE-agent editor commands other than `view`).
-- `read_files`: paths of Read-style calls (and editor `view`), for files never modified in the span.
-- `errors`: one distinctive line of each failing result (an error result, or a non-zero exit),
-  verbatim: the first line that names an error, else the first substantial line (text whose lines
-  were escaped, a literal `\\n`, is split there first).
+- `modified_files`: paths of Edit/Write-style calls (and SWE-agent editor commands other than `view`,
+  and SWE-agent's `create`, `edit`, `insert` on the file they name or the one last opened).
+- `read_files`: paths of Read-style calls (and editor `view`, SWE-agent's `open`), for files never
+  modified in the span.
+- `errors`: every distinct line of a tool result that reads as an error by its content, whatever the
+  exit code (compiler and test-runner lines, exception lines, `error:`/`fatal:`/`FAILED`, `npm ERR!`,
+  a cross mark, "command not found", "N failures"); for a result that failed (flagged as an error, or a
+  non-zero exit) without such a line, its first substantial line. Text whose lines were escaped (a
+  literal `\\n`) is split there first. File reads are not scanned (source code says "error" often),
+  a declined call is a decision. An error with a location (`src/a.ts(12,5): error TS2304: ...`) is its
+  message and the file's name: it is found where the message follows the file's name closely (a
+  summary that groups the error's occurrences under one line keeps it; its line numbers are not
+  required).
 - `commands`: every shell command run, by its first line, with a leading `cd DIR &&` removed (the
   directory is the environment, not the command).
 - `identifiers`: what the user typed that names something exactly: URLs, UUIDs, hashes, numbers of
@@ -29,11 +37,10 @@ path also matches by its last two components) at word boundaries: a probe that s
 name character must not continue a longer name there (`rm` is not in "format", `modes/interactive`
 is not in `modes/interactive-mode.ts`, `a_test.exs` is not in `aa_test.exs`).
 
-The probe definitions are written apart from the summarizer's own extraction (which command line,
-which error line, which identifier, which failure: `ctxwin.compaction.extractive` and
-`ctxwin.compaction.identifiers` decide those for themselves), so the engine is not graded by the code
-that decides what it keeps; only tool-call parsing (tool names, the path and command arguments of a
-call) is shared.
+This module imports nothing of what it scores (`ctxwin.compaction`, `ctxwin.pipeline.failures`: a
+test reads its imports): which tool reads or writes, which line is an error, which text is typed by
+the user are decided here, by the rules of reference/measured-baselines.md, so the summarizer and
+its scorer cannot share a blind spot.
 """
 
 from __future__ import annotations
@@ -44,15 +51,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ctxwin.compaction.identifiers import (
-    EDITOR_TOOLS,
-    READ_TOOLS,
-    WRITE_TOOLS,
-    call_arguments,
-    call_path,
-    shell_command,
-    tool_kind,
-)
 from ctxwin.messages import Image, Message, Text, Thinking, ToolCall, ToolResult
 
 PROBE_TYPES: tuple[str, ...] = ("modified_files", "read_files", "errors", "commands", "identifiers", "continuation",
@@ -66,9 +64,35 @@ MIN_IDENTIFIER_CHARS = 4  # shorter identifiers match by accident
 MAX_ARGUMENT_CHARS = 2_000  # longer string arguments are file bodies, not names: not scanned
 EXIT_SCAN_CHARS = 2_000  # a non-zero exit status is looked for in this many characters at each end of an output
 
+MAX_DIAGNOSTIC_CHARS = 500  # a longer "line" is a dump (HTML, JSON) that happens to hold a word
+FILE_WINDOW_CHARS = 120  # a located error's file name is looked for this far before its message
+
+# Tool-call parsing: tool names (lower case, namespaces stripped) and the arguments that name files.
+READ_TOOLS = frozenset({"read", "read_file", "readfile", "view", "view_file", "open", "open_file",
+                        "notebookread", "file_read", "read_many_files", "goto", "scroll_up", "scroll_down"})
+WRITE_TOOLS = frozenset({"edit", "write", "multiedit", "notebookedit", "str_replace", "create", "create_file",
+                         "write_file", "edit_file", "insert", "append", "replace", "update_file", "delete_file",
+                         "file_write", "file_edit", "search_replace"})
+EDITOR_TOOLS = frozenset({"str_replace_editor", "str_replace_based_edit_tool", "text_editor"})
+SHELL_TOOLS = frozenset({"bash", "shell", "sh", "exec", "exec_command", "run", "terminal", "execute_command",
+                         "run_command", "local_shell", "run_shell_command", "execute_bash", "cmd"})
+OPEN_FILE_TOOLS = frozenset({"open", "open_file", "create", "goto"})
+"""SWE-agent commands that make a file the open one (its `edit`/`insert` without a path act on it)."""
+PATH_ARGUMENTS = ("file_path", "path", "filename", "file", "notebook_path", "target_file", "filepath",
+                  "absolute_path", "relative_workspace_path")
+
 _WS = re.compile(r"\s+")
 _ERROR_WORDS = re.compile(r"error|exception|fatal|failed|failure|cannot|could not|not found|no such|denied|"
                           r"undefined|invalid|refused|panic|abort|✗|×", re.I)
+_LOCATION = re.compile(r"^(?P<file>[^\s:()'\"]+?\.[A-Za-z][A-Za-z0-9]{0,7})(?:\(\d+(?:,\d+)?\)|:\d+(?::\d+)?)"
+                       r"\s*[:\-]?\s+")
+_DIAGNOSTIC_START = re.compile(
+    r"^(?:error\b|fatal\b|failed\b|panic(?:ked)?\b|npm err!|npm error\b|uncaught\b|unhandled\b|"
+    r"traceback\b(?! \(most recent call last\):?$))", re.I)
+_DIAGNOSTIC_MARK = re.compile(r"^(?:FAIL(?:ED)?\b|ERROR\b|E {2,}\S|[A-Z][\w.]*(?:Error|Exception)\b(?::|$|\s)|"
+                              r"\*\* \(|[✗×✘❌]\s?\S)")
+_DIAGNOSTIC_ANYWHERE = re.compile(r"command not found|no such file or directory|permission denied|"
+                                  r"(?<!\b0 )\bfailed\b|\b[1-9]\d* (?:failures?|errors?)\b", re.I)
 _GENERIC_ERROR_LINE = re.compile(r"^(exit code \d+|traceback \(most recent call last\):?|error:?|errors?)$", re.I)
 _NONZERO_EXIT = re.compile(r"\b(?:exit(?:ed)?(?: with)? (?:code|status)|exit code|error code) [1-9]\d*\b", re.I)
 _URL = re.compile(r"https?://[^\s<>\"'`)\]}]+", re.I)
@@ -106,6 +130,8 @@ class Probe:
     prefix: bool = False
     """The text is the head of something longer (an instruction's first 80 characters, a long error
     line's head): its end is not a word boundary."""
+    file: str = ""
+    """An error's file (its location named it): found only where the message follows the file's name."""
 
     def variants(self) -> tuple[str, ...]:
         """The normalized forms that count as a match: the text, and for a path its last two components."""
@@ -118,8 +144,18 @@ class Probe:
         return tuple(dict.fromkeys(v for v in (path, tail) if v))
 
     def found_in(self, haystack: str) -> bool:
-        """Whether a normalized context holds this probe, at word boundaries."""
+        """Whether a normalized context holds this probe, at word boundaries (an error with a file:
+        its message, with the file's name at most FILE_WINDOW_CHARS before it)."""
+        if self.file:
+            name = normalize(self.file.rsplit("/", 1)[-1])
+            return any(name in haystack[max(0, m.start() - FILE_WINDOW_CHARS):m.start()]
+                       for v in self.variants() for m in _bounded(v, self.prefix).finditer(haystack))
         return any(v in haystack and _bounded(v, self.prefix).search(haystack) is not None for v in self.variants())
+
+    @property
+    def label(self) -> str:
+        """How the probe is shown when it is missing."""
+        return f"{self.file}: {self.text}" if self.file else self.text
 
 
 @lru_cache(maxsize=65_536)
@@ -132,20 +168,84 @@ def _bounded(variant: str, open_end: bool = False) -> re.Pattern[str]:
 
 
 # --------------------------------------------------------------------------------------------------
+# Tool calls
+
+
+def tool_kind(name: str) -> str:
+    """A tool's name, lower case, without its namespace (`mcp__fs__read_file`, `functions.read`)."""
+    return name.rsplit("__", 1)[-1].rsplit(".", 1)[-1].lower()
+
+
+def call_arguments(call: ToolCall) -> dict[str, object]:
+    arguments = call.arguments
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return {"input": arguments}
+    return arguments if isinstance(arguments, dict) else {}
+
+
+def call_path(arguments: dict[str, object]) -> str | None:
+    for key in PATH_ARGUMENTS:
+        value = arguments.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
+def shell_command(call: ToolCall) -> str | None:
+    """The command line of a shell call (Codex's `["bash", "-lc", script]`: the script)."""
+    if tool_kind(call.name) not in SHELL_TOOLS:
+        return None
+    arguments = call_arguments(call)
+    command = arguments.get("command", arguments.get("cmd", arguments.get("input")))
+    if isinstance(command, list):
+        parts = [str(p) for p in command]
+        if len(parts) >= 3 and parts[0].rsplit("/", 1)[-1] in ("bash", "sh", "zsh") and parts[1] in ("-lc", "-c"):
+            return parts[-1]
+        return " ".join(parts)
+    return command if isinstance(command, str) and command.strip() else None
+
+
+def file_ops(messages: Iterable[Message]) -> tuple[list[str], list[str]]:
+    """(read, modified) paths of the calls, in order: Read-style calls, editor `view` and SWE-agent's
+    `open` read; Edit/Write-style calls, other editor commands and SWE-agent's `create`, `edit`,
+    `insert` modify (the file they name, else the one SWE-agent last opened)."""
+    read: list[str] = []
+    modified: list[str] = []
+    open_file: str | None = None
+    for message in messages:
+        for call in message.tool_calls:
+            kind = tool_kind(call.name)
+            arguments = call_arguments(call)
+            path = call_path(arguments)
+            if kind in OPEN_FILE_TOOLS and path:
+                open_file = path
+            if kind in EDITOR_TOOLS and path:
+                (read if arguments.get("command") == "view" else modified).append(path)
+            elif kind in WRITE_TOOLS and (path or open_file):
+                modified.append(path or open_file or "")
+            elif kind in READ_TOOLS and (path or open_file):
+                read.append(path or open_file or "")
+    return read, modified
+
+
+# --------------------------------------------------------------------------------------------------
 # Rendering a context as text
 
 
 def message_text(message: Message) -> str:
     """What the model reads of a message, as plain text: each block's text in order (text, a tool
-    call's name and its JSON arguments, a tool result's text, thinking); images have no text."""
+    call's name and its arguments, a tool result's text, thinking); images have no text. A call's
+    string arguments are shown as the model reads them, not JSON-escaped (a command's quotes and line
+    breaks are its own: `--title="x"`, not `--title=\\"x\\"`), one `key: value` line each."""
     parts: list[str] = []
     for block in message.blocks:
         if isinstance(block, Text):
             parts.append(block.text)
         elif isinstance(block, ToolCall):
-            arguments = block.arguments if isinstance(block.arguments, str) else \
-                json.dumps(block.arguments, ensure_ascii=False)
-            parts.append(f"{block.name} {arguments}")
+            parts.append(call_text(block))
         elif isinstance(block, ToolResult):
             parts.extend(p.text for p in block.content if isinstance(p, Text))
         elif isinstance(block, Thinking):
@@ -153,6 +253,15 @@ def message_text(message: Message) -> str:
         elif isinstance(block, Image):
             continue
     return "\n".join(parts)
+
+
+def call_text(call: ToolCall) -> str:
+    arguments = call.arguments
+    if not isinstance(arguments, dict):
+        return f"{call.name} {arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)}"
+    lines = [f"{key}: {value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+             for key, value in arguments.items()]
+    return "\n".join([call.name, *lines])
 
 
 def _argument_texts(value: object) -> list[str]:
@@ -189,12 +298,30 @@ def is_typed_text(text: str) -> bool:
     return len(text) >= MIN_TYPED_CHARS and not text.startswith(_HARNESS_TEXT)
 
 
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.replace("\\n", "\n").splitlines() if line.strip()]
+
+
+def error_lines(text: str) -> list[tuple[str, str]]:
+    """(file, message) of every line that reads as an error: after a leading location (`path(12,5): `,
+    `path:12:5: `) it starts with an error word (error, fatal, failed, panic, npm ERR!, Uncaught) or
+    mark (FAIL, ERROR, pytest's `E  `, an exception name, Elixir's `** (`, a cross), or it says
+    command not found, no such file or directory, permission denied, failed, N failures."""
+    out = []
+    for line in _lines(text):
+        if len(line) < MIN_ERROR_LINE_CHARS or len(line) > MAX_DIAGNOSTIC_CHARS or _GENERIC_ERROR_LINE.match(line):
+            continue
+        location = _LOCATION.match(line)
+        message = line[location.end():] if location else line
+        if _DIAGNOSTIC_START.match(message) or _DIAGNOSTIC_MARK.match(message) or _DIAGNOSTIC_ANYWHERE.search(message):
+            out.append((location.group("file") if location else "", message[:MAX_ERROR_LINE_CHARS]))
+    return out
+
+
 def error_line(text: str) -> str | None:
-    """The distinctive line of a failing output: the first line naming an error, else the first
-    substantial line; None when there is nothing distinctive. Escaped line breaks (a literal `\\n`,
-    as in an error serialized to JSON) split lines too."""
-    lines = [line.strip() for line in text.replace("\\n", "\n").splitlines()]
-    lines = [line for line in lines if len(line) >= MIN_ERROR_LINE_CHARS and not _GENERIC_ERROR_LINE.match(line)]
+    """The distinctive line of a failing output that has no error line: the first line naming an
+    error, else the first substantial line; None when there is nothing distinctive."""
+    lines = [line for line in _lines(text) if len(line) >= MIN_ERROR_LINE_CHARS and not _GENERIC_ERROR_LINE.match(line)]
     if not lines:
         return None
     named = next((line for line in lines if _ERROR_WORDS.search(line)), lines[0])
@@ -209,6 +336,20 @@ def is_failure(result: ToolResult) -> bool:
     text = result.text
     # Harnesses print the exit status first (Claude Code) or last (Pi): look at both ends.
     return result.is_error or bool(_NONZERO_EXIT.search(text[:EXIT_SCAN_CHARS] + "\n" + text[-EXIT_SCAN_CHARS:]))
+
+
+def result_errors(call: ToolCall | None, result: ToolResult) -> list[Probe]:
+    """The error probes of one result: its error lines; else, when it failed, its distinctive line.
+    File reads are not scanned, a declined call has none."""
+    if result.text.startswith(_REJECTED):
+        return []
+    reads = call is not None and tool_kind(call.name) in READ_TOOLS
+    found = [] if reads else error_lines(result.text)
+    if not found and is_failure(result):
+        line = error_line(result.text)
+        found = [("", line)] if line else []
+    return [Probe("errors", message, prefix=len(message) >= MAX_ERROR_LINE_CHARS, file=file)
+            for file, message in found]
 
 
 def _is_path(value: str) -> bool:
@@ -278,9 +419,9 @@ class ProbeSet:
 
 
 def _dedup(probes: Iterable[Probe]) -> list[Probe]:
-    seen: dict[str, Probe] = {}
+    seen: dict[tuple[str, str], Probe] = {}
     for probe in probes:
-        seen.setdefault(normalize(probe.text), probe)
+        seen.setdefault((normalize(probe.text), normalize(probe.file.rsplit("/", 1)[-1])), probe)
     return list(seen.values())
 
 
@@ -319,32 +460,22 @@ def extract(messages: Sequence[Message], first_kept: int, point: int, *, cwds: I
     `queued` the prompts the user queued during the evicted span."""
     environment = environment_paths(cwds)
     evicted = messages[:first_kept]
-    modified: list[str] = []
-    read: list[str] = []
+    read, modified = file_ops(evicted)
     errors: list[Probe] = []
     commands: list[Probe] = []
     identifiers: list[Probe] = []
     constraints: list[Probe] = []
     typed: list[str] = []
+    calls: dict[str, ToolCall] = {}
     for message in evicted:
         for call in message.tool_calls:
-            kind = tool_kind(call.name)
-            path = call_path(call_arguments(call))
-            if path and kind in EDITOR_TOOLS:  # SWE-agent's editor: `view` reads, every other command writes
-                (read if call_arguments(call).get("command") == "view" else modified).append(path)
-            elif path and kind in WRITE_TOOLS:
-                modified.append(path)
-            elif path and kind in READ_TOOLS:
-                read.append(path)
+            calls[call.id] = call
             command = shell_command(call)
             line = command_probe(command) if command else None
             if line:
                 commands.append(Probe("commands", line))
         for result in message.tool_results:
-            if is_failure(result):
-                line = error_line(result.text)
-                if line:
-                    errors.append(Probe("errors", line, prefix=len(line) >= MAX_ERROR_LINE_CHARS))
+            errors.extend(result_errors(calls.get(result.call_id), result))
         if is_typed(message):
             typed.append(message.text.strip())
     typed.extend(t.strip() for t in queued if is_typed_text(t))
@@ -354,8 +485,7 @@ def extract(messages: Sequence[Message], first_kept: int, point: int, *, cwds: I
     modified_set = {normalize(p) for p in modified}
     before = haystack(message_text(m) for m in evicted)
     continuation: list[Probe] = []
-    calls = [c for m in messages[point:] for c in m.tool_calls][:CONTINUATION_CALLS]
-    for call in calls:
+    for call in [c for m in messages[point:] for c in m.tool_calls][:CONTINUATION_CALLS]:
         for value, is_path in call_identifiers(call):
             probe = Probe("continuation", value, is_path)
             if probe.found_in(before):
@@ -389,6 +519,6 @@ def score(probes: ProbeSet, context: str) -> dict[str, Score]:
     out = {}
     for kind in PROBE_TYPES:
         items = probes.probes.get(kind, [])
-        missing = tuple(p.text for p in items if not p.found_in(context))
+        missing = tuple(p.label for p in items if not p.found_in(context))
         out[kind] = Score(len(items) - len(missing), len(items), missing)
     return out

@@ -10,10 +10,9 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxwin import policies
-from ctxwin.compaction.base import Summarizer
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.messages import Message
 from ctxwin.messages.pairing import validate
@@ -25,6 +24,9 @@ from ctxwin.store.entries import epoch
 from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.tokens.base import TokenCounter
 from ctxwin.transcripts.model import Transcript
+
+if TYPE_CHECKING:  # only the parameter's type: evaluation runs nothing of compaction's (it scores it)
+    from ctxwin.compaction.base import Summarizer
 
 
 @dataclass(frozen=True, slots=True)

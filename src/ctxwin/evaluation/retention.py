@@ -15,7 +15,8 @@ at 50 % and 80 % of its model calls), for each policy:
    original: what the model could get back by calling `recall()`.
 
 `--views DIR` writes each rendered request to `DIR/<file stem>.<policy>.p<N>.txt` (N: the point,
-0-based, in transcript order), so any other checker can score exactly the same text.
+0-based, in transcript order), so any other checker can score exactly the same text, and
+`DIR/<file stem>.points.json`, where each point is in the file (`write_points`).
 
 The real harness is scored the same way (`recorded`): its recorded summary plus what it kept verbatim
 (Pi: the messages from its first kept entry; Claude Code: the summary alone). Every view's size is in
@@ -34,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from ctxwin import policies
-from ctxwin.compaction.compact import summary_message
 from ctxwin.engine import ContextEngine
 from ctxwin.engine.prepared import Prepared
 from ctxwin.errors import CtxwinError, InputError
@@ -49,7 +49,7 @@ from ctxwin.evaluation.compare import (
 )
 from ctxwin.evaluation.probes import PROBE_TYPES, ProbeSet, Score, extract, haystack, message_text, score
 from ctxwin.evaluation.replay import iter_replay, model_calls
-from ctxwin.messages import Message
+from ctxwin.messages import Message, Text
 from ctxwin.tokens import counter_for
 from ctxwin.transcripts.model import Transcript
 
@@ -57,6 +57,7 @@ SYNTHETIC_SHARES = (0.5, 0.8)
 """Where synthetic points fall in a transcript without a real compaction (share of its model calls)."""
 DEFAULT_POLICIES = ("ctxwin", "claude-code", "pi", "openclaw", "letta", "masking", "truncate", "raw", RECORDED)
 MISSING_SHOWN = 10  # missing probes listed per type in the JSON, for diagnosis
+NEWEST_ROUND_SHARE = 0.5  # a "why" names the newest round when it is at least this share of what was kept
 
 _ENTRY_REF = re.compile(r"entry:([A-Za-z0-9_-]+)(?:#([\w.:-]*\w))?")
 _BLOB_REF = re.compile(r"blob:([0-9a-f]{12,64})")
@@ -195,6 +196,25 @@ class ViewScore:
     messages: int = 0
     summary_only: dict[str, Score] | None = None
     """`recorded` only: the harness's summary alone, as measured-baselines.md scores it."""
+    composition: dict[str, int] = field(default_factory=dict)
+    """What the view's tokens are made of (model tokens): `summary` (what a compaction put in: the
+    summary, restored files), `kept` (history verbatim), `newest_round` (of `kept`: the last assistant
+    call and its results), `fixed` (system prompt, tool schemas, the file's fixed overhead)."""
+
+    def size_check(self, next_request: int | None) -> dict[str, Any]:
+        """Whether the view is no larger than the harness's own next request, and, when it is larger,
+        why: what it holds, part by part."""
+        if next_request is None:
+            return {}
+        out: dict[str, Any] = {"within_harness_next_request": self.tokens <= next_request}
+        if self.tokens > next_request and self.composition:
+            parts = self.composition
+            why = (f"{self.tokens:,} tokens > the harness's {next_request:,}: fixed {parts['fixed']:,} (system "
+                   f"prompt, tools), summary {parts['summary']:,}, kept verbatim {parts['kept']:,}")
+            if parts["kept"] and parts["newest_round"] >= parts["kept"] * NEWEST_ROUND_SHARE:
+                why += f", of which the newest round, kept whole inside a tool loop, {parts['newest_round']:,}"
+            out["larger_than_harness"] = {"by": self.tokens - next_request, **parts, "why": why}
+        return out
 
     def to_dict(self, history_tokens: int) -> dict[str, Any]:
         return {
@@ -226,13 +246,26 @@ def request_text(system: str, messages: Sequence[Message]) -> str:
 
 
 def score_view(name: str, prepared: Prepared, engine: ContextEngine, probes: ProbeSet,
-               history: Sequence[Message], compacted: bool) -> tuple[ViewScore, str]:
+               history: Sequence[Message], compacted: bool, factor: float = 1.0) -> tuple[ViewScore, str]:
     view = request_text(prepared.system, prepared.messages)
     resolution = resolve_refs(view, engine, history)
     direct = haystack([view])
     full = direct + "\x00" + haystack(resolution.texts) if resolution.texts else direct
     return ViewScore(name, prepared.tokens, score(probes, direct), score(probes, full), compacted,
-                     resolution.resolved, resolution.rejected, len(prepared.items)), view
+                     resolution.resolved, resolution.rejected, len(prepared.items),
+                     composition=composition(prepared, factor)), view
+
+
+def composition(prepared: Prepared, factor: float) -> dict[str, int]:
+    """`ViewScore.composition` of a prepared request (counter units brought to model tokens by `factor`)."""
+    summary = round(sum(i.tokens for i in prepared.items if i.synthetic) * factor)
+    kept_items = [i for i in prepared.items if not i.synthetic]
+    start = next((n for n in range(len(kept_items) - 1, -1, -1) if kept_items[n].message.role == "assistant"
+                  and kept_items[n].message.tool_calls), len(kept_items))
+    round_items = kept_items[start:] if kept_items and kept_items[-1].message.role == "tool" else []
+    kept = round(sum(i.tokens for i in kept_items) * factor)
+    return {"fixed": max(0, prepared.tokens - summary - kept), "summary": summary, "kept": kept,
+            "newest_round": round(sum(i.tokens for i in round_items) * factor)}
 
 
 def policy_view(transcript: Transcript, point: Point, name: str, setup: ReplaySetup,
@@ -258,7 +291,16 @@ def policy_view(transcript: Transcript, point: Point, name: str, setup: ReplaySe
         else:
             prepared = engine.prepare()
             compacted = False
-        return score_view(name, prepared, engine, probes, history, compacted)
+        return score_view(name, prepared, engine, probes, history, compacted, setup.factor)
+
+
+RECORDED_PREAMBLE = "The conversation history before this point was compacted into the following summary:"
+
+
+def recorded_message(summary: str) -> Message:
+    """The harness's recorded summary as the user message that carries it into the next request
+    (written here, not taken from the summarizer's code: the scorer imports nothing it scores)."""
+    return Message("user", (Text(f"{RECORDED_PREAMBLE}\n\n<summary>\n{summary}\n</summary>"),))
 
 
 def recorded_view(transcript: Transcript, point: Point, setup: ReplaySetup,
@@ -268,7 +310,7 @@ def recorded_view(transcript: Transcript, point: Point, setup: ReplaySetup,
     if point.summary is None:
         return None
     kept = transcript.messages[point.first_kept:point.index]
-    summary = summary_message(point.summary)
+    summary = recorded_message(point.summary)
     counter = counter_for(setup.model)
     counted = counter.count_message(summary) + sum(counter.count_message(m) for m in kept)
     tokens = setup.overhead_tokens + round(counted * setup.factor)
@@ -302,7 +344,8 @@ class PointResult:
             "history_tokens": self.history_tokens,
             "evicted_messages": self.probes.evicted_messages,
             "probes": self.probes.counts(),
-            "policies": {name: view.to_dict(self.history_tokens) for name, view in self.views.items()},
+            "policies": {name: {**view.to_dict(self.history_tokens), **view.size_check(self.point.next_call_tokens)}
+                         for name, view in self.views.items()},
         }
 
 
@@ -367,6 +410,8 @@ def retention(
         setup = replay_setup(transcript, model=model, window=window)
         setups[transcript.source or f"transcript {len(setups)}"] = setup
         folder = _views_folder(views)
+        if folder is not None:
+            write_points(folder, transcript, points(transcript))
         for number, point in enumerate(points(transcript)):
             probes = extract(transcript.messages, point.first_kept, point.index, cwds=environment(transcript),
                              queued=queued_prompts(transcript, point.first_kept))
@@ -421,6 +466,31 @@ def view_path(folder: Path, transcript: Transcript, policy: str, number: int) ->
     stem = Path(transcript.source).stem if transcript.source else "transcript"
     name = Path(policy).stem if policy.endswith(".toml") else policy
     return folder / f"{stem}.{name}.p{number}.txt"
+
+
+def origin(message: Message) -> Any:
+    """Where a message came from in its file: the line (JSONL) or the history entry (`.traj`), as read."""
+    return message.meta.get("line", message.meta.get("source"))
+
+
+def write_points(folder: Path, transcript: Transcript, found: Sequence[Point]) -> None:
+    """`<file stem>.points.json`: where each scored point is in the file, for a checker that reads the
+    file itself: the origins (`line`, or `history[i]`) of the first kept message and of the first after
+    the point, and of every message it evicts and every one after it.
+    A real point is the harness's and a checker finds it on its own; a synthetic one is ctxwin's choice."""
+    stem = Path(transcript.source).stem if transcript.source else "transcript"
+    messages = transcript.messages
+    records = [{"point": n, "kind": p.kind, "index": p.index, "first_kept": p.first_kept,
+                "first_kept_origin": origin(messages[p.first_kept]) if p.first_kept < len(messages) else None,
+                "index_origin": origin(messages[p.index]) if p.index < len(messages) else None,
+                "evicted": [origin(m) for m in messages[:p.first_kept]],
+                "after": [origin(m) for m in messages[p.index:]]} for n, p in enumerate(found)]
+    path = folder / f"{stem}.points.json"
+    try:
+        path.write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"cannot write {path}: {error.strerror or error}",
+                         "give --views a folder you can write to") from None
 
 
 def write_view(folder: Path, transcript: Transcript, policy: str, number: int, text: str) -> None:

@@ -15,6 +15,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+from ctxwin.compaction.extractive.lists import LIST_NAMES, list_text
 from ctxwin.errors import CtxwinError, InputError
 from ctxwin.memory.index import MemoryIndex, SearchResult
 from ctxwin.messages import Message
@@ -28,15 +29,26 @@ DEFAULT_LIMIT = 5
 
 def resolve_ref(log: SessionLog, ref: str) -> str:
     """The text a ref names, byte for byte as logged: `entry:<id>` (the message's text, or its tool
-    results joined, or the message as JSON) or `entry:<id>#<call id>` (that tool result, or a call's
-    arguments as JSON)."""
+    results joined, or the message as JSON), `entry:<id>#<call id>` (that tool result, or a call's
+    arguments as JSON), or `entry:<id>#<list>` (a full list a summary cut: the engine's recall); any of
+    them may end in `@<this log's session id>`."""
     if not ref.startswith("entry:"):
         raise InputError(f"not an entry ref: {ref!r}", "refs look like entry:<id> or entry:<id>#<call id>")
+    ref, at, session = ref.partition("@")  # entry:<id>@<session>: a consolidated memory's ref names its session
+    if at and session != log.session_id:
+        raise InputError(f"{ref}@{session} is an entry of session {session}, not of {log.session_id}",
+                         "read it with memory_get, which finds the session under the sessions folder")
     entry_id, _, call_id = ref[len("entry:"):].partition("#")
     try:
         entry = log.get(entry_id)
     except (KeyError, CtxwinError):
         raise InputError(f"{ref}: no such entry in this session", "use a ref from a search result") from None
+    if entry.kind == "compaction":  # a summary, or one of the full lists it cut (`#commands`, `#errors`, ...)
+        found = entry.payload.get("summary") if not call_id else list_text(entry.payload.get("summarizer_state") or {},
+                                                                           call_id)
+        if not isinstance(found, str):
+            raise InputError(f"{ref}: the compaction has no list {call_id!r}", f"lists: {', '.join(LIST_NAMES)}")
+        return found
     if entry.kind != "message":
         raise InputError(f"{ref}: entry is a {entry.kind}, not a message")
     message = Message.from_dict(entry.payload)
@@ -47,8 +59,22 @@ def resolve_ref(log: SessionLog, ref: str) -> str:
         for call in message.tool_calls:
             if call.id == call_id:
                 return json.dumps(call.arguments, ensure_ascii=False)
+        listed = _covering_list(log, entry_id, call_id)
+        if listed is not None:
+            return listed
         raise InputError(f"{ref}: entry has no result or call {call_id}")
     return message.text or "\n".join(r.text for r in message.tool_results) or json.dumps(message.to_dict())
+
+
+def _covering_list(log: SessionLog, entry_id: str, name: str) -> str | None:
+    """The full list `name` of the latest compaction on the branch that summarized entry `entry_id`
+    (the ref a summary's cut list ends with), or None."""
+    if name not in LIST_NAMES:
+        return None
+    for stored in reversed(list(log.path())):
+        if stored.kind == "compaction" and entry_id in (stored.payload.get("covered_ids") or ()):
+            return list_text(stored.payload.get("summarizer_state") or {}, name)
+    return None
 
 
 def _iso_day(value: str | None, name: str) -> str | None:

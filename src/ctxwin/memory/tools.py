@@ -109,8 +109,9 @@ SPECS: dict[str, MemoryToolSpec] = {s.name: s for s in (
     MemoryToolSpec("memory_get", (
         "Read lines of a memory file (MEMORY.md or memory/...), after memory_search found it. A missing file "
         "returns empty text."), _object({
-            "path": _str("MEMORY.md or memory/YYYY-MM-DD.md (as memory_search names it), or a hit's ref "
-                         "(memory/2026-01-02.md:4-9: those lines)."),
+            "path": _str("MEMORY.md or memory/YYYY-MM-DD.md (as memory_search names it), or a ref from a hit, "
+                         "MEMORY.md or memory/wiki/ (memory/2026-01-02.md:4-9: those lines; entry:<id>@<session>: "
+                         "that message of a stored session)."),
             "from": _int("First line, 1-based.", 1, 1),
             "lines": _int(f"Number of lines (default {GET_MAX_LINES}).", 1),
         }, ["path"])),
@@ -318,6 +319,12 @@ class MemoryTools:
         raise MemoryPathError(f"{path!r} is not a memory file", "memory_get reads MEMORY.md and memory/...")
 
     def memory_get(self, args: dict[str, Any]) -> MemoryToolOutput:
+        from ctxwin.memory.consolidate.refs import parse_entry, resolve_entry
+
+        entry = parse_entry(args["path"])  # a consolidated memory's ref to an entry of a stored session
+        if entry is not None:
+            text = resolve_entry(self.sessions_root or self.workspace / ".ctxwin" / "sessions", entry)
+            return MemoryToolOutput(text, False, {"text": text, "ref": args["path"]})
         path, first_ref, count_ref = parse_file_ref(args["path"])
         rel = self._memory_path(path)
         text = self.files.read(rel)

@@ -18,14 +18,17 @@ from ctxwin.errors import InputError
 from ctxwin.policies.levels import LEVELS, at_level
 from ctxwin.policies.model import (
     COMPACTION_MODELS,
+    COMPACTION_SECTIONS,
     STRATEGIES,
     BootstrapPolicy,
     CheckpointCompaction,
     ClaudeCodeCompaction,
     CompactionPolicy,
+    CompactionSection,
     CtxwinCompaction,
     DedupPolicy,
     FitPolicy,
+    KeepsRecentSection,
     LettaCompaction,
     MaskPolicy,
     OpenClawCompaction,
@@ -175,6 +178,7 @@ def _toml_value(value: Any) -> str:
 
 __all__ = [
     "COMPACTION_MODELS",
+    "COMPACTION_SECTIONS",
     "DEFAULT",
     "LEVELS",
     "STRATEGIES",
@@ -182,9 +186,11 @@ __all__ = [
     "CheckpointCompaction",
     "ClaudeCodeCompaction",
     "CompactionPolicy",
+    "CompactionSection",
     "CtxwinCompaction",
     "DedupPolicy",
     "FitPolicy",
+    "KeepsRecentSection",
     "LettaCompaction",
     "MaskPolicy",
     "OpenClawCompaction",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ctxwin.errors import InputError
-from ctxwin.policies.model import Policy
+from ctxwin.policies.model import KeepsRecentSection, Policy
 
 Level = Literal["aggressive", "balanced", "conservative"]
 LEVELS: tuple[str, ...] = ("aggressive", "balanced", "conservative")
@@ -41,7 +41,7 @@ def at_level(policy: Policy, level: str) -> Policy:
         compaction["trigger_ratio"] = min(section.trigger_ratio * trigger, MAX_TRIGGER_RATIO)
     else:
         compaction["reserve_tokens"] = int(section.reserve_tokens * RESERVE_SCALE[level])
-    if "keep_recent_tokens" in type(section).model_fields:
+    if isinstance(section, KeepsRecentSection):
         compaction["keep_recent_tokens"] = int(section.keep_recent_tokens * keep)
     target = getattr(section, "target_ratio", None)
     if target is not None:

@@ -7,7 +7,7 @@ the same way and may override any subset of fields.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
@@ -135,8 +135,13 @@ class PrunePolicy(_Stage):
     """These tools are never pruned (wins over the allow list)."""
 
 
-class _CompactionBase(_Stage):
-    """The knobs every compaction strategy shares; each strategy's own knobs sit with it below."""
+class CompactionSection(_Stage):
+    """The knobs every compaction strategy shares; each strategy's own section (below) adds its own
+    knobs and its `strategy` field, whose one `Literal` value is the strategy's name: the only place
+    it is spelled (`COMPACTION_SECTIONS` lists the sections; everything else is derived from it)."""
+
+    strategy: str
+    """Which anchor's algorithm decides what is summarized and what is kept."""
 
     enabled: bool = False
     """Summarize the oldest span when the view passes the trigger."""
@@ -170,7 +175,9 @@ class _CompactionBase(_Stage):
     `off`: the summary stands as the summarizer wrote it."""
 
 
-class _KeepsRecent(_CompactionBase):
+class KeepsRecentSection(CompactionSection):
+    """The sections of the strategies that keep a recent tail verbatim after the summary."""
+
     keep_recent_tokens: Count = 20_000
     """Tokens of recent history kept verbatim after the summary."""
     keep_recent_turns: Count = 0
@@ -178,7 +185,7 @@ class _KeepsRecent(_CompactionBase):
     tail is whichever of the two holds more history (0: by tokens only)."""
 
     @model_validator(mode="after")
-    def _turns(self) -> _KeepsRecent:
+    def _turns(self) -> KeepsRecentSection:
         if self.trigger_turns is not None and self.keep_recent_turns >= self.trigger_turns:
             raise ValueError("keep_recent_turns must be below trigger_turns, or every request would compact again")
         if self.max_turns is not None and self.keep_recent_turns > self.max_turns:
@@ -186,29 +193,26 @@ class _KeepsRecent(_CompactionBase):
         return self
 
 
-class PiCompaction(_KeepsRecent):
+class PiCompaction(KeepsRecentSection):
     """Pi: walk back `keep_recent_tokens` from the newest message, cut at a turn boundary, summarize
     a split turn's prefix apart."""
 
     strategy: Literal["pi"] = "pi"
-    """Which anchor's algorithm decides what is summarized and what is kept."""
 
 
-class OpenClawCompaction(_KeepsRecent):
+class OpenClawCompaction(KeepsRecentSection):
     """OpenClaw's safeguard: Pi's cut, with the kept history also bounded by a share of the window."""
 
     strategy: Literal["openclaw"] = "openclaw"
-    """Which anchor's algorithm decides what is summarized and what is kept."""
     history_share: Share = 0.5
     """The share of the window the kept history may use before older chunks are dropped into the
     summary."""
 
 
-class ClaudeCodeCompaction(_CompactionBase):
+class ClaudeCodeCompaction(CompactionSection):
     """Claude Code: summarize everything, then re-attach the most recently read files."""
 
     strategy: Literal["claude-code"] = "claude-code"
-    """Which anchor's algorithm decides what is summarized and what is kept."""
     restore_recent_files: Count = 0
     """Re-attach up to this many recently read files after the summary."""
     restore_file_tokens: Count = 5_000
@@ -217,66 +221,73 @@ class ClaudeCodeCompaction(_CompactionBase):
     """Token cap on all re-attached files."""
 
 
-class LettaCompaction(_CompactionBase):
+class LettaCompaction(CompactionSection):
     """Letta: a sliding window evicting 30 %, then 10 % more per step, until under `target_ratio`."""
 
     strategy: Literal["letta"] = "letta"
-    """Which anchor's algorithm decides what is summarized and what is kept."""
     target_ratio: Share | None = None
     """The view's size after a compaction, as a share of the window: evict until under it (0.7)."""
     mode: Literal["sliding", "all"] = "sliding"
     """`all` summarizes everything but the system prompt."""
 
 
-class CheckpointCompaction(_KeepsRecent):
+class CheckpointCompaction(KeepsRecentSection):
     """Alyx's checkpoint: past a mark the agent writes its own state summary, which then stands for
     the history before it."""
 
     strategy: Literal["checkpoint"] = "checkpoint"
-    """Which anchor's algorithm decides what is summarized and what is kept."""
     checkpoint_tokens: Count = 0
     """Past this many tokens the agent is asked to write its own state summary (0: at 75 % of the
     trigger)."""
 
 
-class CtxwinCompaction(_KeepsRecent):
+class CtxwinCompaction(KeepsRecentSection):
     """ctxwin: compact early to a small view, keeping as much recent history verbatim as fits."""
 
     strategy: Literal["ctxwin"] = "ctxwin"
-    """Which anchor's algorithm decides what is summarized and what is kept."""
     target_ratio: Share | None = None
     """The view's size after a compaction, as a share of the window: as much recent history is kept
     verbatim as fits under it, with `keep_recent_tokens` as the floor."""
 
 
-STRATEGIES = ("pi", "openclaw", "claude-code", "letta", "checkpoint", "ctxwin")
+COMPACTION_SECTIONS: tuple[type[CompactionSection], ...] = (
+    PiCompaction, OpenClawCompaction, ClaudeCodeCompaction, LettaCompaction, CheckpointCompaction, CtxwinCompaction)
+"""The registry of compaction strategies, by their policy sections: the policy union, the names and
+the strategies of `ctxwin.compaction` are all derived from it (a new strategy is one section here
+and one `Strategy` class there)."""
+
+
+def section_name(section: type[CompactionSection]) -> str:
+    """A section's strategy name: the default of its `strategy` field (its one Literal value)."""
+    return str(section.model_fields["strategy"].default)
+
+
+COMPACTION_MODELS: dict[str, type[CompactionSection]] = {section_name(s): s for s in COMPACTION_SECTIONS}
+"""Every compaction section by its strategy name."""
+STRATEGIES: tuple[str, ...] = tuple(COMPACTION_MODELS)
 """Every compaction strategy, by the name a policy gives in `compaction.strategy`."""
+DEFAULT_STRATEGY = "pi"
+"""A [compaction] table without `strategy` means Pi's (the field's default before it was a union)."""
 
 
 def _strategy_of(value: Any) -> str:
-    # A [compaction] table without `strategy` means Pi's (the field's default before it was a union).
     if isinstance(value, dict):
-        return str(value.get("strategy", "pi"))
-    return str(getattr(value, "strategy", "pi"))
+        return str(value.get("strategy", DEFAULT_STRATEGY))
+    return str(getattr(value, "strategy", DEFAULT_STRATEGY))
 
 
-CompactionPolicy = Annotated[
-    Annotated[PiCompaction, Tag("pi")]
-    | Annotated[OpenClawCompaction, Tag("openclaw")]
-    | Annotated[ClaudeCodeCompaction, Tag("claude-code")]
-    | Annotated[LettaCompaction, Tag("letta")]
-    | Annotated[CheckpointCompaction, Tag("checkpoint")]
-    | Annotated[CtxwinCompaction, Tag("ctxwin")],
-    Discriminator(_strategy_of),
-]
-"""The compaction section: one model per strategy, chosen by its `strategy` field."""
-COMPACTION_MODELS: dict[str, type[_CompactionBase]] = {
-    "pi": PiCompaction, "openclaw": OpenClawCompaction, "claude-code": ClaudeCodeCompaction,
-    "letta": LettaCompaction, "checkpoint": CheckpointCompaction, "ctxwin": CtxwinCompaction,
-}
+if TYPE_CHECKING:
+    # The checker sees the base class: code that needs one strategy's knobs narrows to its section.
+    CompactionPolicy: TypeAlias = CompactionSection
+else:
+    CompactionPolicy = Annotated[
+        Union[tuple(Annotated[section, Tag(name)] for name, section in COMPACTION_MODELS.items())],  # noqa: UP007
+        Discriminator(_strategy_of),
+    ]
+    """The compaction section: one model per strategy, chosen by its `strategy` field."""
 
 
-def compaction_for(strategy: str, current: _CompactionBase | None = None, **update: Any) -> _CompactionBase:
+def compaction_for(strategy: str, current: CompactionSection | None = None, **update: Any) -> CompactionSection:
     """The compaction section for `strategy`, keeping the knobs of `current` that it shares."""
     model = COMPACTION_MODELS.get(strategy)
     if model is None:

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from ctxwin.messages import Message, Text
+from ctxwin.messages.providers import from_anthropic, to_anthropic
 from ctxwin.providers import base
 from ctxwin.providers.base import SSE, Completion, HttpClient, StreamEvent, ToolChoice, Tools, Usage
 from ctxwin.providers.tools import add_tools
@@ -51,8 +52,6 @@ class AnthropicClient(HttpClient):
     def build_request(self, messages: Sequence[Message], *, system: str | None = None,
                       max_tokens: int | None = 4096, tools: Tools = None, tool_choice: ToolChoice | None = None,
                       stream: bool = False) -> dict[str, Any]:
-        from ctxwin.messages.providers import to_anthropic
-
         head = [Message("system", (Text(system),))] if system else []
         converted = to_anthropic([*head, *messages])
         payload: dict[str, Any] = {"model": self.model, "messages": converted["messages"]}
@@ -120,8 +119,6 @@ def parse_anthropic_message(data: Mapping[str, Any]) -> Completion:
 
 
 def _parse_message(data: Mapping[str, Any]) -> Completion:
-    from ctxwin.messages.providers import from_anthropic
-
     content = base.object_list(PROVIDER, data, "content", "blocks")
     converted = from_anthropic([{"role": "assistant", "content": content}]) if content else []
     blocks = tuple(b for m in converted if m.role == "assistant" for b in m.blocks)

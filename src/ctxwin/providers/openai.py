@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from ctxwin.messages import Message, Text
+from ctxwin.messages.providers import from_openai_chat, from_openai_responses, to_openai_chat, to_openai_responses
 from ctxwin.providers import base
 from ctxwin.providers.base import SSE, Completion, HttpClient, StreamEvent, ToolChoice, Tools, Usage
 from ctxwin.providers.tools import add_tools
@@ -53,8 +54,6 @@ class OpenAIChatClient(_OpenAIClient):
     def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
                       tools: Tools = None, tool_choice: ToolChoice | None = None,
                       stream: bool = False) -> dict[str, Any]:
-        from ctxwin.messages.providers import to_openai_chat
-
         head = [Message("system", (Text(system),))] if system else []
         payload: dict[str, Any] = {"model": self.model, "messages": to_openai_chat([*head, *messages]),
                                    self.max_tokens_field: max_tokens}
@@ -80,8 +79,6 @@ class OpenAIResponsesClient(_OpenAIClient):
     def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
                       tools: Tools = None, tool_choice: ToolChoice | None = None,
                       stream: bool = False) -> dict[str, Any]:
-        from ctxwin.messages.providers import to_openai_responses
-
         payload: dict[str, Any] = {"model": self.model, "input": to_openai_responses(list(messages)),
                                    "max_output_tokens": max_tokens, "store": False}
         if system:
@@ -109,8 +106,6 @@ def parse_chat_completion(data: Mapping[str, Any]) -> Completion:
 
 
 def _parse_chat(data: Mapping[str, Any]) -> Completion:
-    from ctxwin.messages.providers import from_openai_chat
-
     choices = data.get("choices")
     if choices is None or choices == []:
         choices = [{}]
@@ -134,8 +129,6 @@ def parse_responses_response(data: Mapping[str, Any]) -> Completion:
 
 
 def _parse_responses(data: Mapping[str, Any]) -> Completion:
-    from ctxwin.messages.providers import from_openai_responses
-
     output = base.object_list(PROVIDER, data, "output", "items")
     blocks = tuple(b for m in from_openai_responses(output) if m.role == "assistant" for b in m.blocks)
     details = data.get("incomplete_details")

@@ -38,6 +38,7 @@ from starlette.routing import BaseRoute, Route
 from ctxwin import telemetry
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.errors import ContextBudgetError, CtxwinError, ProviderError, ProxyRefusal
+from ctxwin.memory.consolidate.schedule import SleepConfig, sleep_time
 from ctxwin.messages import Message
 
 from . import recall as recall_tool
@@ -86,6 +87,9 @@ class Proxy:
         self.offload = config.store_dir is not None or config.postgres is not None
         upstream = config.upstream.rstrip("/")
         self.upstream = upstream[:-3] if upstream.endswith("/v1") else upstream  # callers send /v1/...
+        idle = config.consolidate_idle
+        sleep = SleepConfig(idle_seconds=idle, after_session=False) if idle else None  # off unless configured
+        self.sleep = sleep_time(config.memory_workspace, sleep, sessions=config.store_dir)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -99,6 +103,8 @@ class Proxy:
             finally:
                 self.client = None
                 await self.store.aclose()
+                if self.sleep is not None:
+                    self.sleep.close()
 
     def memo(self, session_id: str) -> Memo:
         memo = self.memos.get(session_id)
@@ -305,7 +311,10 @@ def managed(proxy: Proxy, api: Api) -> Callable[[Request], Any]:
             raise ProxyRefusal(400, str(error), "send the conversation as the API documents it") from None
         key = session_key(request.headers, body, conversation.system_text,
                           api.first_user_text(conversation.history))
-        return await handle(proxy, api, request, body, conversation, key, started)
+        response = await handle(proxy, api, request, body, conversation, key, started)
+        if proxy.sleep is not None:
+            proxy.sleep.activity()  # sleep-time consolidation's idle clock starts again, the request logged
+        return response
 
     return shaped(api.name, endpoint)
 

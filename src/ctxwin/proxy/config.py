@@ -37,3 +37,7 @@ class ProxyConfig:
     upstream_timeout: float = DEFAULT_UPSTREAM_TIMEOUT_S
     window: int | None = None
     """Override the model's context window (tests and small local models)."""
+    memory_workspace: Path | None = None
+    """With `consolidate_idle`: the workspace whose memory (MEMORY.md, memory/wiki/) is consolidated from
+    the stored sessions (`store_dir`) and its notes once the proxy has been idle that many seconds."""
+    consolidate_idle: float | None = None

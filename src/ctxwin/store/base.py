@@ -24,7 +24,7 @@ from ctxwin.errors import SessionFormatError as SessionFormatError
 from ctxwin.errors import SessionLockedError as SessionLockedError
 
 EntryKind: TypeAlias = Literal[
-    "message", "compaction", "decision", "checkpoint", "pin", "label", "model_change", "custom"
+    "message", "compaction", "decision", "pin", "label", "model_change", "custom"
 ]
 ProblemKind: TypeAlias = Literal[
     "corrupt",  # a line that is not an entry (cut, flipped or edited bytes): skipped, its bytes kept

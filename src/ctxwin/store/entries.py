@@ -158,6 +158,23 @@ class LabelEntry:
 
 
 @dataclass(frozen=True)
+class ModelChangeEntry:
+    """From here on the session talks to `model` (`source`: who said so, e.g. `import` for the model a
+    transcript recorded)."""
+
+    kind: ClassVar[str] = "model_change"
+    model: str
+    source: str = ""
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"model": self.model, "source": self.source}
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> ModelChangeEntry:
+        return cls(str(payload["model"]), str(payload.get("source") or ""))
+
+
+@dataclass(frozen=True)
 class RewindEntry:
     """The session went back to restore point `mark` (entry `target`): this entry is the first of the
     branch that continues from there, so a reopened session resumes on it."""
@@ -268,12 +285,12 @@ class CustomEntry:
         return self.payload
 
 
-LogEntry = (MessageEntry | DecisionEntry | CompactionEntry | PinEntry | LabelEntry | RewindEntry | CalibrationEntry
-            | RecoveryEntry | ProxyRequestEntry | CustomEntry)
-ENTRY_TYPES: tuple[type, ...] = (MessageEntry, DecisionEntry, CompactionEntry, PinEntry, LabelEntry, RewindEntry,
-                                 CalibrationEntry, RecoveryEntry, ProxyRequestEntry)
-KINDS: tuple[str, ...] = (*dict.fromkeys(t.kind for t in ENTRY_TYPES), "checkpoint", "model_change")
-"""Every entry kind a log may hold (the typed ones, then kinds reserved for later releases)."""
+LogEntry = (MessageEntry | DecisionEntry | CompactionEntry | PinEntry | LabelEntry | ModelChangeEntry | RewindEntry
+            | CalibrationEntry | RecoveryEntry | ProxyRequestEntry | CustomEntry)
+ENTRY_TYPES: tuple[type, ...] = (MessageEntry, DecisionEntry, CompactionEntry, PinEntry, LabelEntry, ModelChangeEntry,
+                                 RewindEntry, CalibrationEntry, RecoveryEntry, ProxyRequestEntry)
+KINDS: tuple[str, ...] = tuple(dict.fromkeys(t.kind for t in ENTRY_TYPES))
+"""Every entry kind a log may hold."""
 _BY_KIND = {t.kind: t for t in ENTRY_TYPES if t.kind != "custom"}
 _BY_CUSTOM_TYPE = {t.type: t for t in ENTRY_TYPES if t.kind == "custom"}
 

@@ -5,8 +5,8 @@ that acted), compactions, overflow recoveries, agent runs and their sub-agents, 
     telemetry.instrument(engine, tracer_provider=provider)        # prepare / compact / recover spans
     agent = create_agent(model, on_event=telemetry.agent_event_sink(provider, session_id="s1"))
     telemetry.instrument_agent(agent, provider)                   # or both at once, for an agent
-    with telemetry.proxy_request_span(api="anthropic", model=m) as span:
-        ...; span.record(entry)                                   # the proxy's ProxyRequestEntry
+    with telemetry.proxy_request_span(api="anthropic", model=m, headers=request.headers) as span:
+        span.inject(upstream_headers); ...; span.record(entry)    # trace passed on; the ProxyRequestEntry
 
 Off unless configured (`config`): without a tracer provider, `CTXWIN_OTEL=1` or a global provider
 the application installed, these return no-ops and OpenTelemetry is not even imported. Content
@@ -21,7 +21,7 @@ that `instrument` subscribes to. Needs the `telemetry` extra (opentelemetry-api 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ctxwin.agent.events import LoopEvent, RunStats
     from ctxwin.agent.loop import Agent
     from ctxwin.engine import ContextEngine
+    from ctxwin.providers import Completion
 
     from .proxy_spans import ProxySpan
 
@@ -82,13 +83,16 @@ def instrument(engine: ContextEngine, tracer_provider: Any = None) -> Instrument
 def agent_event_sink(tracer_provider: Any = None, *, session_id: str | None = None, agent_name: str | None = None,
                      model: str | None = None, then: Callable[[LoopEvent], None] | None = None,
                      stats: RunStats | None = None, capture_content: bool | None = None,
-                     engine_spans: bool = False) -> Callable[[LoopEvent], None]:
+                     engine_spans: bool = False,
+                     completion: Callable[[], Completion | None] | None = None) -> Callable[[LoopEvent], None]:
     """An `on_event` sink for the agent loop that records a span per run and per sub-agent (children
     of the run that called `task`), then passes each event to `then`. Off: `then` itself (or a sink
     that does nothing). `stats`: the agent's `RunStats`, for the usage of each run.
     `capture_content`: let spans carry prompts, answers, tool arguments and error texts (None: as
     `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` says; off when unset). `engine_spans`: the
-    engine is instrumented too, so pipeline events are left to its spans."""
+    engine is instrumented too, so pipeline events are left to its spans. `completion`: returns the
+    agent's last `Completion` (`lambda: agent.last_completion`), for each model call's usage and
+    `gen_ai.response.*`."""
     provider = configured_provider(tracer_provider)
     if provider is None:
         return then if then is not None else _ignore
@@ -97,7 +101,7 @@ def agent_event_sink(tracer_provider: Any = None, *, session_id: str | None = No
 
     return AgentSpans(provider.get_tracer(attributes.TRACER_NAME), session_id=session_id, agent_name=agent_name,
                       model=model, then=then, stats=stats, capture_content=config.capture_content(capture_content),
-                      engine_spans=engine_spans)
+                      engine_spans=engine_spans, completion=completion)
 
 
 def instrument_agent(agent: Agent, tracer_provider: Any = None, *, agent_name: str = "agent",
@@ -112,7 +116,8 @@ def instrument_agent(agent: Agent, tracer_provider: Any = None, *, agent_name: s
     previous = agent.on_event
     sink = agent_event_sink(provider, session_id=agent.engine.session.session_id, agent_name=agent_name,
                             model=agent.model.model, then=previous, stats=agent.stats,
-                            capture_content=capture_content, engine_spans=True)
+                            capture_content=capture_content, engine_spans=True,
+                            completion=lambda: agent.last_completion)
     agent.on_event = sink
     instrumentation.agent, instrumentation.sink, instrumentation.previous_sink = agent, sink, previous
     return instrumentation
@@ -120,10 +125,12 @@ def instrument_agent(agent: Agent, tracer_provider: Any = None, *, agent_name: s
 
 @contextmanager
 def proxy_request_span(*, api: str, model: str | None = None, session_id: str | None = None,
-                       tracer_provider: Any = None) -> Iterator[ProxySpan]:
-    """A span for one proxy request, current while it is served (an exception inside marks it
-    failed); `span.record(entry)` puts the request's `ProxyRequestEntry` on it. Off: a span that
-    does nothing."""
+                       headers: Mapping[str, str] | None = None, tracer_provider: Any = None) -> Iterator[ProxySpan]:
+    """A span for one proxy request (`chat {model}`), current while it is served (an exception inside
+    marks it failed). `headers`: the caller's; a W3C `traceparent` there puts the span in the caller's
+    trace. `span.inject(upstream_headers)` passes the trace on upstream, `span.record(entry)` puts the
+    request's `ProxyRequestEntry` on it, `span.response(answer)` the answer's id, model and finish
+    reasons. Off: a span that does nothing (and injects nothing)."""
     provider = configured_provider(tracer_provider)
     if provider is None:
         from .proxy_spans import ProxySpan
@@ -132,7 +139,7 @@ def proxy_request_span(*, api: str, model: str | None = None, session_id: str | 
         return
     from .proxy_spans import request_span
 
-    with request_span(provider, api, model, session_id) as span:
+    with request_span(provider, api, model, session_id, headers) as span:
         yield span
 
 

@@ -2,7 +2,11 @@
 
 A run (`ctxwin.agent.run`) opens at the run's first event and closes at `done`, `limit`,
 `interrupted` or `error`; each sub-agent (`ctxwin.subagent`) opens at `subagent start` and closes
-at `subagent end`, as a child of the run that called `task`. Everything else the loop reports
+at `subagent end`, as a child of the run that called `task`. Each model call is a span of its own,
+named as the GenAI conventions name one (`chat {model}`, CLIENT, OpenInference kind LLM), a child of
+the agent that made it: it opens at `model_call` and closes at the answer (`assistant`: finish
+reason, and for the root agent the provider's usage and `gen_ai.response.id`/`model`), or at the
+`overflow`, `error` or `interrupted` that ended it (an error span). Everything else the loop reports
 (model calls, tool calls and results, retries, overflows, pipeline events) is a span event on the
 span of the agent that reported it (pipeline events only when the engine's own spans do not carry
 them already). While a span is open it is the current span of its thread, so what the engine's
@@ -30,9 +34,10 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ctxwin.agent.events import (
+    AssistantMessage,
     Done,
     ForkFallback,
     Limit,
@@ -49,6 +54,7 @@ from ctxwin.agent.events import (
     ToolResultLogged,
     UserMessage,
 )
+from ctxwin.tokens import model_info
 
 from . import attributes as a
 
@@ -73,21 +79,30 @@ class _Open:
     compactions: int = 0
     overflows: int = 0
     start_stats: tuple[int, int] = (0, 0)
+    call: Any = None  # the model call in flight, if any
+    call_stats: tuple[int, int] = (0, 0)
 
 
 class AgentSpans:
     """A `LoopEvent` sink that records spans, then hands each event to `then` (the caller's own sink).
     `stats`: the root agent's `RunStats`, to put each run's provider-reported usage on its span.
+    `completion`: returns the root agent's last `Completion` (`Agent.last_completion`), for the
+    usage and `gen_ai.response.*` of each of its model calls (without it, usage comes from `stats`).
     `capture_content`: let spans carry content (`CONTENT_KEYS`). `engine_spans`: the engine is
     instrumented too, so its pipeline events are on its own spans and are not repeated here."""
 
     def __init__(self, tracer: Any, *, session_id: str | None = None, agent_name: str | None = None,
                  model: str | None = None, then: Sink | None = None, stats: RunStats | None = None,
-                 capture_content: bool = False, engine_spans: bool = False) -> None:
+                 capture_content: bool = False, engine_spans: bool = False,
+                 completion: Callable[[], Any] | None = None) -> None:
         self.tracer = tracer
         self.capture_content = capture_content
         self.engine_spans = engine_spans
         self.base = a.clean({a.GEN_AI_AGENT_NAME: agent_name, a.GEN_AI_REQUEST_MODEL: model})
+        self.model = model
+        info = model_info(model) if model else None
+        self.provider = a.provider_name(info.provider) if info is not None and info.known else None
+        self.completion = completion
         self.session_id = session_id
         self.then = then
         self.stats = stats
@@ -213,7 +228,10 @@ class AgentSpans:
         if isinstance(event, ModelCall):
             current.model_calls += 1
             current.max_tokens = max(current.max_tokens, event.tokens)
-        elif isinstance(event, Overflow):
+            self._start_call(current, event)
+        elif isinstance(event, AssistantMessage | Overflow | RunError | RunInterrupted):
+            self._end_call(current, event)
+        if isinstance(event, Overflow):
             current.overflows += 1
         elif event.event is not None and event.event.is_compaction:
             current.compactions += 1
@@ -234,6 +252,53 @@ class AgentSpans:
             current.span.add_event(f"ctxwin.{event.kind}",
                                    _flat({"ctxwin.turn": event.turn, "ctxwin.step": event.step, **shown}))
 
+    def _start_call(self, current: _Open, event: ModelCall) -> None:
+        if current.call is not None:  # a call that never got its answer (cannot happen in the loop today)
+            current.call.set_status(Status(StatusCode.ERROR, "no answer before the next call"))
+            current.call.end()
+        current.call = self.tracer.start_span(
+            a.model_call_name(a.CHAT, self.model), context=trace.set_span_in_context(current.span),
+            kind=SpanKind.CLIENT, attributes=a.clean({
+                **a.model_call_attributes(self.model, self.provider), **a.session_attributes(current.session),
+                "ctxwin.request.tokens": event.tokens, "ctxwin.request.budget": event.budget,
+                "ctxwin.request.messages": event.messages, "ctxwin.step": event.step}))
+        current.call_stats = self._usage_now()
+
+    def _end_call(self, current: _Open, event: LoopEvent) -> None:
+        call, current.call = current.call, None
+        if call is None:
+            return
+        if isinstance(event, AssistantMessage):
+            call.set_attributes(self._answer_attributes(current, event))
+        else:
+            error = ("context_overflow" if isinstance(event, Overflow) else "cancelled"
+                     if isinstance(event, RunInterrupted) else str(event.status or "error")
+                     if isinstance(event, RunError) else "error")
+            call.set_attribute(a.ERROR_TYPE, error)
+            call.set_status(Status(StatusCode.ERROR, f"the model call ended in {event.kind}"))
+        call.end()
+
+    def _answer_attributes(self, current: _Open, event: AssistantMessage) -> a.Attributes:
+        """An answered call: its finish reason; for the root agent's calls (the ones `stats` and
+        `completion` describe) the usage the provider reported and the response's id and model."""
+        out = a.clean({a.GEN_AI_FINISH_REASONS: [event.stop_reason] if event.stop_reason else None})
+        if current.kind != "run":
+            return out
+        completion = self.completion() if self.completion is not None else None
+        if completion is not None:
+            usage = completion.usage
+            if usage is not None:
+                out.update(a.usage_attributes(usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
+                                              usage.cache_write_tokens))
+            out.update(a.response_attributes(completion.raw, completion.stop_reason))
+        elif self.stats is not None:
+            now = self._usage_now()
+            out.update(a.usage_attributes(now[0] - current.call_stats[0], now[1] - current.call_stats[1]))
+        return out
+
+    def _usage_now(self) -> tuple[int, int]:
+        return (self.stats.input_tokens, self.stats.output_tokens) if self.stats is not None else (0, 0)
+
     def _push(self, stack: list[_Open], opened: _Open) -> None:
         opened.token = otel_context.attach(trace.set_span_in_context(opened.span))
         stack.append(opened)
@@ -252,6 +317,10 @@ class AgentSpans:
         # child whose end never came) is closed with it, so the context stack stays balanced.
         while stack:
             top = stack.pop()
+            if top.call is not None:  # a call in flight when its agent's span closes
+                top.call.set_status(Status(StatusCode.ERROR, "its agent stopped before the answer"))
+                top.call.end()
+                top.call = None
             if top is not opened:
                 top.span.end()
             otel_context.detach(top.token)  # type: ignore[arg-type]

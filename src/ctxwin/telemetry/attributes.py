@@ -3,9 +3,11 @@ recovery, an agent run or a proxy request. Pure functions of ctxwin's own record
 imports OpenTelemetry, so they cost nothing to test and the names live in one place.
 
 Two conventions are written side by side, so that both kinds of backend read the spans: the
-OpenTelemetry GenAI semantic conventions (`gen_ai.*`) and OpenInference (`openinference.span.kind`,
-`llm.token_count.*`, `session.id`). What neither names (tokens before and after a stage, the
-request budget, the stable prefix) is under `ctxwin.*`. Token counts under `ctxwin.*` are the
+OpenTelemetry GenAI semantic conventions (`gen_ai.*`; a span that stands for a model call is named
+`{gen_ai.operation.name} {gen_ai.request.model}`, e.g. `chat claude-sonnet-4-5`, and carries usage and
+`gen_ai.response.*`) and OpenInference (`openinference.span.kind`, `llm.token_count.*`,
+`session.id`). What neither names (tokens before and after a stage, the request budget, the stable
+prefix) is under `ctxwin.*`. Token counts under `ctxwin.*` are the
 engine's own (counter units before calibration for the stages, calibrated for the request); the
 `gen_ai.usage.*` and `llm.token_count.*` counts are what a provider reported.
 """
@@ -20,20 +22,30 @@ from ctxwin.engine.recovery import Recovery
 from ctxwin.pipeline.events import Event
 from ctxwin.store.entries import ProxyRequestEntry
 
-# Span names. A stage's span is `ctxwin.<stage>` (ctxwin.mask, ctxwin.compaction, ctxwin.fit ...).
+# Span names. A stage's span is `ctxwin.<stage>` (ctxwin.mask, ctxwin.compaction, ctxwin.fit ...); a
+# model call's is `model_call_name(operation, model)` (the proxy's request, each call of an agent).
 PREPARE = "ctxwin.prepare"
 COMPACT = "ctxwin.compact"
 RECOVER = "ctxwin.recover"
 AGENT_RUN = "ctxwin.agent.run"
 SUBAGENT = "ctxwin.subagent"
-PROXY_REQUEST = "ctxwin.proxy.request"
 TRACER_NAME = "ctxwin"
+
+# `gen_ai.operation.name` values. The conventions' own for a model call and an agent; ctxwin's own
+# (the conventions let a system name operations they do not list) for what the engine does to a
+# request before it is sent.
+CHAT = "chat"
+INVOKE_AGENT = "invoke_agent"
+ENGINE_OPERATIONS = {"prepare": "prepare_context", "compact": "compact_context", "recover": "recover_context"}
 
 # OpenTelemetry GenAI semantic conventions.
 GEN_AI_OPERATION = "gen_ai.operation.name"
 GEN_AI_PROVIDER = "gen_ai.provider.name"
 GEN_AI_CONVERSATION = "gen_ai.conversation.id"
 GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_FINISH_REASONS = "gen_ai.response.finish_reasons"
 GEN_AI_AGENT_NAME = "gen_ai.agent.name"
 GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
@@ -68,6 +80,12 @@ def clean(attributes: Mapping[str, Any]) -> Attributes:
 def session_attributes(session_id: str | None) -> Attributes:
     """The conversation, under both conventions' names."""
     return clean({GEN_AI_CONVERSATION: session_id, SESSION_ID: session_id})
+
+
+def model_call_name(operation: str, model: str | None) -> str:
+    """The conventions' name of a span that stands for a model call: `{operation} {model}`, or the
+    operation alone when the model is not known."""
+    return f"{operation} {model}" if model else operation
 
 
 def provider_name(api_or_provider: str | None) -> str | None:
@@ -121,11 +139,13 @@ def stage_attributes(run: StageRun) -> Attributes:
 
 
 def compaction_attributes(events: Iterable[Event]) -> Attributes:
-    """The compaction a stage run holds: `failed` names no strategy (history was left as it was)."""
+    """The compaction a stage run holds: `failed` names no strategy (history was left as it was). A
+    summary written by a model adds that model and the usage its calls reported."""
     for event in events:
         if not (event.is_compaction or event.is_compaction_failure):
             continue
         failed = event.is_compaction_failure
+        usage = summarizer_usage([event])
         return clean({
             "ctxwin.compaction.strategy": None if failed else event.action,
             "ctxwin.compaction.failed": failed,
@@ -134,8 +154,58 @@ def compaction_attributes(events: Iterable[Event]) -> Attributes:
             "ctxwin.compaction.tokens_before": event.tokens_before,
             "ctxwin.compaction.tokens_after": event.tokens_after,
             "ctxwin.compaction.reason": event.reason,
+            "ctxwin.compaction.summarizer_model": usage.get("model") if usage else None,
+            "ctxwin.compaction.summarizer_calls": usage.get("calls") if usage else None,
+            **(usage_attributes(usage.get("input_tokens"), usage.get("output_tokens")) if usage else {}),
         })
     return {}
+
+
+def summarizer_usage(events: Iterable[Event]) -> dict[str, Any]:
+    """What the summarizer's model calls of these events' compactions reported (`model`, `calls`,
+    `input_tokens`, `output_tokens`, summed); empty when no model wrote a summary (the extractive
+    summarizer calls none)."""
+    total: dict[str, Any] = {}
+    for event in events:
+        usage = event.details.get("summarizer_usage") if event.is_compaction else None
+        if not isinstance(usage, Mapping):
+            continue
+        total["model"] = total.get("model") or usage.get("model")
+        for key in ("calls", "input_tokens", "output_tokens"):
+            total[key] = total.get(key, 0) + int(usage.get(key) or 0)
+    return total
+
+
+def operation_attributes(operation: str, events: Iterable[Event]) -> Attributes:
+    """What an engine call is under the GenAI conventions: its operation, and the usage of the model
+    calls it made itself (a compaction's summary), when it made any."""
+    usage = summarizer_usage(events)
+    return {GEN_AI_OPERATION: ENGINE_OPERATIONS.get(operation, operation),
+            **(usage_attributes(usage.get("input_tokens"), usage.get("output_tokens")) if usage else {})}
+
+
+def response_attributes(data: Mapping[str, Any], stop_reason: str | None = None) -> Attributes:
+    """`gen_ai.response.*` from a provider's answer object: an Anthropic message, a Chat Completions
+    completion (or its last chunk) or a Responses response. `stop_reason`: the finish reason when the
+    caller already knows it (then it is the one reported)."""
+    reasons: list[str] = []
+    if stop_reason:
+        reasons = [stop_reason]
+    elif isinstance(data.get("stop_reason"), str):  # Anthropic
+        reasons = [data["stop_reason"]]
+    elif isinstance(data.get("choices"), list):  # Chat Completions
+        reasons = [c["finish_reason"] for c in data["choices"]
+                   if isinstance(c, Mapping) and isinstance(c.get("finish_reason"), str)]
+    elif isinstance(data.get("status"), str):  # Responses: why it is incomplete, else its status
+        details = data.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, Mapping) else None
+        reasons = [reason if isinstance(reason, str) else data["status"]]
+    response_id, model = data.get("id"), data.get("model")
+    return clean({
+        GEN_AI_RESPONSE_ID: response_id if isinstance(response_id, str) else None,
+        GEN_AI_RESPONSE_MODEL: model if isinstance(model, str) else None,
+        GEN_AI_FINISH_REASONS: reasons or None,
+    })
 
 
 def event_attributes(event: Event) -> Attributes:
@@ -185,13 +255,16 @@ def usage_attributes(input_tokens: int | None, output_tokens: int | None, cache_
     })
 
 
+def model_call_attributes(model: str | None, provider: str | None) -> Attributes:
+    """A span that stands for one model call, under both conventions."""
+    return clean({SPAN_KIND: "LLM", GEN_AI_OPERATION: CHAT, GEN_AI_PROVIDER: provider, GEN_AI_REQUEST_MODEL: model,
+                  LLM_MODEL: model, LLM_PROVIDER: provider})
+
+
 def proxy_start_attributes(api: str, model: str | None, session_id: str | None) -> Attributes:
     """What a proxy request is known to be when it arrives."""
-    return clean({
-        SPAN_KIND: "LLM", GEN_AI_OPERATION: "chat", GEN_AI_PROVIDER: provider_name(api),
-        GEN_AI_REQUEST_MODEL: model, LLM_MODEL: model, LLM_PROVIDER: provider_name(api),
-        "ctxwin.proxy.api": api, **session_attributes(session_id),
-    })
+    return {**model_call_attributes(model, provider_name(api)), "ctxwin.proxy.api": api,
+            **session_attributes(session_id)}
 
 
 def proxy_attributes(entry: ProxyRequestEntry) -> Attributes:

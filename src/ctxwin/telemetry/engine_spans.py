@@ -1,10 +1,12 @@
 """Spans for what an engine does, from its observer hook (`ContextEngine.observers`).
 
 Each `prepare()`, `compact()` and `recover()` becomes one span (`ctxwin.prepare`, `ctxwin.compact`,
-`ctxwin.recover`) with one child per stage that acted (`ctxwin.result_budget`, `ctxwin.mask`,
-`ctxwin.compaction`, `ctxwin.fit`, `ctxwin.repair` ...), made after the call from its recorded
-timings, so the engine never waits on a tracer. The span's parent is whatever span is current
-where the call ran (an agent run, a proxy request, the application's own).
+`ctxwin.recover`; `gen_ai.operation.name` `prepare_context`, `compact_context`, `recover_context`,
+with the usage of a model-written summary when it made one) with one child per stage that acted
+(`ctxwin.result_budget`, `ctxwin.mask`, `ctxwin.compaction`, `ctxwin.fit`, `ctxwin.repair` ...), made
+after the call from its recorded timings, so the engine never waits on a tracer. The span's parent
+is whatever span is current where the call ran (an agent run, a proxy request, the application's
+own).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class EngineSpans:
         span = self.tracer.start_span(name, start_time=observation.started_ns,
                                       attributes={**self.base, "ctxwin.operation": observation.operation})
         prepared = observation.prepared
+        span.set_attributes(a.operation_attributes(observation.operation, prepared.events if prepared else ()))
         if prepared is not None:
             span.set_attributes(a.request_attributes(prepared))
             if observation.recovery is not None:

@@ -51,6 +51,7 @@ from typing import Any, TypeAlias
 
 from ctxwin.messages import Image, Message, Text, ToolCall, ToolResult
 from ctxwin.messages.model import image_problem
+from ctxwin.messages.providers import arguments_object
 from ctxwin.providers.overflow import OverflowPattern
 from ctxwin.testing.scripted import Fault, ModelFn, ModelRequest, Reply
 from ctxwin.tokens import counter_for
@@ -1281,8 +1282,6 @@ class _OutCall:
     def input(self) -> dict[str, Any]:
         """The arguments as Anthropic's `tool_use.input`, which is always an object: raw arguments that
         are not a JSON object are wrapped the way ctxwin's converters read them back."""
-        from ctxwin.messages.providers._common import arguments_object
-
         return dict(arguments_object(self.arguments))
 
 

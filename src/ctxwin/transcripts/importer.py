@@ -17,6 +17,7 @@ from typing import Any
 
 from ctxwin.errors import InputError
 from ctxwin.messages import Message
+from ctxwin.store.entries import ModelChangeEntry
 from ctxwin.store.jsonl import SESSION_FILE, JsonlSessionLog
 from ctxwin.store.session import DEFAULT_ROOT, Session
 from ctxwin.transcripts import load_transcript
@@ -71,7 +72,7 @@ def write_transcript(log: JsonlSessionLog | Any, transcript: Transcript) -> dict
         log.branch(None)
 
     if transcript.model:
-        log.append("model_change", {"model": transcript.model, "source": "import"}, timestamp=fallback)
+        log.append("model_change", ModelChangeEntry(transcript.model, "import").to_payload(), timestamp=fallback)
         counts["model_change"] += 1
     by_index: dict[int, list[CompactionRecord]] = {}
     for record in transcript.compactions:

@@ -92,6 +92,11 @@ class Transcript:
         return sum(len(m.tool_results) for m in self.messages)
 
 
+REPAIR_DETAILS = frozenset({"glued_json_records"})
+"""Counts in `repaired` that say how much a repair recovered (the records a glued line held), not
+repairs of their own."""
+
+
 @dataclass(frozen=True)
 class ReadReport:
     """What reading one session file found wrong with it: the same facts on every command (stderr
@@ -107,6 +112,11 @@ class ReadReport:
     @property
     def is_damaged(self) -> bool:
         return bool(self.warnings)
+
+    @property
+    def repairs(self) -> int:
+        """How many things were repaired: one glued line is one repair, whatever it held."""
+        return sum(n for reason, n in self.repaired.items() if reason not in REPAIR_DETAILS)
 
     def notes(self) -> list[str]:
         """What was repaired with nothing lost, in words."""
@@ -126,7 +136,7 @@ class ReadReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "format": self.format, "messages": self.messages, "damaged": self.damaged,
-                "damaged_total": sum(self.damaged.values()), "repaired": self.repaired,
+                "damaged_total": sum(self.damaged.values()), "repaired": self.repaired, "repairs": self.repairs,
                 "warnings": len(self.warnings)}
 
 

@@ -21,7 +21,15 @@ SWE_AGENT_FORMAT = "swe-agent"
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 SWE_AGENT_FIELDS = ("message_type", "agent", "is_demo")  # SWE-agent's own fields, kept in meta
 ACTION_CALL_PREFIX = "swe_action_"  # ids of the calls made from thought/action steps (then the history index)
-ACTION_TOOL = "bash"  # SWE-agent runs every action in its shell (its commands are installed there)
+ACTION_TOOL = "bash"  # SWE-agent runs every action in its shell (its commands are installed there) ...
+SPECIAL_COMMANDS = ("open", "goto", "scroll_up", "scroll_down", "create", "edit", "insert", "append", "submit",
+                    "search_file", "search_dir", "find_file", "filemap", "str_replace_editor")
+"""... but these are its own commands (file viewer, editor, search, submit): an action that is one
+becomes a call of that name with its arguments parsed (the action itself kept as `action`), so reads,
+edits and the final submit are what they are, not shell lines."""
+SUBMITTED = "(submitted)"
+"""The result of a final action that has no observation after it (the trajectory's `info.submission`,
+the patch, when it has one)."""
 
 
 def read_openai(source: Source) -> Transcript:
@@ -47,18 +55,27 @@ def read_swe_agent(source: Source) -> Transcript:
     log = source.log
     document = source.document()
     history = document.get("history") if isinstance(document, dict) else None
-    if not isinstance(history, list):
+    if not isinstance(document, dict) or not isinstance(history, list):
         raise InputError(f"{source.path} has no 'history' list; not a SWE-agent trajectory",
                          "give a .traj file written by SWE-agent, or pass --format")
-    raw = []
+    raw: list[tuple[str, Any]] = []
     meta_of = {}
     actions = 0
+    found = document.get("info")
+    info: dict[str, Any] = found if isinstance(found, dict) else {}
     for i, entry in enumerate(history):
         where = f"history[{i}]"
         if isinstance(entry, dict):
             meta_of[where] = {k: entry[k] for k in SWE_AGENT_FIELDS if k in entry}
             if _is_action(entry) and i + 1 < len(history) and _is_observation(history[i + 1]):
                 entry = _action_call(entry, f"{ACTION_CALL_PREFIX}{i}")
+                actions += 1
+            elif _is_action(entry) and i == len(history) - 1 and _special(entry["action"])[0] == "submit":
+                # The last step, `submit`, has no observation in the history: its answer is the patch.
+                raw.append((where, _action_call(entry, f"{ACTION_CALL_PREFIX}{i}")))
+                submission = info.get("submission")
+                entry = {"role": "tool", "tool_call_id": f"{ACTION_CALL_PREFIX}{i}",
+                         "content": submission if isinstance(submission, str) and submission else SUBMITTED}
                 actions += 1
             elif i > 0 and _is_action(history[i - 1]) and _is_observation(entry):
                 call_id = f"{ACTION_CALL_PREFIX}{i - 1}"  # the observation of the action before it
@@ -67,7 +84,6 @@ def read_swe_agent(source: Source) -> Transcript:
                 entry = _swe_agent_entry(entry, where, log)
         raw.append((where, entry))
     messages = _convert(raw, log, "swe-", meta_of)
-    info = document.get("info") if isinstance(document.get("info"), dict) else {}
     metadata: dict[str, Any] = {}
     for key in ("exit_status", "model_stats", "swe_agent_version"):
         if info.get(key) is not None:
@@ -108,13 +124,51 @@ def _is_observation(entry: Any) -> bool:
 
 def _action_call(entry: dict[str, Any], call_id: str) -> dict[str, Any]:
     """A thought/action step as the tool call it is: the thought as the text, the action as a call of
-    the shell, so that the observation after it becomes that call's result (and masking, budgets and
-    dedup apply to it). The action's code fence is then not repeated in the text."""
+    one of SWE-agent's commands or of the shell, so that the observation after it becomes that call's
+    result (and masking, budgets and dedup apply to it). The action's code fence is then not repeated
+    in the text."""
     thought = entry.get("thought")
     text = thought.strip() if isinstance(thought, str) else ""
-    arguments = json.dumps({"command": entry["action"]}, ensure_ascii=False)
-    call = {"id": call_id, "type": "function", "function": {"name": ACTION_TOOL, "arguments": arguments}}
+    name, parsed = _special(entry["action"])
+    arguments = json.dumps(parsed, ensure_ascii=False)
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
     return {"role": "assistant", "content": text or None, "tool_calls": [call]}
+
+
+def _special(action: str) -> tuple[str, dict[str, Any]]:
+    """(tool name, arguments) of an action: one of SWE-agent's commands with its arguments named
+    (`open foo.py 40` -> open(path="foo.py", line_number=40), `create x.py`, `edit 3:5` + its text,
+    `submit`, searches), else the shell with the action as its command."""
+    stripped = action.strip()
+    head, _, rest = stripped.partition("\n")
+    words = head.split()
+    name = words[0] if words else ""
+    if name not in SPECIAL_COMMANDS:
+        return ACTION_TOOL, {"command": action}
+    args = words[1:]
+    parsed: dict[str, Any] = {}
+    if name == "open" and args:
+        parsed["path"] = args[0].strip("\"'")
+        if len(args) > 1 and args[1].isdigit():
+            parsed["line_number"] = int(args[1])
+    elif name == "create" and args:
+        parsed["filename"] = args[0].strip("\"'")
+    elif name == "goto" and args and args[0].isdigit():
+        parsed["line_number"] = int(args[0])
+    elif name in ("edit", "insert", "append"):
+        if args:
+            parsed["range"] = args[0]
+        body = rest.rsplit("\nend_of_", 1)[0] if "\nend_of_" in rest else rest.removesuffix("end_of_" + name)
+        if body:
+            parsed["text"] = body
+    elif name in ("search_file", "search_dir", "find_file") and args:
+        parsed["search_term"] = args[0].strip("\"'")
+        if len(args) > 1:
+            parsed["file" if name == "search_file" else "dir"] = args[1].strip("\"'")
+    elif name == "str_replace_editor" and len(args) >= 2:
+        parsed.update(command=args[0], path=args[1].strip("\"'"))
+    parsed["action"] = action
+    return name, parsed
 
 
 def _swe_agent_model(document: dict[str, Any]) -> str | None:
@@ -152,7 +206,7 @@ def _convert(raw: list[tuple[str, Any]], log: ImportLog, prefix: str,
     sources = _sources(good)
     if len(sources) != len(messages):  # the converter grouped differently than expected: keep its output as is
         sources = [[] for _ in messages]
-    out = []
+    out: list[Message] = []
     for message, wheres in zip(messages, sources, strict=True):
         meta: dict[str, Any] = {}
         if wheres:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from ctxwin.messages.model import Message
+from ctxwin.messages.providers._common import RAW_ARGUMENTS, arguments_object
 from ctxwin.messages.providers.anthropic import from_anthropic, to_anthropic
 from ctxwin.messages.providers.openai_chat import from_openai_chat, to_openai_chat
 from ctxwin.messages.providers.openai_responses import from_openai_responses, to_openai_responses
@@ -96,7 +97,9 @@ def _preview(item: Mapping[str, Any]) -> str:
 
 
 __all__ = [
+    "RAW_ARGUMENTS",
     "Format",
+    "arguments_object",
     "detect_format",
     "from_anthropic",
     "from_openai_chat",
