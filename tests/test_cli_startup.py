@@ -80,8 +80,6 @@ def test_inspect_of_a_session_loads_no_integration_client_or_server() -> None:
                             "mcp")) == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 27.2, second half: importing the engine loads numpy, tiktoken and "
-                   "YAML through tokens/ and policies/; made lazy once the branches touching them merge")
 def test_the_engine_loads_its_heavy_parts_on_first_use_only() -> None:
     """Importing the engine loads none of them; appending and preparing for a Claude model then loads the
     estimator's numpy (its first use) and still no exact tokenizer, client, console or integration."""

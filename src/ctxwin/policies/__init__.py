@@ -1,7 +1,7 @@
 """Policies: what each pipeline stage does, as data. `get("ctxwin")` gives a preset; `load(path)`
 reads a TOML file (any subset of fields; `base = "pi"` starts from a preset). The compaction section
 is one model per strategy, chosen by its `strategy` field. Imports: errors and files (the guarded
-reader); YAML through PyYAML for OpenClaw configs."""
+reader); YAML through PyYAML for OpenClaw configs, on first use."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from ctxwin import files
@@ -125,6 +124,8 @@ def from_dict(data: dict[str, Any], *, source: str = "policy", _seen: tuple[str,
 def openclaw_file(path: str | Path) -> Imported:
     """An OpenClaw config file (JSON, or YAML by its `.yaml`/`.yml` name) as a policy on top of the
     `openclaw` preset, with every key it could not map."""
+    import yaml  # only OpenClaw configs are YAML: the policies themselves never need it
+
     text = files.read_text(path)
     try:
         data = yaml.safe_load(text) if str(path).endswith((".yaml", ".yml")) else files.loads_json(text)
