@@ -116,6 +116,8 @@ def test_figures(timed: bool) -> dict[str, Any]:
         out["tests_minutes"] = round((time.perf_counter() - started) / 60, 1)
         out["tests_passed"] = done.returncode == 0
         out["tests_cpus"] = os.cpu_count()
+        if done.returncode:
+            print(f"the test command failed (exit {done.returncode}):\n{done.stdout[-4000:]}", file=sys.stderr)
     return out
 
 

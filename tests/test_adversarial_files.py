@@ -292,7 +292,8 @@ def status(field):
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ':'))
 from ctxwin.transcripts import load_transcript
 from ctxwin.transcripts.inspect import inspect_transcript
-import ctxwin.tokens
+from ctxwin.tokens import counter_for
+counter_for(None).count_text("x")  # the counters load numpy on first use: loaded before the baseline
 before = status('VmRSS')
 report = inspect_transcript(load_transcript(sys.argv[1]))
 print(json.dumps({"before": before, "peak": status('VmHWM'), "messages": report["messages"]}))
