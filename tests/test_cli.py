@@ -246,3 +246,16 @@ def test_describe_says_what_an_interrupt_did() -> None:
 
     line = describe(loop_event("interrupted", 1, 3, None))
     assert line is not None and line.strip() != "interrupted:" and "Ctrl-C" in line
+
+
+def test_a_damage_warning_survives_being_passed_on_as_its_args() -> None:
+    """pytest-xdist (and pickle) rebuild a warning from its args: the README's `pytest -n auto` crashed a
+    worker on every DamagedInputWarning a test let through."""
+    import pickle
+
+    from ctxwin.transcripts.model import DamagedInputWarning, ReadReport
+
+    warning = DamagedInputWarning(ReadReport("s.jsonl", "pi", 3, {"malformed_json": 1}, {}, ["line 2: bad"]))
+    rebuilt = DamagedInputWarning(*warning.args)
+    assert str(rebuilt) == str(warning) and rebuilt.report is None and warning.report is not None
+    assert str(pickle.loads(pickle.dumps(warning))) == str(warning)

@@ -53,7 +53,7 @@ class SessionReads:
                 for warning in caught:
                     if issubclass(warning.category, ResourceWarning):
                         continue  # the collector's notes on objects of whatever ran before: not about the input
-                    if isinstance(warning.message, DamagedInputWarning):
+                    if isinstance(warning.message, DamagedInputWarning) and warning.message.report is not None:
                         report = warning.message.report
                         self.reports.setdefault((report.source, report.format), report)
                     else:
