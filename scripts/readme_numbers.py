@@ -11,7 +11,8 @@ processes, no network):
 - `offline_*`: the scripted fake provider (`python -m ctxwin.testing --script demo`) on a free port and
   the README's `ctxwin run` against it: model calls, compactions (inside the tool loop), how it stopped.
 - `tests_*`: how many tests the README's test command runs (and how many more `--run-slow` adds); with
-  `--tests`, that command's wall time too (minutes of work: run it on a quiet machine for the README).
+  `--tests`, that command's wall time too, and the machine's load average while it ran (minutes of
+  work: run it on a quiet machine for the README).
 
 Without `--write` it prints the figures as one JSON object on its last line; with it, README.md is
 rewritten in place (only the marked figures change).
@@ -43,9 +44,11 @@ def ctxwin(*args: str, cwd: Path | None = None, timeout: float = 900) -> subproc
 
 
 def demo_figures(folder: Path) -> dict[str, Any]:
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     done = ctxwin("demo", "--json", "--quiet", "--keep", str(folder / "session"), "-o", str(folder / "r.html"))
     wall = time.perf_counter() - started
+    load = round((load_before + os.getloadavg()[0]) / 2, 1)  # other jobs on the machine meanwhile
     if done.returncode:
         raise SystemExit(f"ctxwin demo failed: {done.stderr[-2000:]}")
     data = json.loads(done.stdout.splitlines()[-1])
@@ -59,6 +62,7 @@ def demo_figures(folder: Path) -> dict[str, Any]:
         "demo_tokens": session["tokens"],
         "demo_window": window,
         "demo_seconds": round(wall),
+        "demo_load": load,
         "demo_raw_peak": over.get("raw"),
         "demo_over_window": sorted(over),
         "demo_kept_messages": inspect["messages"],
@@ -110,12 +114,14 @@ def test_figures(timed: bool) -> dict[str, Any]:
     lean = collected()
     out: dict[str, Any] = {"tests_default": lean, "tests_slow": everything - lean}
     if timed:
+        load_before = os.getloadavg()[0]
         started = time.perf_counter()
         done = subprocess.run([sys.executable, *TEST_COMMAND, "-p", "no:cacheprovider"], cwd=REPO,
                               capture_output=True, text=True, check=False)
         out["tests_minutes"] = round((time.perf_counter() - started) / 60, 1)
         out["tests_passed"] = done.returncode == 0
         out["tests_cpus"] = os.cpu_count()
+        out["tests_load"] = round((load_before + os.getloadavg()[0]) / 2, 1)  # other jobs on the machine meanwhile
         if done.returncode:
             print(f"the test command failed (exit {done.returncode}):\n{done.stdout[-4000:]}", file=sys.stderr)
     return out
