@@ -1,7 +1,7 @@
 """Policies: what each pipeline stage does, as data. `get("ctxwin")` gives a preset; `load(path)`
 reads a TOML file (any subset of fields; `base = "pi"` starts from a preset). The compaction section
 is one model per strategy, chosen by its `strategy` field. Imports: errors and files (the guarded
-reader); YAML through PyYAML for OpenClaw configs."""
+reader); YAML through PyYAML for OpenClaw configs, on first use."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from ctxwin import files
@@ -129,12 +128,16 @@ def from_dict(data: dict[str, Any], *, source: str = "policy", _seen: tuple[str,
 def openclaw_file(path: str | Path) -> Imported:
     """An OpenClaw config file (JSON, or YAML by its `.yaml`/`.yml` name) as a policy on top of the
     `openclaw` preset, with every key it could not map."""
+    import yaml  # only OpenClaw configs are YAML: the policies themselves never need it
+
     text = files.read_text(path)
     try:
         data = yaml.safe_load(text) if str(path).endswith((".yaml", ".yml")) else files.loads_json(text)
     except (yaml.YAMLError, RecursionError, InputError) as error:
-        raise InputError(f"{path}: not valid {'YAML' if str(path).endswith(('.yaml', '.yml')) else 'JSON'}: "
-                         f"{error}", "fix the file; the keys read are listed in ctxwin.policies.openclaw") from None
+        what = "YAML" if str(path).endswith((".yaml", ".yml")) else "JSON"
+        detail = error.message.removeprefix("not valid JSON: ") if isinstance(error, InputError) else str(error)
+        raise InputError(f"{path}: not valid {what}: {detail}",
+                         "fix the file; the keys read are listed in ctxwin.policies.openclaw") from None
     return from_openclaw(data, get("openclaw"))
 
 

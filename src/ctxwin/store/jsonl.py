@@ -380,7 +380,8 @@ class JsonlSessionLog(TreeReads):
     _chunk = ITER_CHUNK
 
     def __init__(self, directory: str | Path, *, durability: Durability = "fsync", lock_timeout: float | None = 0,
-                 readonly: bool = False, session_id: str | None = None, meta: dict[str, Any] | None = None) -> None:
+                 readonly: bool = False, create: bool = True, session_id: str | None = None,
+                 meta: dict[str, Any] | None = None) -> None:
         started = time.perf_counter()
         if durability not in DURABILITIES:
             raise InputError(f"unknown durability {durability!r}", f"use one of: {', '.join(DURABILITIES)}")
@@ -389,6 +390,7 @@ class JsonlSessionLog(TreeReads):
         self.directory = as_path(directory, "a session folder")
         self.durability = durability
         self.readonly = readonly
+        self._create = create and not readonly
         self.report = OpenReport()
         self._file = self.directory / SESSION_FILE
         self._writer_lock = writer_lock(self.directory)
@@ -425,10 +427,10 @@ class JsonlSessionLog(TreeReads):
         if self.directory.is_file():
             raise InputError(f"{self.directory} is a file; a session is a folder holding {SESSION_FILE}",
                              "give the session's folder (to import a transcript file, use `ctxwin import`)")
-        if self.readonly:
-            if not os.path.lexists(self._file):
-                raise InputError(f"no session at {self.directory} (no {SESSION_FILE})", "check the path")
-        else:
+        if not self._create and not os.path.lexists(self._file):
+            raise InputError(f"no session at {self.directory} (no {SESSION_FILE})",
+                             "check the path (`ctxwin sessions` lists the sessions of a folder)")
+        if not self.readonly:
             hint = "close the other writer first, wait for it (lock_timeout=SECONDS), or open the session read-only"
             try:
                 self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)

@@ -23,6 +23,8 @@ class Handles(Protocol):
 
     def refuse(self, path: str, status: int, message: str) -> Answer: ...
 
+    def stream_cut(self) -> None: ...
+
 
 class Server(ThreadingHTTPServer):
     """Threads serving `fake` on 127.0.0.1:`port` (0: a free one)."""
@@ -76,6 +78,7 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except ConnectionError:  # the client cancelled the stream
             self.close_connection = True
+            cast(Server, self.server).fake.stream_cut()
 
     do_POST = do_GET = do_PUT = do_DELETE = do_PATCH = _serve  # the names http.server dispatches to
 

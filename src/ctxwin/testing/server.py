@@ -101,6 +101,7 @@ class FakeProvider:
         self._requests: list[RecordedRequest] = []
         self._cache = PromptCache()
         self._serial = 0
+        self._streams_cut = 0  # streamed answers whose client left before their last event
         self._generation = 0  # bumped by reset(): a request still in flight then is not recorded after it
         self._server: Server | None = None
         self._thread: threading.Thread | None = None
@@ -193,6 +194,16 @@ class FakeProvider:
     def requests(self) -> list[RecordedRequest]:
         with self._lock:
             return list(self._requests)
+
+    @property
+    def streams_cut(self) -> int:
+        """How many streamed answers the client left before their last event (a cancelled stream)."""
+        with self._lock:
+            return self._streams_cut
+
+    def stream_cut(self) -> None:
+        with self._lock:
+            self._streams_cut += 1
 
     def requests_to(self, path: str) -> list[RecordedRequest]:
         return [r for r in self.requests if r.path == path]

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxwin.errors import InputError
-from ctxwin.tokens.estimator import FAMILIES
+from ctxwin.tokens.families import FAMILIES
 
 ENV_OVERRIDES = "CTXWIN_MODELS"  # path of a TOML file of model overrides
 DEFAULT_CONTEXT_WINDOW = 128_000  # an unknown model is assumed to have a window this small ...
@@ -45,7 +45,7 @@ class ModelInfo:
     name: str
     context_window: int
     max_output: int
-    family: str  # tokenizer family, a key of ctxwin.tokens.estimator.FAMILIES
+    family: str  # tokenizer family, a key of ctxwin.tokens.families.FAMILIES
     provider: str
     known: bool = True  # False: the limits are the conservative default for an unknown model
     encoding: str | None = None  # the exact tiktoken encoding, when the model has a public one
