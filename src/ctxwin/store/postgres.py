@@ -440,7 +440,8 @@ class PostgresSessionLog(TreeReads):
         self._check_open()
         rows = self._query("SELECT max(ts) FROM ctxwin_entries WHERE session_id = %s AND seq < %s",
                            (self.session_id, self._count))
-        return rows[0][0]
+        newest: str | None = rows[0][0]  # a text column
+        return newest
 
     @contextlib.contextmanager
     def compaction_lock(self, timeout: float | None = 0) -> Iterator[None]:
