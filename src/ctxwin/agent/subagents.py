@@ -596,13 +596,13 @@ class SubAgents:
 
     def _open_session(self, parent: Agent, definition: AgentDefinition, label: str | None,
                       number: int) -> tuple[SessionLog, str]:
-        log: Any  # (the stores' `blobs` may be None where SessionLog says BlobStore: a store typing gap)
+        log: SessionLog
         if definition.persistent:
             assert self.state_root is not None  # (_plan refuses a persistent agent without one)
             folder = self.state_root / definition.name / "session"
             log = Session.open(folder, meta={"agent": definition.name, "persistent": True})
         elif self.sessions_root is None:
-            return MemorySessionLog(), f"memory:child-{number}"  # type: ignore[return-value]  # (see above)
+            return MemorySessionLog(), f"memory:child-{number}"
         else:
             parent_id = getattr(parent.engine.session, "session_id", "session")
             folder = self.sessions_root / f"{parent_id}.{label or 'task'}.{number}"
@@ -728,9 +728,9 @@ class SubAgents:
         envelope = Text(FORK_DIRECTIVE.format(tag=FORK_TAG, directive=directive))
         tail = [last, Message("tool", placeholders), Message("user", (envelope,))]
         for message in [*prepared.messages, *tail]:
-            session.append(MessageEntry.kind, MessageEntry(message).to_payload())  # type: ignore[arg-type]
+            session.append(MessageEntry.kind, MessageEntry(message).to_payload())
         calibration = CalibrationEntry(plan.calibration)
-        session.append(calibration.kind, calibration.to_payload())  # type: ignore[arg-type]
+        session.append(calibration.kind, calibration.to_payload())
         engine = ContextEngine(session, model=parent.engine.model, policy=parent.engine.policy,
                                window=parent.engine.window, max_output=parent.engine.max_output,
                                system=prepared.system, tools=prepared.tools)
