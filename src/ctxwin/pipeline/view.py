@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import Any, overload
 
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.pipeline.events import Event
@@ -138,7 +138,13 @@ class MessagesView(Sequence[Message]):
     def __len__(self) -> int:
         return len(self._items)
 
-    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
         if isinstance(index, slice):
             return [item.message for item in self._items[index]]
         return self._items[index].message
