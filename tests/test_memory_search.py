@@ -6,8 +6,11 @@ CLI's JSON lines with refs that memory_get resolves."""
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,10 +18,12 @@ from typer.testing import CliRunner
 
 from ctxwin.cli.main import app
 from ctxwin.memory import HashEmbedder, MemoryIndex, MemoryTools, conversation_search
+from ctxwin.memory import chunks as chunks_module
+from ctxwin.memory import units as units_module
 from ctxwin.memory.chunks import file_chunks, identifier_keys
 from ctxwin.memory.dates import query_spans, resolve_relative
 from ctxwin.memory.hops import link_terms, merge
-from ctxwin.memory.snippets import unit_text
+from ctxwin.memory.snippets import query_stems, shown, stem, unit_text
 from ctxwin.memory.units import text_units
 from ctxwin.messages import user
 from ctxwin.store.in_memory import MemorySessionLog
@@ -113,6 +118,23 @@ def test_a_long_unit_shows_its_matching_lines_first_and_nothing_else() -> None:
     assert shown.startswith("…")
 
 
+_LINE = st.lists(st.sampled_from(["port", "staging", "Caroline", "é", "数据", " ", "x", "🎉", "-"]), max_size=60).map(
+    "".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_LINE, st.text(max_size=300).map(lambda t: t.replace("\n", " "))), min_size=1,
+                max_size=40), st.integers(min_value=16, max_value=1_500),
+       st.sampled_from(["staging port", "x", "数据"]))
+def test_a_shown_unit_never_exceeds_its_room(lines: list[str], room: int, query: str) -> None:
+    # The `…` lines between picked lines count too (they made a unit up to 5 characters too long).
+    text = "\n".join(lines)
+    stems = query_stems(query)
+    body, numbers = unit_text(text, stems, room)
+    assert len(body) <= room and all(1 <= n <= len(lines) for n in numbers)
+    assert len(shown(text, text, text, stems, room).text) <= room
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.integers(min_value=80, max_value=3_000), st.integers(min_value=1, max_value=12),
        st.sampled_from(["pottery", "Caroline support group", "kids", "pet-0001 owner", "nothing at all here"]))
@@ -169,3 +191,92 @@ def test_cli_queries_print_a_json_line_each_with_refs_memory_get_reads(tmp_path:
     with MemoryIndex.open(tmp_path / "i.sqlite", HashEmbedder()) as index:
         got = MemoryTools(root, index).run("memory_get", {"path": hit["ref"]})
     assert "support group" in got.text and got.text in hit["text"]
+
+
+def test_relative_dates_cross_month_and_year_boundaries_and_the_calendars_ends(tmp_path: Path) -> None:
+    new_year = date(2024, 1, 1)  # a Monday
+    labels = [r.label() for r in resolve_relative("yesterday, last month, last week, last year, last Sunday",
+                                                  new_year)]
+    assert labels == ["yesterday = 2023-12-31", "last month = December 2023", "last week = 2023-12-25..2023-12-31",
+                      "last year = 2023", "last Sunday = 2023-12-31"]
+    assert [r.label() for r in resolve_relative("next month, tomorrow", date(2023, 12, 31))] == [
+        "next month = January 2024", "tomorrow = 2024-01-01"]
+    assert [r.label() for r in resolve_relative("two months ago", date(2024, 3, 31))] == [
+        "two months ago = January 2024"]
+    # Before year 1 or after 9999 there is no day: nothing is resolved, nothing raises.
+    assert resolve_relative("see you tomorrow, next year", date(9999, 12, 31)) == []
+    assert resolve_relative("yesterday, a year ago", date(1, 1, 1)) == []
+    assert query_spans("what happened in May 0000 or on 0000-05-01") == []
+    root = _workspace(tmp_path)
+    (root / "memory" / "9999-12-31.md").write_text("See you tomorrow, next year.\n")
+    with MemoryIndex.open(tmp_path / "i.sqlite", HashEmbedder()) as index:
+        assert not index.index_workspace(root).problems
+        assert index.search("what happened in May 0000", k=3) is not None
+        out = MemoryTools(root, index).run("memory_search", {"query": "what happened in May 0000"})
+        assert not out.is_error
+
+
+class _Counting:
+    """A compiled pattern whose matches are counted as they are read."""
+
+    def __init__(self, pattern: object) -> None:
+        self.pattern = pattern
+        self.read = 0
+
+    def finditer(self, text: str) -> Iterator[Any]:
+        for match in self.pattern.finditer(text):  # type: ignore[attr-defined]
+            self.read += 1
+            yield match
+
+
+def test_identifier_keys_read_no_more_matches_than_they_keep(monkeypatch) -> None:
+    # Every appended message goes through this: a tool output of 100,000 paths must not be scanned whole.
+    counting = _Counting(chunks_module.IDENTIFIER)
+    monkeypatch.setattr(chunks_module, "IDENTIFIER", counting)
+    keys = chunks_module.identifier_keys(" ".join(f"src/mod{n}.py" for n in range(100_000)))
+    assert len(keys) == chunks_module.MAX_KEYS and counting.read == chunks_module.MAX_KEYS
+
+
+def test_units_of_a_long_list_cost_linear_work(monkeypatch) -> None:
+    calls = 0
+    real = units_module.speaker_of
+
+    def counted(line: str) -> str | None:
+        nonlocal calls
+        calls += 1
+        return real(line)
+
+    monkeypatch.setattr(units_module, "speaker_of", counted)
+    lines = 96_000
+    text = "\n".join(f"- item number {n} of the list" for n in range(lines))
+    started = time.process_time()
+    units = units_module.text_units(text)
+    spent = time.process_time() - started
+    assert len(units) == lines and calls <= 2 * lines  # each line's speaker read at most twice
+    # CPU time, not wall time, with a wide margin both ways: linear work is about 1 s here; the list
+    # membership tests that were there (quadratic) took about 40 s. Not a timing test: a bound on work.
+    assert spent < 15
+
+
+def test_a_long_question_keeps_the_short_name_it_quotes(tmp_path: Path) -> None:
+    # Only the 16 longest words of a query were counted: a long question lost 'Rex' to its longer
+    # words, and found every address but the pet.
+    question = ("Among all people who live in the same state as the owner of the pet named 'Rex', who owns the most "
+                "vehicles? If there's a tie, who has the most credit cards? If still tied, who has the highest "
+                "total bank balance, counting every account?")
+    root = _workspace(tmp_path)
+    (root / "memory" / "counts.md").write_text("\n\n".join(  # the long words are common, 'Rex' is rare
+        f"Account {n} of the owner named there: vehicles, credit cards, bank balance, in the same state."
+        for n in range(40)))
+    with MemoryIndex.open(tmp_path / "i.sqlite", HashEmbedder()) as index:
+        index.index_workspace(root)
+        hits = index.search(question, k=1, mode="bm25", context=False)
+    assert hits and "name: Rex" in hits[0].text
+
+
+def test_a_word_and_its_plural_share_a_stem() -> None:
+    # `vehicles` lost its `es` and `vehicle` nothing: a line of vehicles never matched "vehicle".
+    pairs = [("vehicle", "vehicles"), ("state", "states"), ("box", "boxes"), ("match", "matches"), ("city", "cities"),
+             ("paint", "painted"), ("glass", "glasses"), ("price", "priced")]
+    assert all(stem(a) == stem(b) for a, b in pairs), [(stem(a), stem(b)) for a, b in pairs]
+    assert unit_text("a\n" * 200 + "vehicle_id: veh-0001", query_stems("how many vehicles"), 40)[1] == (201,)

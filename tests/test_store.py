@@ -94,7 +94,7 @@ def test_branches_and_paths(open_log: Opener) -> None:
     d = log.append("label", {"n": "d"})
     e = log.append("message", {"n": "e"}, parent_id=b.id)
     log.branch(None)
-    root2 = log.append("checkpoint", {"n": "r2"})
+    root2 = log.append("label", {"n": "r2"})  # any kind; "checkpoint" is no longer one (never written)
     assert [x.id for x in log.path(c.id)] == [a.id, b.id, c.id]
     assert [x.id for x in log.path(d.id)] == [a.id, d.id]
     assert [x.id for x in log.path(e.id)] == [a.id, b.id, e.id]

@@ -25,7 +25,7 @@ import numpy as np
 import re2
 
 from ctxwin.errors import MemoryIndexError
-from ctxwin.memory.chunks import _SEPARATORS, IDENTIFIER, Chunk
+from ctxwin.memory.chunks import IDENTIFIER, Chunk, whole_key
 from ctxwin.memory.snippets import STOPWORDS
 from ctxwin.memory.vectors import VectorScan
 from ctxwin.paths import re2_options
@@ -46,6 +46,8 @@ DOC_COUNT_CACHE = 100_000
 BUSY_TIMEOUT_MS = 10_000
 """How long a connection waits for another process's write lock before failing."""
 _TOKEN = re2.compile(r"[\pL\pN\pM]+", re2_options())  # unicode61 splits on "_" too
+_ANCHOR = re2.compile(r"(?:^|[^\pL\pN'])'([^'\n]{1,80})'(?:$|[^\pL\pN])|\"([^\"\n]{1,80})\"|"
+                      r"[^.!?\s]\s+(\p{Lu}[\pL\pN]*)", re2_options())
 _CJK = re2.compile(r"[\x{3040}-\x{30ff}\x{3400}-\x{4dbf}\x{4e00}-\x{9fff}\x{ac00}-\x{d7af}\x{f900}-\x{faff}]+",
                    re2_options())
 
@@ -91,7 +93,13 @@ def identifiers(query: str) -> list[str]:
 
 def whole_identifiers(query: str) -> list[str]:
     """The query's identifiers as the fields hold them whole (`pers-0001` is `pers0001`)."""
-    return list(dict.fromkeys(_SEPARATORS.sub("", m).lower() for m in IDENTIFIER.findall(query)))
+    return list(dict.fromkeys(whole_key(m) for m in IDENTIFIER.findall(query)))
+
+
+def anchor_terms(query: str) -> set[str]:
+    """The words of what a query quotes ('Tara', "7D U3378") and of its capitalised words after the
+    first of a sentence (names): the words a long question must not lose to its longer ones."""
+    return {t for groups in _ANCHOR.findall(query) for part in groups if part for t in query_terms(part)}
 
 
 def fts_query(terms: Sequence[str], phrases: Sequence[str] = ()) -> str | None:
@@ -141,6 +149,16 @@ class Backend(Protocol):
     def add_chunks(self, chunks: Sequence[Chunk], vectors: np.ndarray | None) -> int: ...
 
     def text_search(self, query: str, k: int, filters: Filters) -> dict[int, float]: ...
+
+    def holding(self, phrases: Sequence[str], k: int, filters: Filters) -> dict[int, float]:
+        """The `k` chunks that hold any of `phrases` in their text or fields, by BM25: each phrase is
+        words as `query_terms` gives them (a whole identifier, `whole_key`, is one word). For the
+        search agent's links, where `text_search`'s word budget would keep only the rarest few."""
+        ...
+
+    def count_holding(self, phrase: str, limit: int) -> int:
+        """How many chunks hold `phrase` (as in `holding`), counted up to `limit`."""
+        ...
 
     def vector_search(self, query: np.ndarray, k: int, filters: Filters) -> list[tuple[int, float]]: ...
 
@@ -381,6 +399,24 @@ class SqliteBackend:
                 found[key] = max(found.get(key, 0.0), float(relevance))
         return found
 
+    def holding(self, phrases: Sequence[str], k: int, filters: Filters) -> dict[int, float]:
+        expression = fts_query([p for p in phrases if p.strip()])
+        if expression is None:
+            return {}
+        where, params = _where(filters)
+        rank = f"bm25(chunks_fts, 1.0, {float(self.fields_weight)!r})"
+        sql = (f"SELECT c.key, -{rank} FROM chunks_fts JOIN chunks c ON c.key = chunks_fts.rowid "
+               f"WHERE chunks_fts MATCH ?{where} ORDER BY {rank} LIMIT ?") if where else \
+            f"SELECT rowid, -{rank} FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY {rank} LIMIT ?"
+        return {int(key): float(relevance) for key, relevance in self.conn.execute(sql, [expression, *params, k])}
+
+    def count_holding(self, phrase: str, limit: int) -> int:
+        expression = fts_query([phrase]) if phrase.strip() else None
+        if expression is None:
+            return 0
+        return int(self.conn.execute("SELECT count(*) FROM (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? "
+                                     "LIMIT ?)", (expression, limit)).fetchone()[0])
+
     def _doc_counts(self, terms: Sequence[str]) -> dict[str, int]:
         """Chunks holding each word, counted up to `POSTINGS_BUDGET + 1` (all a query plan needs to
         know): a count stops walking the word's postings there, where fts5vocab would walk them all.
@@ -407,17 +443,20 @@ class SqliteBackend:
         """The FTS5 expression for `query`: its words that occur in the index, rarest first, while the
         rows they would rank stay within `POSTINGS_BUDGET` (and at most `MAX_QUERY_TERMS` of them),
         plus each identifier as a phrase when its words fit the budget too."""
-        # Longer words first: they are the rarer ones, and each costs a look-up.
+        # Each word costs a look-up, so only so many are counted: what the query quotes or names
+        # first (a long question's 'Tara' was dropped for its 16 longest words), then longer words,
+        # the rarer ones.
         asked = query_terms(query)
         content = [t for t in asked if t not in STOPWORDS]
+        anchors = anchor_terms(query)
         # Question words ("what", "did") rank a chunk for sharing them only where they are rare, as
         # in a small index: they are asked for only when the query has nothing else.
         terms = sorted(dict.fromkeys([*whole_identifiers(query), *(content or asked)]),
-                       key=lambda t: (-len(t), t))[:2 * MAX_QUERY_TERMS]
+                       key=lambda t: (t not in anchors, -len(t), t))[:2 * MAX_QUERY_TERMS]
         phrases = identifiers(query)
         words = {w for p in phrases for w in p.split()}
         counts = self._doc_counts(list(dict.fromkeys([*terms, *words])))
-        present = sorted((t for t in terms if counts.get(t)), key=lambda t: (counts[t], t))
+        present = sorted((t for t in terms if counts.get(t)), key=lambda t: (counts[t], t not in anchors, t))
         kept: list[str] = []
         rows = 0
         for term in present[:MAX_QUERY_TERMS]:

@@ -44,7 +44,8 @@ IDENTIFIER = re2.compile(r"[\pL\pN]+(?:[-_./:#@][\pL\pN]+)+", re2_options())
 whatever it holds (Python's `re` took 8.8 s on a 16,000-character word)."""
 _CAMEL = re2.compile(r"\b[\pL\pN]*\p{Ll}\p{Lu}[\pL\pN]*", re2_options())
 _CAMEL_PART = re2.compile(r"\p{Lu}?[\p{Ll}\pN]+|\p{Lu}+(?:$|[^\p{Ll}])", re2_options())
-_SEPARATORS = re2.compile(r"[-_./:#@]+", re2_options())
+_SEPARATORS = str.maketrans("", "", "-_./:#@")
+"""The characters IDENTIFIER joins words with, dropped to keep an identifier whole."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,17 +122,23 @@ def split_lines(text: str, chunk_tokens: int = CHUNK_TOKENS,
     return out
 
 
+def whole_key(identifier: str) -> str:
+    """An identifier as the fields hold it: separators dropped, lowercase (`pers-0001` is `pers0001`)."""
+    return identifier.translate(_SEPARATORS).lower()
+
+
 def identifier_keys(text: str, limit: int = MAX_KEYS) -> list[str]:
-    """The identifiers of `text` kept whole (separators dropped: `pers-0001` is `pers0001`) and the
-    words of its camelCase names (`parseHttpRequest` gives `parse http request`): what a full-text
-    tokenizer that splits on punctuation and lowercases would otherwise lose."""
+    """The identifiers of `text` kept whole (`whole_key`) and the words of its camelCase names
+    (`parseHttpRequest` gives `parse http request`): what a full-text tokenizer that splits on
+    punctuation and lowercases would otherwise lose. Matches are read lazily and stop at the limit:
+    this runs on every message appended, and a tool output may hold thousands of paths."""
     keys: list[str] = []
-    for match in IDENTIFIER.findall(text):
-        keys.append(_SEPARATORS.sub("", match).lower())
+    for match in IDENTIFIER.finditer(text):
+        keys.append(whole_key(match.group(0)))
         if len(keys) >= limit:
             break
-    for match in _CAMEL.findall(text):
-        parts = [p.lower() for p in _CAMEL_PART.findall(match)]
+    for match in _CAMEL.finditer(text):
+        parts = [p.lower() for p in _CAMEL_PART.findall(match.group(0))]
         if len(parts) > 1:
             keys.append(" ".join(parts))
         if len(keys) >= 2 * limit:

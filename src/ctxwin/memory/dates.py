@@ -182,7 +182,10 @@ def resolve_relative(text: str, day: date | None) -> list[Resolved]:
         if key in seen:
             continue
         seen.add(key)
-        span = _resolve(phrase, day)
+        try:
+            span = _resolve(phrase, day)
+        except (ValueError, OverflowError):  # before year 1 or after 9999: no such day to search by
+            span = None
         if span is not None:
             out.append(Resolved(phrase, *span))
         if len(out) >= MAX_RELATIVE:
@@ -215,5 +218,8 @@ def query_spans(query: str) -> list[tuple[date, date]]:
     for match in _MONTH_YEAR.finditer(query):
         if any(start <= match.start() < end for start, end in taken):
             continue
-        spans.append(_month_span(int(match.group(2)), MONTHS[match.group(1).lower()]))
+        try:
+            spans.append(_month_span(int(match.group(2)), MONTHS[match.group(1).lower()]))
+        except ValueError:  # "May 0000": no such month
+            continue
     return spans

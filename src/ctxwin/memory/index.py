@@ -14,9 +14,10 @@ vectors; opened with another, it re-embeds every chunk before the first search.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import date
 from pathlib import Path
@@ -24,14 +25,32 @@ from typing import Any
 
 import numpy as np
 
-from ctxwin.errors import InputError, MemoryIndexError
+from ctxwin.errors import InputError, MemoryIndexError, ProviderError
 from ctxwin.files import BINARY_REFUSAL, FileLimits, is_binary, read_bytes
-from ctxwin.memory.backend import Backend, Filters, SqliteBackend
+from ctxwin.memory.backend import Backend, Filters, SqliteBackend, query_terms
 from ctxwin.memory.chunks import IDENTIFIER, Chunk, entry_chunks, file_chunks, text_hash
 from ctxwin.memory.dates import query_spans, resolve_relative, timestamp_day
 from ctxwin.memory.embed import Embedder, default_embedder
 from ctxwin.memory.files import FileScope, memory_files, workspace_files
-from ctxwin.memory.hops import HOP_READ, MAX_HOPS, hop_query, link_terms, merge
+from ctxwin.memory.hops import (
+    FOLLOW_UNITS,
+    HOP_READ,
+    LINK_MAX_UNITS,
+    MAX_HOPS,
+    Rewrite,
+    carries,
+    entities,
+    head_key,
+    holds_value,
+    hop_query,
+    is_link_key,
+    link_keys,
+    link_terms,
+    links,
+    merge,
+    quoted,
+    rank_entities,
+)
 from ctxwin.memory.sandbox import Confined
 from ctxwin.memory.scoring import (
     CANDIDATE_MULTIPLIER,
@@ -49,6 +68,7 @@ from ctxwin.memory.snippets import CHARS_PER_RESULT, MIN_RESULT_CHARS, query_ste
 from ctxwin.paths import deny_match
 from ctxwin.store.base import Entry
 
+LOG = logging.getLogger(__name__)
 FILE_LIMITS = FileLimits(max_bytes=64 * 1024 * 1024, allow_hard_links=False)
 """The largest file the index reads (memory notes are small; a larger file is reported and skipped);
 a hard-linked file is reported and skipped too (its other names may be outside the folder)."""
@@ -59,8 +79,6 @@ MAX_RESULTS = 100
 DATE_BOOST = 0.5
 """A unit dated within a day or month the query names scores this much more ("what did Caroline say
 in May 2023")."""
-Rewrite = Callable[[str, list[str]], str]
-"""An optional query rewriter for hops (an LLM, a summarizer): (question, best texts) → next query."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,26 +333,52 @@ class MemoryIndex:
 
     def _search(self, query: str, plan: _Plan) -> list[SearchResult]:
         ranked, chunks = self._rank(query, plan, plan.mode)
+        if plan.hops > 1:
+            ranked = anchored_first(ranked, chunks, query)
         lists = [[(s.key, s.score) for s in ranked]]
         scored = {s.key: s for s in ranked}
         asked: list[str] = []
+        followed: set[str] = set()
+        counts: dict[str, int] = {}
+        frontier = [s.key for s in ranked[:1]]
+        start = chunks[frontier[0]].text if frontier else ""
+        found_by_links: dict[int, Chunk] = {key: chunks[key] for key in frontier}
+        linked = False
+        rewrite = plan.rewrite
         for _ in range(plan.hops - 1):
-            texts = [chunks[key].text for key, _ in lists[-1][:HOP_READ] if key in chunks]
-            if plan.rewrite is not None:
-                follow = plan.rewrite(query, texts).strip()
-                terms = [follow] if follow and follow not in asked else []
+            best = [chunks[key].text for key, _ in lists[-1][:HOP_READ] if key in chunks]
+            follow = _rewritten(rewrite, query, best)
+            keys: list[str] = []
+            values: list[tuple[str, str]] = []
+            if follow is None:
+                rewrite = None  # none, or its model failed: the hops go on with their own links
+                keys, values = links(query, [(chunks[key].text, chunks[key].fields) for key in frontier],
+                                     lambda x: self._count(x, counts), followed)
+            if keys or values:
+                more, found = self._follow(keys, values, plan)
+                linked = True
+                found_by_links.update((s.key, found[s.key]) for s in more)
+                frontier = [s.key for s in more]
             else:
-                terms = link_terms(query, texts, asked)
-            if not terms:
-                break
-            asked.extend(terms)
-            # A follow-up query is ids and names: full text finds them, meaning would only blur them.
-            more, found = self._rank(hop_query(terms), plan, "bm25" if plan.mode == "hybrid" else plan.mode)
+                if follow is not None:
+                    terms = [follow] if follow and follow not in asked else []
+                else:
+                    terms = link_terms(query, best, asked)
+                if not terms:
+                    break
+                asked.extend(terms)
+                # A follow-up query is ids and names: full text finds them, meaning would only blur them.
+                more, found = self._rank(hop_query(terms), plan, "bm25" if plan.mode == "hybrid" else plan.mode)
+                frontier = [s.key for s in more[:HOP_READ]]
             chunks.update(found)
             lists.append([(s.key, s.score) for s in more])
             for s in more:
                 scored.setdefault(s.key, s)
+            if not more:
+                break
         merged = merge(lists) if len(lists) > 1 else [(key, score, 1) for key, score in lists[0]]
+        if linked:
+            merged = self._entities_first(query, merged, found_by_links, start, chunks, scored, plan)
         stems = query_stems(" ".join([query, *asked]))
         results: list[SearchResult] = []
         remaining = plan.max_chars
@@ -355,6 +399,50 @@ class MemoryIndex:
                 chunk.timestamp, chunk.id, chunk.speaker, tuple(r.label() for r in resolve_relative(chunk.text, day)),
                 hop))
         return results
+
+    def _count(self, link: str, counts: dict[str, int]) -> int:
+        """Units holding a (whole) link key or a value (up to one more than a link may have), once per search."""
+        if link not in counts:
+            counts[link] = self.backend.count_holding(_phrase(link), LINK_MAX_UNITS + 1)
+        return counts[link]
+
+    def _follow(self, keys: Sequence[str], values: Sequence[tuple[str, str]],
+                plan: _Plan) -> tuple[list[Scored], dict[int, Chunk]]:
+        """Every unit (up to `FOLLOW_UNITS`) that carries one of the keys or holds one of the values
+        as a `key: value` line, best first (one query for all of them: `Backend.holding`)."""
+        phrases = [*keys, *(_phrase(v) for _, v in values)]
+        relevance = self.backend.holding(phrases, FOLLOW_UNITS, plan.filters)
+        chunks = self.backend.fetch(sorted(relevance))
+        kept = {key: r for key, r in relevance.items()
+                if key in chunks and carries(chunks[key].text, chunks[key].fields, keys, values)}
+        scores = normalize_text(kept)
+        ranked = sorted((Scored(key, scores[key], scores[key], 0.0) for key in kept), key=lambda s: (-s.score, s.key))
+        return ranked[:FOLLOW_UNITS], chunks
+
+    def _entities_first(self, query: str, merged: list[tuple[int, float, int]], units: dict[int, Chunk],
+                        start: str, chunks: dict[int, Chunk], scored: dict[int, Scored],
+                        plan: _Plan) -> list[tuple[int, float, int]]:
+        """When the links led to several entities: each best entity's own unit first, then the rest."""
+        groups = entities({key: chunk.fields for key, chunk in units.items()})
+        if len(groups) < 2:
+            return merged
+        best = rank_entities(query, groups, {key: chunk.text for key, chunk in units.items()}, start)[:plan.k]
+        relevance = self.backend.holding(best, FOLLOW_UNITS, plan.filters)
+        found = self.backend.fetch(sorted(relevance))
+        chunks.update(found)
+        own: dict[str, int] = {}
+        for key in sorted(relevance, key=lambda key: (-relevance[key], key)):  # the short own units rank high
+            if key in found and set(best) - set(own):
+                entity = head_key(found[key].text)
+                if entity in best and entity not in own:
+                    own[entity] = key
+        heads: list[tuple[int, float, int]] = []
+        for rank, entity in enumerate(e for e in best if e in own):
+            score = 1.0 - rank / (2 * len(best))
+            heads.append((own[entity], score, plan.hops))
+            scored.setdefault(own[entity], Scored(own[entity], score, score, 0.0))
+        taken = {key for key, _, _ in heads}
+        return heads + [row for row in merged if row[0] not in taken]
 
     def _rank(self, query: str, plan: _Plan, mode: Mode) -> tuple[list[Scored], dict[int, Chunk]]:
         """The candidates of one query, fused and filtered, best first, with their chunks."""
@@ -424,6 +512,33 @@ class _Plan:
 def _within(timestamp: str | None, spans: Sequence[tuple[date, date]]) -> bool:
     day = timestamp_day(timestamp)
     return day is not None and any(start <= day <= end for start, end in spans)
+
+
+def _rewritten(rewrite: Rewrite | None, query: str, texts: list[str]) -> str | None:
+    """The rewriter's follow-up query; None without one, or when its model failed (the search goes on
+    with its own follow-up: the rewriter is an option, the search must not fail for it)."""
+    if rewrite is None:
+        return None
+    try:
+        return rewrite(query, texts).strip()
+    except ProviderError as error:
+        LOG.warning("memory search: the query rewriter failed (%s); hops go on without it", error.message)
+        return None
+
+
+def _phrase(link: str) -> str:
+    """A link key (whole already: `pers0045`) or a value as the full-text index holds it: its words."""
+    return link if " " not in link and is_link_key(link) and not link_keys(link) else " ".join(query_terms(link))
+
+
+def anchored_first(ranked: list[Scored], chunks: dict[int, Chunk], query: str) -> list[Scored]:
+    """The units that hold a value the query quotes as a whole field value ('Tara': `name: Tara`)
+    first, in their order: a chained question starts from the thing it names exactly."""
+    anchors = quoted(query)
+    if not anchors:
+        return ranked
+    exact = [s for s in ranked if any(holds_value(chunks[s.key].text, a) for a in anchors)]
+    return exact + [s for s in ranked if s not in exact]
 
 
 def exact_first(text: dict[int, float], chunks: dict[int, Chunk], query: str) -> dict[int, float]:

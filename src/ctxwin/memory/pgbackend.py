@@ -18,7 +18,7 @@ import numpy as np
 import re2
 
 from ctxwin.errors import InputError, MemoryIndexError
-from ctxwin.memory.backend import FIELDS_WEIGHT, Filters, cjk_runs, whole_identifiers
+from ctxwin.memory.backend import FIELDS_WEIGHT, SCHEMA_VERSION, Filters, cjk_runs, whole_identifiers
 from ctxwin.memory.chunks import IDENTIFIER, Chunk
 from ctxwin.memory.vectors import VectorScan
 from ctxwin.paths import re2_options
@@ -48,6 +48,16 @@ _LOCK = int.from_bytes(hashlib.blake2b(b"ctxwin:memory:schema", digest_size=8).d
 
 def _tokens(query: str) -> list[str]:
     return list(dict.fromkeys(t.lower() for t in _TOKEN.findall(query)))
+
+
+def _phrases(phrases: Sequence[str]) -> str | None:
+    """A tsquery matching any of the phrases (each its words in order)."""
+    parts = []
+    for phrase in phrases:
+        words = [w for w in _tokens(phrase) if w]
+        if words:
+            parts.append("(" + " <-> ".join("'" + w.replace("'", "''").replace("\\", "") + "'" for w in words) + ")")
+    return " | ".join(parts) or None
 
 
 def _chunk(r: Sequence[Any]) -> Chunk:
@@ -90,12 +100,35 @@ class PostgresBackend:
         with self.conn.transaction():
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
             self.conn.execute(_SCHEMA)
+            self.recreated = self._check_version()
         self.pgvector = self._setup_pgvector() if use_pgvector in (None, True) else False
         if use_pgvector and not self.pgvector:
             raise MemoryIndexError("this PostgreSQL server has no pgvector extension",
                                    "install pgvector on the server, or pass use_pgvector=None to fall back")
         self._scan = VectorScan(dims)
         self._scan_version: tuple[int, str] | None = None
+
+    def _check_version(self) -> bool:
+        """Forgets this index's rows when another chunking wrote them (the version in its meta differs,
+        or rows without one: written before versions were kept): the shared tables take the new
+        columns, but old chunks would stay (their files' hashes are unchanged) with empty fields.
+        The caller reindexes from the files and logs (`recreated`). Under the schema lock."""
+        row = self.conn.execute("SELECT value FROM ctxwin_memory_meta WHERE name = %s AND key = 'schema'",
+                                (self.name,)).fetchone()
+        stale = False
+        if row is None:
+            stale = self.conn.execute("SELECT 1 FROM ctxwin_memory_chunks WHERE name = %s LIMIT 1",
+                                      (self.name,)).fetchone() is not None
+        elif row[0] != SCHEMA_VERSION:
+            stale = True
+        if stale:
+            for table in ("ctxwin_memory_chunks", "ctxwin_memory_files", "ctxwin_memory_meta"):
+                self.conn.execute(f"DELETE FROM {table} WHERE name = %s", (self.name,))
+            self._bump()
+        if row is None or stale:
+            self.conn.execute("INSERT INTO ctxwin_memory_meta VALUES (%s, 'schema', %s) ON CONFLICT (name, key) "
+                              "DO UPDATE SET value = excluded.value", (self.name, SCHEMA_VERSION))
+        return stale
 
     def _setup_pgvector(self) -> bool:
         """Creates the extension and the vector column when the server has pgvector."""
@@ -206,7 +239,7 @@ class PostgresBackend:
         with self.conn.transaction():
             self.conn.execute("DELETE FROM ctxwin_memory_chunks WHERE name = %s", (self.name,))
             self.conn.execute("DELETE FROM ctxwin_memory_files WHERE name = %s", (self.name,))
-            self.conn.execute("DELETE FROM ctxwin_memory_meta WHERE name = %s", (self.name,))
+            self.conn.execute("DELETE FROM ctxwin_memory_meta WHERE name = %s AND key <> 'schema'", (self.name,))
             self._bump()
 
     # -- reads
@@ -221,6 +254,26 @@ class PostgresBackend:
         with self.conn.transaction():
             self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield
+
+    def holding(self, phrases: Sequence[str], k: int, filters: Filters) -> dict[int, float]:
+        expression = _phrases(phrases)
+        if expression is None:
+            return {}
+        where, params = _where(filters)
+        rows = self.conn.execute(
+            f"SELECT key, ts_rank_cd(tsv, q) + {FIELDS_WEIGHT!r} * ts_rank_cd(ftsv, q) FROM ctxwin_memory_chunks, "
+            f"to_tsquery('simple', %s) q WHERE name = %s AND (tsv @@ q OR ftsv @@ q){where} ORDER BY 2 DESC, key "
+            "LIMIT %s", [expression, self.name, *params, k])
+        return {int(key): float(rank) for key, rank in rows}
+
+    def count_holding(self, phrase: str, limit: int) -> int:
+        expression = _phrases([phrase])
+        if expression is None:
+            return 0
+        row = self.conn.execute("SELECT count(*) FROM (SELECT 1 FROM ctxwin_memory_chunks, to_tsquery('simple', %s) q "
+                                "WHERE name = %s AND (tsv @@ q OR ftsv @@ q) LIMIT %s) s",
+                                (expression, self.name, limit)).fetchone()
+        return int(row[0]) if row else 0
 
     def text_search(self, query: str, k: int, filters: Filters) -> dict[int, float]:
         where, params = _where(filters)

@@ -73,11 +73,13 @@ def _int(description: str, minimum: int = 0, default: int | None = None) -> dict
 def _hops() -> dict[str, Any]:
     return {"type": "integer", "minimum": 1, "maximum": MAX_HOPS, "default": 1, "description": (
         "Look-ups chained for you: 1 for a plain search; 2-4 for a question that goes through one thing to "
-        "another (the owner of X, then where that owner lives, ...): each hop searches again for the ids, "
-        "names, dates and files the best hits mention.")}
+        "another (the owner of X, then where that owner lives, ...): each hop follows the ids and the values of "
+        "the fields your question names that the hits hold (else their names, dates, files) to every note that "
+        "holds them; when that leads to several people or things, the ones whose notes match your question "
+        "best come first.")}
 
 
-def _max_chars(per: int) -> dict[str, Any]:
+def _max_chars() -> dict[str, Any]:
     return {"type": "integer", "minimum": MIN_RESULT_CHARS, "description": (
         f"Characters of text for all hits together (default {CHARS_PER_RESULT} per hit asked for): each hit "
         "shows its matching lines first.")}
@@ -104,7 +106,7 @@ SPECS: dict[str, MemoryToolSpec] = {s.name: s for s in (
             "min_score": {"type": "number", "minimum": 0, "maximum": 1, "default": MIN_SCORE,
                           "description": "Drop hits scoring below this (0-1)."},
             "hops": _hops(),
-            "max_chars": _max_chars(CHARS_PER_RESULT),
+            "max_chars": _max_chars(),
         }, ["query"])),
     MemoryToolSpec("memory_get", (
         "Read lines of a memory file (MEMORY.md or memory/...), after memory_search found it. A missing file "
@@ -146,7 +148,7 @@ SPECS: dict[str, MemoryToolSpec] = {s.name: s for s in (
             "all_sessions": {"type": "boolean", "default": False,
                              "description": "Also search the workspace's other sessions."},
             "hops": _hops(),
-            "max_chars": _max_chars(CHARS_PER_RESULT),
+            "max_chars": _max_chars(),
         }, ["query"])),
     MemoryToolSpec("open_files", (
         "Open files into your working set (shown at the end of your context until closed). The number of open "
