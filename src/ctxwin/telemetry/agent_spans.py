@@ -29,12 +29,14 @@ import json
 import threading
 import warnings
 from collections.abc import Callable, Mapping
+from contextvars import Token
 from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from ctxwin.agent.events import (
     AssistantMessage,
@@ -69,9 +71,9 @@ arguments, an error's text, the repeated call a limit names, a sub-agent's task)
 
 @dataclass(eq=False)  # compared by identity: each is one open span
 class _Open:
-    span: Any
+    span: Span
     kind: str  # "run" | "subagent"
-    token: object
+    token: Token[Context] | None  # set by _push, when the span becomes the thread's current one
     session: str | None = None
     pending: dict[str, list[str]] = field(default_factory=dict)  # task call id -> its tasks (truncated)
     model_calls: int = 0
@@ -79,7 +81,7 @@ class _Open:
     compactions: int = 0
     overflows: int = 0
     start_stats: tuple[int, int] = (0, 0)
-    call: Any = None  # the model call in flight, if any
+    call: Span | None = None  # the model call in flight, if any
     call_stats: tuple[int, int] = (0, 0)
 
 
@@ -323,7 +325,8 @@ class AgentSpans:
                 top.call = None
             if top is not opened:
                 top.span.end()
-            otel_context.detach(top.token)  # type: ignore[arg-type]
+            if top.token is not None:  # (always: only _push puts spans on a stack)
+                otel_context.detach(top.token)
             with self._lock:
                 if top in self._open:
                     self._open.remove(top)
