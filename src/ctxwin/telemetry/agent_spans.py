@@ -31,12 +31,12 @@ import warnings
 from collections.abc import Callable, Mapping
 from contextvars import Token
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from ctxwin.agent.events import (
     AssistantMessage,
@@ -59,6 +59,9 @@ from ctxwin.agent.events import (
 from ctxwin.tokens import model_info
 
 from . import attributes as a
+
+if TYPE_CHECKING:
+    from ctxwin.providers import Completion
 
 Sink = Callable[[LoopEvent], None]
 ENDS = (Done, Limit, RunInterrupted, RunError)
@@ -93,10 +96,10 @@ class AgentSpans:
     `capture_content`: let spans carry content (`CONTENT_KEYS`). `engine_spans`: the engine is
     instrumented too, so its pipeline events are on its own spans and are not repeated here."""
 
-    def __init__(self, tracer: Any, *, session_id: str | None = None, agent_name: str | None = None,
+    def __init__(self, tracer: Tracer, *, session_id: str | None = None, agent_name: str | None = None,
                  model: str | None = None, then: Sink | None = None, stats: RunStats | None = None,
                  capture_content: bool = False, engine_spans: bool = False,
-                 completion: Callable[[], Any] | None = None) -> None:
+                 completion: Callable[[], Completion | None] | None = None) -> None:
         self.tracer = tracer
         self.capture_content = capture_content
         self.engine_spans = engine_spans
