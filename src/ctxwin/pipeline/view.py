@@ -17,6 +17,7 @@ from typing import Any, overload
 
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.pipeline.events import Event
+from ctxwin.store.base import BlobStore
 from ctxwin.tokens.base import TokenCounter
 
 
@@ -75,7 +76,7 @@ class StageContext:
     system_tokens: int = 0
     now: float | None = None
     last_call_at: float | None = None
-    blobs: Any = None  # a BlobStore, when the session has one
+    blobs: BlobStore | None = None  # when the session has one
     calls: Mapping[str, ToolCall] = field(default_factory=dict)
     """Every tool call of the session by id (results name their call only by id)."""
     pins: frozenset[str] = frozenset()
