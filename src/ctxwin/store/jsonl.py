@@ -52,7 +52,7 @@ import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, BinaryIO, Literal, NoReturn
 
 from ctxwin.errors import CtxwinError, EntryFormatError, InputError
 from ctxwin.store import jsonl_index as ix
@@ -390,7 +390,7 @@ class JsonlSessionLog(TreeReads):
         self._writer_lock = writer_lock(self.directory)
         self._mutex = threading.RLock()  # appends vs. the group-commit thread
         self._runtime_problems: list[StoreProblem] = []  # found while open (the lock file deleted)
-        self._read_handle: Any = None
+        self._read_handle: BinaryIO | None = None
         self._read_fd = -1
         self._write_fd = -1
         self._closed = False
