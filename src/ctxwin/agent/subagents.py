@@ -51,7 +51,7 @@ from ctxwin.errors import CtxwinError, Interrupted, SubagentError
 from ctxwin.memory.files import MEMORY_DIR
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.pipeline import bootstrap
-from ctxwin.policies.model import BootstrapPolicy
+from ctxwin.policies.model import BootstrapPolicy, Policy
 from ctxwin.store import Session
 from ctxwin.store.base import SessionLog
 from ctxwin.store.entries import CalibrationEntry, MessageEntry
@@ -766,7 +766,7 @@ class ForkAgent(Agent):
             self.engine.policy = policy
 
 
-def frozen_policy(policy: Any) -> Any:
+def frozen_policy(policy: Policy) -> Policy:
     """`policy` without the stages that revise what an earlier request already sent (masking, pruning)."""
     return policy.model_copy(update={"mask": policy.mask.model_copy(update={"enabled": False}),
                                      "prune": policy.prune.model_copy(update={"enabled": False})})
