@@ -19,7 +19,9 @@ through a forwarder minus its time direct, paired per turn, so both include the 
 Phase 3: `SESSIONS` concurrent sessions (each `SESSION_TURNS` turns, histories to about 20k tokens)
 through the proxy at once, bounded by `CONCURRENT_DEADLINE_S`; every answer must be a 200 with a
 message body. Phase 4 (`postgres_*`): phases 1 and 2 through `ctxwin proxy --postgres` on a
-throwaway PostgreSQL with fsync on, then phases 1 to 3 through `--workers 2` on it. Phase 5
+throwaway PostgreSQL with fsync on, then phases 1 to 3 through `--workers 2` on it, then phases 1 and
+2 through two single-worker proxies on it, the session's requests alternating between them
+(`postgres_alternating_*`: every request finds the session advanced by the other worker). Phase 5
 (`proxy_self_*`): phases 1 and 2 through the app in this process, timed by the proxy itself (its
 request entries' `added_ms`).
 
@@ -42,6 +44,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -134,12 +137,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
+def wait_listening(port: int, process: subprocess.Popen[bytes], errors: Any) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
+            errors.seek(0)
             raise RuntimeError(f"server on port {port} exited with {process.returncode}: "
-                               f"{process.stderr.read().decode(errors='replace') if process.stderr else ''}")
+                               f"{errors.read().decode(errors='replace')}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return
@@ -158,17 +162,24 @@ def cpu_seconds(pid: int) -> float:
 def server(argv: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[tuple[str, int]]:
     environment = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                    **(env or {})}
-    process = subprocess.Popen(argv, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_listening(port, process)
-        yield f"http://127.0.0.1:{port}", process.pid
-    finally:
-        process.terminate()
+    # Its stderr goes to a file, not a pipe nobody reads: a server that writes more than a pipe holds
+    # (64 KB of warnings over a long run) would block in the middle of a request.
+    with tempfile.TemporaryFile() as errors:
+        process = subprocess.Popen(argv, env=environment, stdout=subprocess.DEVNULL, stderr=errors)
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            wait_listening(port, process, errors)
+            yield f"http://127.0.0.1:{port}", process.pid
+        finally:
+            stop(process)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def serve_here(kind: str, port: int) -> None:
@@ -256,14 +267,15 @@ def timed_post(client: httpx.Client, url: str, body: bytes, session: str, *, clo
 
 
 def sequential(urls: dict[str, str], pids: dict[str, int], turns: int, target: int,
-               session: str = "bench-170k", close: bool = False) -> dict[str, Any]:
+               session: str = "bench-170k", close: bool = False, alternate: str | None = None) -> dict[str, Any]:
     """Phases 1 and 2 (see the module docstring). Besides wall-clock times, the CPU time each server
     process spent over phase 2, per request: unlike latency, it does not depend on what else the
-    machine is running."""
+    machine is running. `alternate`: a second proxy (another worker on the same store) that gets
+    every other request of the session, in both phases."""
     rng = random.Random(SEED)
     messages = first_messages("Fix the failing tests in src/pkg; run the whole suite before you finish.")
     client = httpx.Client(timeout=REQUEST_TIMEOUT_S)
-    proxy = urls["proxy"] + "/v1/messages"
+    proxies = [urls["proxy"], *([alternate] if alternate else [])]
     n = 0
     tokens = history_tokens(messages)
     warmup = 0
@@ -271,7 +283,7 @@ def sequential(urls: dict[str, str], pids: dict[str, int], turns: int, target: i
     while tokens < target - MEASURE_SPREAD:  # phase 1: build the session through the proxy, as an agent would
         messages += agent_turn(rng, n, 120)
         tokens = history_tokens(messages)
-        timed_post(client, proxy, body_of(messages), session, close=close)
+        timed_post(client, proxies[n % len(proxies)] + "/v1/messages", body_of(messages), session, close=close)
         n += 1
         warmup += 1
     warmup_s = time.perf_counter() - started
@@ -290,7 +302,8 @@ def sequential(urls: dict[str, str], pids: dict[str, int], turns: int, target: i
         sizes.append(len(body))
         history.append(history_tokens(messages) if turn % 10 == 0 or turn == turns - 1 else history[-1])
         for name in order[turn % len(order):] + order[:turn % len(order)]:
-            times[name].append(timed_post(client, urls[name] + "/v1/messages", body, session,
+            url = proxies[n % len(proxies)] if name == "proxy" else urls[name]
+            times[name].append(timed_post(client, url + "/v1/messages", body, session,
                                           close=close and name == "proxy"))
     client.close()
     cpu = {name: (cpu_seconds(pid) - cpu_before[name]) * 1000 / turns for name, pid in pids.items()}
@@ -301,6 +314,8 @@ def sequential(urls: dict[str, str], pids: dict[str, int], turns: int, target: i
         out[f"{prefix}p95_added_ms_170k"] = round(percentile(added[name], 0.95), 2)
         out[f"{prefix}p50_added_ms_170k"] = round(percentile(added[name], 0.50), 2)
         out[f"{name}_p50_ms"] = round(statistics.median(times[name]), 2)
+        out[f"{name}_cpu_ms_per_request"] = round(cpu[name], 2)
+    for name in set(pids) - set(order):  # a second proxy process (`alternate`)
         out[f"{name}_cpu_ms_per_request"] = round(cpu[name], 2)
     if "bare" in added:
         out["p95_above_bare_ms"] = round(out["p95_added_ms_170k"] - out["bare_p95_added_ms_170k"], 2)
@@ -376,6 +391,16 @@ def with_postgres(python: str, up: str, upstream_pid: int, turns: int, target: i
             moving = sequential({"direct": up, "proxy": proxy}, {"direct": upstream_pid, "proxy": pid}, turns,
                                 target, session="bench-170k-two-workers", close=True)
             shared = asyncio.run(concurrent(proxy, sessions, SESSION_TURNS))
+        ports = free_port(), free_port()
+        with server([python, "-m", "ctxwin.cli.main", "proxy", "--upstream", up, "--listen", f"127.0.0.1:{ports[0]}",
+                     "--postgres", database.dsn], ports[0]) as (one, one_pid), \
+             server([python, "-m", "ctxwin.cli.main", "proxy", "--upstream", up, "--listen", f"127.0.0.1:{ports[1]}",
+                     "--postgres", database.dsn], ports[1]) as (other, other_pid):
+            # Two workers, and every other request of the session to each: every request finds the
+            # session advanced by the other worker (the worst case of a session moving between workers).
+            alternating = sequential({"direct": up, "proxy": one}, {"direct": upstream_pid, "proxy": one_pid,
+                                                                    "other": other_pid}, turns, target,
+                                     session="bench-170k-alternating", alternate=other)
     finally:
         database.stop()
     keep = ("p95_added_ms_170k", "p50_added_ms_170k", "proxy_p50_ms", "proxy_cpu_ms_per_request", "direct_p50_ms",
@@ -383,6 +408,10 @@ def with_postgres(python: str, up: str, upstream_pid: int, turns: int, target: i
     return {f"postgres_{key}": measured[key] for key in keep} | {
         "postgres_2_workers_p50_added_ms_170k": moving["p50_added_ms_170k"],
         "postgres_2_workers_p95_added_ms_170k": moving["p95_added_ms_170k"],
+        "postgres_alternating_p50_added_ms_170k": alternating["p50_added_ms_170k"],
+        "postgres_alternating_p95_added_ms_170k": alternating["p95_added_ms_170k"],
+        "postgres_alternating_cpu_ms_per_request": round(alternating["proxy_cpu_ms_per_request"]
+                                                         + alternating["other_cpu_ms_per_request"], 2),
         "postgres": "fsync on; one worker, then two workers behind one port",
         **{f"postgres_2_workers_{key}": value for key, value in shared.items()}}
 

@@ -24,16 +24,22 @@ from typing import Any
 
 import orjson
 
+from ctxwin.pipeline.events import Masked, MiddleTruncated, ResultsClamped, RoundsDropped, UnansweredCollapsed
 from ctxwin.proxy.apis import APIS
-from ctxwin.proxy.app import Exchange, Memo, Proxy
 from ctxwin.proxy.body import Body
 from ctxwin.proxy.config import ProxyConfig
+from ctxwin.proxy.exchange import Exchange, Memo
 from ctxwin.proxy.serve import GC_THRESHOLDS
 from ctxwin.proxy.sessions import MemorySessionStore, build_engine, engine_spec, session_key
+from ctxwin.proxy.state import Proxy
+from ctxwin.proxy.turn import Turn
+from ctxwin.proxy.upstream import Upstream
 from ctxwin.store.in_memory import MemorySessionLog
 
 MODEL = "claude-sonnet-4-5"
 WARMUP = 5  # requests not counted: the first one converts and prepares everything
+DELIBERATE = (Masked, UnansweredCollapsed, RoundsDropped, ResultsClamped, MiddleTruncated)
+"""Events of a request that did more than add the new messages (a masking batch, a fit step; and compactions)."""
 
 
 def file_text(n: int) -> str:
@@ -88,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     body, rounds = claude_code_body(args.tokens, WARMUP + args.requests)
     config = ProxyConfig(upstream="http://127.0.0.1:9", policy=args.policy)
-    proxy = Proxy(config, MemorySessionStore(), None)
+    proxy = Proxy(config, MemorySessionStore(), Upstream(config))
     api = APIS["anthropic"]
     headers: dict[str, str] = {}
     engine = None
@@ -117,14 +123,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if engine is None:
                 engine = build_engine(MemorySessionLog(key.id), engine_spec(request, config))
             exchange = Exchange(api, MODEL, started)
-            outgoing = proxy.manage(engine, api, request, conversation, memo, exchange)
+            # No HTTP request here: preparing never reads it (only sending does).
+            turn = Turn(proxy, api, None, engine, request, conversation, memo, exchange)  # type: ignore[arg-type]
+            outgoing = turn.prepare()
             elapsed = (time.perf_counter() - started) * 1000
             received.append(exchange.tokens_received)
             memo.retired = None  # freed while the upstream works, in the app
             if n >= WARMUP:
                 hot.append(elapsed)
-                stages = {e.stage for e in outgoing.prepared.events} if outgoing.prepared is not None else set()
-                (eventful if stages & {"compaction", "mask", "fit"} else steady).append(elapsed)
+                events = outgoing.prepared.events if outgoing.prepared is not None else []
+                deliberate = any(isinstance(e, DELIBERATE) or e.is_compaction for e in events)
+                (eventful if deliberate else steady).append(elapsed)
                 began = time.perf_counter()
                 orjson.loads(raw)
                 parse.append((time.perf_counter() - began) * 1000)

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,15 +53,16 @@ def proxy_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 @contextmanager
 def running_proxy(upstream: str, *args: str, tmp: Path, env: dict[str, str] | None = None,
-                  host: str = "127.0.0.1") -> Iterator[RunningProxy]:
+                  host: str = "127.0.0.1", preexec_fn: Callable[[], None] | None = None) -> Iterator[RunningProxy]:
     """`ctxwin proxy --upstream UPSTREAM --listen HOST:PORT ARGS...`, up and accepting connections on
-    127.0.0.1 until the block ends."""
+    127.0.0.1 until the block ends (`preexec_fn`: run in the child before it starts, e.g. to set
+    its resource limits)."""
     port = free_port()
     log = tmp / f"proxy-{port}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(proxy_argv("--upstream", upstream, "--listen", f"{host}:{port}", *args),
                                    env=proxy_env(env), stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+                                   start_new_session=True, preexec_fn=preexec_fn)
     running = RunningProxy(process, port, log)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -14,6 +14,8 @@ from starlette.applications import Starlette
 
 from ctxwin.proxy.app import Proxy, create_app
 from ctxwin.proxy.config import ProxyConfig
+from ctxwin.proxy.limits import Limits
+from ctxwin.proxy.protocol import protocol_for
 from ctxwin.testing import FakeProvider
 
 START_TIMEOUT = 10.0
@@ -53,8 +55,10 @@ class Served:
 
 
 @contextmanager
-def serve(app: Starlette) -> Iterator[int]:
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+def serve(app: Starlette, **options: object) -> Iterator[int]:
+    """`app` on 127.0.0.1 (a free port, yielded) until the block ends; `options`: uvicorn's."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on",
+                                           **options))  # type: ignore[arg-type]
     thread = threading.Thread(target=server.run, name="proxy-under-test", daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT
@@ -70,9 +74,13 @@ def serve(app: Starlette) -> Iterator[int]:
 
 
 @contextmanager
-def proxy_for(fake: FakeProvider | None, config: ProxyConfig | None = None, **changes: object) -> Iterator[Served]:
-    """The proxy in front of `fake` (or of `config.upstream`), with `changes` to the config."""
+def proxy_for(fake: FakeProvider | None, config: ProxyConfig | None = None, *, limited: bool = False,
+              **changes: object) -> Iterator[Served]:
+    """The proxy in front of `fake` (or of `config.upstream`), with `changes` to the config;
+    `limited`: behind the serving limits `ctxwin proxy` serves with (`proxy.protocol`)."""
     base = config or ProxyConfig(upstream=fake.base_url if fake is not None else "http://127.0.0.1:9")
-    app = create_app(replace(base, **changes))  # type: ignore[arg-type]
-    with serve(app) as port:
+    config = replace(base, **changes)  # type: ignore[arg-type]
+    app = create_app(config)
+    options = {"http": protocol_for(Limits.of(config))} if limited else {}
+    with serve(app, **options) as port:
         yield Served(app, port, fake)

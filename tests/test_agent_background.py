@@ -237,3 +237,76 @@ def test_a_background_fork_forks_from_where_it_was_asked_for_though_it_starts_la
     assert not any(c.name == "read" for m in fork for c in m.tool_calls)  # nothing the parent did after
     delivered = results(requests[-1])["ctxwin_bg_2"]
     assert "(fork) stopped: done" in delivered and delivered.endswith("fork done")
+
+
+def test_a_cancel_just_before_a_background_child_runs_is_not_cleared_by_its_run(tmp_path: Path) -> None:
+    # task_cancel sets the job's own cancel; the child's run clears its cancel as every run does (a
+    # new turn after Ctrl-C): that must not clear the job's, or a cancel that lands just before the
+    # run starts (here: while its start is reported) is lost and the child runs to its end.
+    root = workspace(tmp_path)
+    asked: list[str] = []
+
+    def script(api_name: str, messages: list[Message]) -> Turn:
+        asked.append(kind_of(messages))
+        return Turn(text="finished anyway")
+
+    class CancelAtStart(list[LoopEvent]):
+        def append(self, event: LoopEvent) -> None:
+            super().append(event)
+            if event.kind == "subagent" and event.data.get("action") == "start":
+                subagents.cancel("bg-1", timeout=0)
+
+    events = CancelAtStart()
+    with ScriptedFake(script, context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        agent, subagents = setup(fake, "openai", root, tmp_path, events)
+        handle = subagents.start("job a")
+        (job,) = subagents.wait([handle], timeout=30)
+        agent.engine.session.close()
+    assert job.done.is_set() and job.result is not None
+    assert job.result.stop == "interrupted" and asked == []  # stopped before its first model call
+    assert job.state() == "finished" and job.cancel.is_set()
+
+
+def test_background_children_a_run_leaves_are_stopped_when_ctxwin_run_ends(tmp_path: Path) -> None:
+    # The run stops on max_steps while its background child's model call is held at the fake: ctxwin
+    # run must stop that child (its log ends, the totals say how it ended) rather than exit with it
+    # still running, and so must `SubAgents.close()` for the library.
+    import json
+
+    from typer.testing import CliRunner
+
+    from ctxwin.cli.main import app
+
+    root = workspace(tmp_path)
+    hold = Hold()
+
+    def script(api_name: str, messages: list[Message]) -> Turn:
+        if kind_of(messages) == "child":
+            hold.hold(child_task(messages))
+            return Turn(text="finished too late")
+        n = sum(1 for m in messages if m.role == "assistant")
+        if n == 0:
+            return Turn(text="Starting it.", calls=[("b1", "task", {"task": "slow job", "background": True})])
+        hold.wait_for_calls(1)  # the child is running when the parent's last step is answered
+        return Turn(text="Reading.", calls=[("r1", "read", {"path": "docs/f001.txt"})])
+
+    session = tmp_path / "runs" / "s"
+    with ScriptedFake(script, context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        try:
+            result = CliRunner().invoke(app, [
+                "run", "Turn 1: start it", "--base-url", fake.openai_base_url, "--api-key", "k", "--session",
+                str(session), "--workspace", str(root), "--window", str(WINDOW), "--max-output", str(MAX_OUTPUT),
+                "--max-steps", "2", "--json"])
+            stopped_while_held = not any(e.startswith("done:") for e in hold.log)
+        finally:
+            hold.release()
+    assert result.exit_code == 0, result.output
+    totals = json.loads(result.output.splitlines()[-1])
+    assert totals["stop"] == "max_steps" and stopped_while_held
+    (child,) = [row for row in totals["agents"] if row["depth"] == 1]
+    assert child["background"] and child["stop"] == "interrupted"  # not "running": it was stopped, not orphaned
+    folder = Path(child["session"])
+    with Session.open(folder) as log:
+        assert not log.problems
+        assert validate(ContextEngine(log, model=MODELS["openai"], window=WINDOW, max_output=MAX_OUTPUT).messages,
+                        "openai_chat") == []

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from agent_fake import ScriptedFake, Turn
 from ctxwin.agent import Cancel, LoopEvent
 from ctxwin.engine import ContextEngine
-from ctxwin.messages import Message
+from ctxwin.messages import Message, Text, ToolCall
 from ctxwin.messages.pairing import validate
 from ctxwin.store import Session
 from subagent_fake import (
@@ -34,6 +34,7 @@ from subagent_fake import (
     WINDOW,
     Hold,
     make_script,
+    messages_of,
     reading_parent,
     setup,
     workspace,
@@ -133,6 +134,45 @@ def test_an_interrupt_ends_a_chain_where_it_is(api: str, tmp_path: Path) -> None
     assert result is not None and result.stop == "done"
 
 
+def test_a_task_call_run_again_after_a_resume_gets_new_child_sessions(tmp_path: Path) -> None:
+    # A second Ctrl-C (or a crash) leaves the parent's task call unanswered while its children's
+    # sessions are on disk; the resumed run calls it again in a new process, whose child ids start at 1
+    # again. Its children must start afresh, not in the folders of the first attempt.
+    import shutil
+
+    root = workspace(tmp_path)
+    api = "openai"
+    parent = tmp_path / "parent"
+    with Session.open(parent) as log:
+        engine = ContextEngine(log, model=MODELS[api], window=WINDOW, max_output=MAX_OUTPUT)
+        engine.append(Message("user", (Text("Turn 1: delegate"),)))
+        engine.append(Message("assistant", (Text("Delegating."), ToolCall("t", "task", {"task": "job 1"}))))
+    shutil.copytree(parent, tmp_path / "before")
+    plan = reading_parent(Turn(text="All done."), reads=0)
+    with ScriptedFake(make_script(plan), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        first, _ = setup(fake, api, root, tmp_path, [])
+        assert first.resume() is not None
+        first.engine.session.close()
+        (earlier,) = (tmp_path / "children").iterdir()
+        kept = (earlier / "session.jsonl").read_bytes()
+        shutil.rmtree(parent)  # as if the process died before the task call's result was logged
+        shutil.copytree(tmp_path / "before", parent)
+        sent = len(fake.requests)
+        again, _ = setup(fake, api, root, tmp_path, [])
+        result = again.resume()
+        again.engine.session.close()
+        child_request = next(r for r in fake.requests[sent:] if r.status == 200
+                             and "Task: " in json.dumps(r.body["messages"]))
+    assert result is not None and result.stop == "done"
+    tasks = [m for m in messages_of(api, child_request.body) if m.role == "user" and m.text.startswith("Task: ")]
+    assert [m.text for m in tasks] == ["Task: job 1"]  # only its own task: nothing of the earlier attempt
+    folders = sorted(p.name for p in (tmp_path / "children").iterdir())
+    assert len(folders) == 2 and folders[1] == f"{earlier.name}-2" and (earlier / "session.jsonl").read_bytes() == kept
+    assert {(tmp_path / "children" / f).stat().st_mode & 0o777 for f in folders} == {0o700}  # as Session.open makes
+    answer = next(r.text for m in stored_messages(parent, api) for r in m.tool_results if r.call_id == "t")
+    assert f"full transcript: {tmp_path / 'children' / folders[1]}]" in answer
+
+
 def test_a_cancel_reaches_every_descendant_and_clearing_one_keeps_what_it_inherits() -> None:
     root = Cancel()
     child = root.child()
@@ -149,6 +189,25 @@ def test_a_cancel_reaches_every_descendant_and_clearing_one_keeps_what_it_inheri
     assert not linked.wait(0.01)
     threading.Timer(0.05, outside.set).start()
     assert linked.wait(5)
+
+
+def test_a_sigint_landing_while_the_main_thread_links_a_child_cancel_does_not_hang() -> None:
+    # ctxwin run's SIGINT handler calls agent.interrupt() -> cancel.set() on the main thread, which
+    # may be holding the cancel's own lock at that moment (a task spawned from the main thread links
+    # its child's cancel under it). A fresh process, so a hang is a timeout, not a stuck test run.
+    code = (
+        "import os, signal\n"
+        "from ctxwin.agent.tree import Cancel\n"
+        "root = Cancel()\n"
+        "signal.signal(signal.SIGUSR1, lambda *_: root.set())\n"
+        "with root._links:\n"
+        "    os.kill(os.getpid(), signal.SIGUSR1)\n"
+        "    child = root.child()\n"
+        "print(root.is_set(), child.is_set())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]
 
 
 @settings(max_examples=200, deadline=None)

@@ -340,3 +340,47 @@ def test_a_persistent_agent_whose_session_another_process_holds_is_that_tasks_er
     answers = {r.call_id: r.text for m in last for r in m.tool_results}
     assert "keeper/session is already open for writing" in answers["k"]
     assert answers["j"].count("[sub-agent (isolated) error, not started]\n\nsession ") == 2  # each task says so
+
+
+def test_a_persistent_agent_whose_skill_cannot_be_read_leaves_nothing_open_and_nothing_half_loaded(
+        tmp_path: Path) -> None:
+    # The first call fails on its second skill: the memory index it had opened is closed at once (not
+    # when the garbage collector gets to it), and no skill was logged, so once the skill exists the next
+    # call starts the session afresh with both skills instead of taking it as resumed.
+    import contextlib
+    import gc
+
+    from ctxwin.errors import SubagentError
+
+    root = workspace(tmp_path)
+    (root / "skills").mkdir()
+    (root / "skills" / "first.md").write_text("FIRST-SKILL-MARK\n")
+    keeper = AgentDefinition(name="keeper", description="Keeps notes.", persistent=True,
+                             skills=["skills/first.md", "skills/second.md"])
+
+    def index_fds() -> int:  # files of the keeper's memory index this process holds open
+        held = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):  # (the listing's own descriptor is gone by now)
+                held.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return sum(str(tmp_path / "state" / "keeper" / "index.sqlite") in path for path in held)
+
+    with ScriptedFake(lambda api, messages: Turn(text="kept"), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        agent, subagents = setup(fake, "openai", root, tmp_path, [], definitions=[keeper])
+        subagents.state_root = tmp_path / "state"
+        gc.disable()
+        try:
+            for _ in range(2):
+                with pytest.raises(SubagentError, match=r"skill skills/second\.md cannot be read"):
+                    subagents.spawn("remember the port", agent="keeper")
+            assert index_fds() == 0
+        finally:
+            gc.enable()
+        assert stored(tmp_path / "state" / "keeper" / "session", "openai") == []  # no skill half loaded
+        (root / "skills" / "second.md").write_text("SECOND-SKILL-MARK\n")
+        result = subagents.spawn("remember the port", agent="keeper")
+        sent = messages_of("openai", generation_requests(fake)[-1].body)
+        agent.engine.session.close()
+    assert result.stop == "done"
+    users = [m.text for m in sent if m.role == "user"]
+    assert len(users) == 3 and "FIRST-SKILL-MARK" in users[0] and "SECOND-SKILL-MARK" in users[1]

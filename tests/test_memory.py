@@ -536,6 +536,21 @@ def _wordllama():
     return _CACHE["w"]
 
 
+def test_loading_the_default_embedder_leaves_the_hosts_logging_alone() -> None:
+    # wordllama calls logging.basicConfig(level=INFO) when imported; in a fresh process (where that
+    # import happens for the first time) the root logger must stay as the host left it, or httpx logs
+    # every request of `ctxwin run` to stderr once a memory index opens.
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("wordllama") is None:
+        pytest.skip("wordllama is not installed (pip install 'ctxwin[memory]')")
+    code = ("import logging; from ctxwin.memory import WordLlamaEmbedder; WordLlamaEmbedder(); "
+            "root = logging.getLogger(); print(len(root.handlers), root.level)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["0", "30"]  # no handler added, the level still WARNING (30)
+
+
 def test_embedders_give_unit_rows_and_the_default_loads_offline() -> None:
     import numpy as np
 

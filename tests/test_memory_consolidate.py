@@ -316,6 +316,25 @@ def test_model_failures_fall_back_to_the_rules(tmp_path: Path) -> None:
     assert "SQLite instead of PostgreSQL" in (root / "MEMORY.md").read_text()
 
 
+def test_the_model_breaker_and_its_problems_are_one_runs(tmp_path: Path) -> None:
+    # One ModelExtractor serves every run of a SleepTime (a chat, a proxy): an outage that opened the
+    # breaker in one run must not keep the model out of every later run, nor its problems be reported
+    # again by each of them.
+    root = fixture(tmp_path)
+    down = threading.Event()
+    down.set()
+    with FakeProvider(model=lambda request: server_error() if down.is_set() else facts_model(request)) as fake:
+        client = OpenAIChatClient(fake.openai_base_url, "test-key", "gpt-test", retry=RetryPolicy(attempts=1))
+        extractor = ModelExtractor(client, batch_chars=300, max_failures=2)
+        first = consolidate(root, extractor=extractor)
+        assert extractor.calls == 2 and any("rules used" in p for p in first.problems)
+        down.clear()  # the provider is back
+        note(root, "2026-11-21", "- The staging port is now 10443.\n")
+        second = consolidate(root, extractor=extractor)
+    assert extractor.calls == 3 and second.problems == []  # the model read the new note; nothing of the outage
+    assert "10443" in (root / "MEMORY.md").read_text()
+
+
 def test_a_model_fact_citing_no_statement_is_dropped() -> None:
     from ctxwin.memory.consolidate.extract import Unit
     from ctxwin.memory.consolidate.llm import parse_answer
@@ -412,6 +431,22 @@ def test_sleep_time_skips_while_another_process_consolidates(tmp_path: Path) -> 
     finally:
         held.release()
         sleep.close()
+
+
+def test_the_cli_says_what_to_do_while_another_consolidation_runs(tmp_path: Path) -> None:
+    from ctxwin.store.jsonl import FileLock
+
+    root = fixture(tmp_path)
+    (root / "memory" / STATE_DIR).mkdir(parents=True)
+    held = FileLock(root / "memory" / STATE_DIR / "lock")
+    held.acquire(0, "held by the test", "")
+    try:
+        result = CliRunner().invoke(app, ["memory", "consolidate", "--workspace", str(root)])
+    finally:
+        held.release()
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1 and "is being consolidated" in said and "run again once it has finished" in said
+    assert "lock timeout" not in said  # no option of that name: the hint names only what a CLI user can do
 
 
 def test_a_damaged_state_says_what_to_do(tmp_path: Path) -> None:
@@ -576,3 +611,56 @@ def test_sleep_time_is_never_idle_during_work(tmp_path: Path) -> None:
         assert sleep.wait_for(1, timeout=30) and (root / "MEMORY.md").exists()
     finally:
         sleep.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# Bad input: one clear error (exit 2), nothing written or created, nothing lost
+
+
+def everything(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every path under `root`, folders and lock files included, with its bytes and mtime (a lock file's
+    mtime left out: taking the lock touches it)."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else b"",
+                                       0 if p.name == "lock" else p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*"))}
+
+
+BAD_NOTES = {
+    "binary": (b"- The user prefers \x00\x01\x02 binary\n" + bytes(range(256)) * 4 + b"\n", "binary data"),
+    "utf8": (b"- The caf\xe9 opens at 9 and the user prefers it.\n", "not valid UTF-8 (line 1"),
+    "huge": (b"- The user prefers " + b"x" * 200_000 + b"\n", "line 1 of memory/2026-11-21.md is 200,019 characters"),
+}
+
+
+@pytest.mark.parametrize("first_run", [True, False], ids=["first-run", "later-run-with-hand-edits"])
+@pytest.mark.parametrize("bad", sorted(BAD_NOTES))
+def test_a_note_that_is_no_text_is_refused_and_nothing_is_written(bad: str, first_run: bool, tmp_path: Path) -> None:
+    root = fixture(tmp_path)
+    if not first_run:
+        consolidate(root)
+        with open(root / "MEMORY.md", "a") as handle:  # a hand edit: a run would archive it before the rest
+            handle.write("- The user's cat is called Miso.\n")
+    data, said = BAD_NOTES[bad]
+    (root / "memory" / "2026-11-21.md").write_bytes(data)
+    before = everything(root)
+    with pytest.raises(InputError, match=re.escape(said)) as raised:
+        consolidate(root)
+    assert "memory/2026-11-21.md" in raised.value.message and "nothing was written" in (raised.value.hint or "")
+    assert everything(root) == before
+    result = CliRunner().invoke(app, ["memory", "consolidate", "--workspace", str(root)])
+    assert result.exit_code == 2 and said in " ".join(result.output.split()) and everything(root) == before
+    (root / "memory" / "2026-11-21.md").write_text("- Carol is our new designer.\n")  # fixed: it goes through
+    assert consolidate(root).changed and "Carol is our new designer" in (root / "MEMORY.md").read_text()
+
+
+def test_a_folder_that_is_no_workspace_is_refused_and_nothing_is_created(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "README.txt").write_text("not a workspace\n")
+    before = everything(tmp_path)
+    with pytest.raises(InputError, match="is not a workspace"):
+        consolidate(tmp_path)
+    result = CliRunner().invoke(app, ["memory", "consolidate", "--workspace", str(tmp_path)])
+    assert result.exit_code == 2 and "is not a workspace" in result.output
+    assert everything(tmp_path) == before
+    (tmp_path / "memory").mkdir()  # a memory folder, even empty, makes it one
+    assert not consolidate(tmp_path).changed

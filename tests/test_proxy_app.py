@@ -156,6 +156,23 @@ def test_passthrough_forwards_untouched_and_still_records(fake: FakeProvider) ->
     assert entries[1]["cache_prefix_reuse"] > 0.5
 
 
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_passthrough_relays_an_overflow_as_it_came_and_never_recovers(api: str, stream: bool) -> None:
+    """Issue 26: a streamed over-window request under --passthrough got a "recovery" from an empty
+    engine and went upstream again with an empty history. Now, streamed or not, the caller gets the
+    provider's own overflow error and the provider saw the request once, as it came."""
+    big = ["word " * 3_000, "ok", "more " * 3_000]
+    with FakeProvider(context_window=4_000, max_output=200) as small, proxy_for(small, passthrough=True) as served:
+        response = post(served, api, body_for(api, big, stream=stream))
+        [entry] = served.entries()
+    message = assert_error_shape(api, response, 400)
+    assert "context" in message.lower() or "too long" in message.lower()
+    [seen] = small.requests
+    assert seen.body == body_for(api, big, stream=stream)  # once, untouched: no empty-history retry
+    assert entry["status"] == 400 and entry["recoveries"] == 0 and entry["streamed"] is stream
+
+
 def test_a_responses_request_on_a_stored_response_goes_through_untouched(fake: FakeProvider) -> None:
     """With `previous_response_id` the history lives at the provider: ctxwin cannot manage a piece."""
     body = body_for("openai-responses", ["and then?"], previous_response_id="resp_123",

@@ -71,7 +71,7 @@ def test_loopback_is_recognized() -> None:
     assert parse_listen(":8080") == Listen("127.0.0.1", 8080)
     with pytest.raises(InputError):
         check_serving(ProxyConfig("http://u"), Listen("0.0.0.0", 1), 1)
-    check_serving(ProxyConfig("http://u", auth_token="t"), Listen("0.0.0.0", 1), 1)
+    check_serving(ProxyConfig("http://u", auth_token="a-token-of-16-ch"), Listen("0.0.0.0", 1), 1)  # 16 characters
 
 
 def test_the_config_reaches_workers_intact(tmp_path: Path) -> None:

@@ -61,6 +61,28 @@ def test_recall_results_are_the_stored_bytes() -> None:
     assert error and "ref" in missing
 
 
+def test_a_recall_query_can_chain_searches_with_hops() -> None:
+    """`hops` (memory.hops): the second search starts from what the first found, so a fact that
+    shares no word with the question is found through the one that does."""
+    from ctxwin.engine import ContextEngine
+    from ctxwin.proxy.recall import answer
+
+    engine = ContextEngine(window=100_000)
+    engine.append({"role": "user", "content": "Note: the release checklist lives in the file kestrel.md."})
+    engine.append({"role": "assistant", "content": "Noted."})
+    for n in range(20):
+        engine.append([{"role": "user", "content": f"filler message {n} about unrelated gardening and weather"},
+                       {"role": "assistant", "content": f"ok {n}"}])
+    engine.append({"role": "user", "content": "Also: kestrel.md got its sign-off from Marguerite."})
+    question = {"query": "who approved the release checklist"}
+    once, _ = answer(engine, ToolCall("r1", RECALL_TOOL, question))
+    chained, error = answer(engine, ToolCall("r2", RECALL_TOOL, {**question, "hops": 2}))
+    assert "kestrel.md" in once and "Marguerite" not in once
+    assert not error and "Marguerite" in chained
+    too_many, error = answer(engine, ToolCall("r3", RECALL_TOOL, {**question, "hops": 99}))
+    assert not error and "Marguerite" in too_many  # capped at MAX_HOPS, not refused
+
+
 def test_without_the_recall_tool_placeholders_say_how_to_read_the_file_again() -> None:
     def reader(request: object) -> Reply:
         call = getattr(request, "call", 0)

@@ -15,10 +15,11 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from ctxwin.proxy.config import ProxyConfig
+from ctxwin.proxy.config import DEFAULT_MAX_BODY_BYTES, ProxyConfig
 from proxy_server import Served, proxy_for, serve
 
 LIMIT = 20_000
+FLOOD_MB = 300
 PATHS = {"anthropic": "/v1/messages", "openai-chat": "/v1/chat/completions", "openai-responses": "/v1/responses"}
 START = {
     "anthropic": b'event: message_start\ndata: {"type":"message_start","message":{"id":"m","type":"message",'
@@ -51,6 +52,11 @@ def upstream(mode: str) -> Starlette:
             yield START[api]
             if mode == "bad-json":
                 yield BAD[api]
+            elif mode == "flood":  # a 300 MB line, at the proxy's default limit
+                yield b"data: "
+                chunk = b"x" * 2**20
+                for _ in range(FLOOD_MB):
+                    yield chunk
             elif mode == "long-stream":  # small events, far over the limit in all
                 for _ in range(LIMIT // 100):
                     yield b"event: ping\ndata: {\"type\":\"ping\",\"pad\":\"" + b"x" * 200 + b"\"}\n\n"
@@ -65,8 +71,9 @@ def upstream(mode: str) -> Starlette:
 
 @pytest.fixture
 def served(request: pytest.FixtureRequest) -> Iterator[Served]:
+    limit = DEFAULT_MAX_BODY_BYTES if request.param == "flood" else LIMIT
     with serve(upstream(request.param)) as port, \
-            proxy_for(None, ProxyConfig(upstream=f"http://127.0.0.1:{port}"), max_body_bytes=LIMIT) as proxy:
+            proxy_for(None, ProxyConfig(upstream=f"http://127.0.0.1:{port}"), max_body_bytes=limit) as proxy:
         proxy.app.state.mode = request.param
         yield proxy
 
@@ -118,3 +125,19 @@ def test_a_whole_answer_over_the_limit_is_a_502_in_the_callers_shape(served: Ser
     assert "over the proxy's limit" in message and "--max-body-bytes" in message
     assert (data["type"] == "error") if api == "anthropic" else (data["error"]["type"] == "server_error")
     assert entry["status"] == 502
+
+
+@pytest.mark.parametrize("served", ["flood"], indirect=True)
+@pytest.mark.parametrize("api", list(PATHS))
+def test_a_300_mb_stream_line_is_cut_short_with_a_502_error_event(served: Served, api: str) -> None:
+    """At the default --max-body-bytes (64 MiB): the line is refused once it passes the longest line
+    the proxy reads (16 MiB), not after 64 MiB, let alone 300; the caller gets its error event."""
+    with httpx.stream("POST", f"{served.url}{PATHS[api]}", json=body_for(api, True), headers=headers(),
+                      timeout=60) as response:
+        text = "".join(response.iter_text())
+    served.settle()
+    [entry] = served.entries()
+    last = json.loads([line[6:] for line in text.splitlines() if line.startswith("data: {")][-1])
+    message = last["error"]["message"] if api != "openai-responses" else last["message"]
+    assert "over the proxy's limit of 16,777,216 bytes" in message
+    assert entry["status"] == 502 and len(text) < 10_000  # the line itself never reached the caller

@@ -298,7 +298,9 @@ def test_a_lease_waits_for_the_other_worker_and_catches_up_with_what_it_wrote(po
                              {"role": "user", "content": "third"}])
             async with one.lease("store-catch-up", spec()) as engine:
                 assert [m.text for m in engine.messages] == ["first", "second", "third"]
-            assert one.reopened == 1  # it saw that two had advanced the session, and read it again
+            # It saw that two had advanced the session, and applied what two appended (issue 26: it read
+            # the whole log again before, `reopened == 1`).
+            assert (one.reopened, one.caught_up) == (0, 1)
         finally:
             await one.aclose()
             await two.aclose()

@@ -54,6 +54,7 @@ from ctxwin.pipeline import bootstrap
 from ctxwin.policies.model import BootstrapPolicy, Policy
 from ctxwin.store import Session
 from ctxwin.store.base import SessionLog
+from ctxwin.store.blobs import DIR_MODE
 from ctxwin.store.entries import CalibrationEntry, MessageEntry
 from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.tools import ToolError, ToolOutput, ToolSpec, Workspace
@@ -434,6 +435,21 @@ class SubAgents:
         job.done.wait(timeout)
         return job
 
+    def close(self, timeout: float = 10.0) -> list[str]:
+        """The parent is done with its background children (a `ctxwin run` that ends on a limit, a
+        chat session left): each one still running is cancelled, with everything under it, and waited
+        for up to `timeout` seconds in all, so that it stops spending, its log ends as an interrupted
+        run instead of being cut off with the process, and the tree's totals are final. Their results
+        stay in `background`. Returns the handles it cancelled."""
+        with self._changed:
+            running = [j for j in self.background.values() if not j.done.is_set()]
+        for job in running:
+            job.cancel.set()
+        deadline = time.monotonic() + timeout
+        for job in running:
+            job.done.wait(max(0.0, deadline - time.monotonic()))
+        return [j.handle for j in running]
+
     def deliver(self) -> int:
         """Log the results of background children that finished and were not collected yet, each as a
         `task_wait` call and its result (marked in the call's meta), so the parent's next request
@@ -605,7 +621,7 @@ class SubAgents:
             return MemorySessionLog(), f"memory:child-{number}"
         else:
             parent_id = getattr(parent.engine.session, "session_id", "session")
-            folder = self.sessions_root / f"{parent_id}.{label or 'task'}.{number}"
+            folder = _new_folder(self.sessions_root, f"{parent_id}.{label or 'task'}.{number}")
             log = Session.open(folder, meta={"parent": str(parent_id), "call_id": label})
         return log, str(folder)
 
@@ -631,10 +647,13 @@ class SubAgents:
             parent.engine.session.append("custom", {**link, "child": ref})
             session.append("custom", {**link, "type": "subagent_parent",
                                       "parent": str(getattr(parent.engine.session, "directory", "memory"))})
+            # The child's own cancel under the one it was given: its run clears its own at the start (as
+            # every run does), never the one given (a background job's, which task_cancel sets).
+            own = cancel.child()
             if context == "fork":
-                child: Agent = self._fork(parent, plan, session, task, call_id, cancel, child_id)
+                child: Agent = self._fork(parent, plan, session, task, call_id, own, child_id)
             else:
-                child, memory = self._isolated(parent, session, definition, task, plan.model, cancel, child_id)
+                child, memory = self._isolated(parent, session, definition, task, plan.model, own, child_id)
             record = ChildRecord(child_id, child.depth, definition.name, context, ref, child.stats, child.children,
                                  background=on_record is not None)
             with parent._tree_lock:
@@ -682,35 +701,43 @@ class SubAgents:
             memory, specs = _memory_tools(folder)
             extra += specs
             names = None if names is None else [*names, *MEMORY_TOOLS]
-        tools = tool_table(ws, names, extra)
-        model = self._model(parent, resolve_model(model_name or definition.model, parent.model.model))
-        policy = parent.engine.policy
-        today = date.fromtimestamp(parent.engine.clock())
-        flush = None
-        if folder is not None:
-            from ctxwin.memory.flush import daily_notes
+        try:
+            tools = tool_table(ws, names, extra)
+            model = self._model(parent, resolve_model(model_name or definition.model, parent.model.model))
+            policy = parent.engine.policy
+            today = date.fromtimestamp(parent.engine.clock())
+            flush = None
+            if folder is not None:
+                from ctxwin.memory.flush import daily_notes
 
-            notes = daily_notes(folder, clock=parent.engine.clock)
+                notes = daily_notes(folder, clock=parent.engine.clock)
 
-            def flush(span: list[Message]) -> None:  # before a compaction: notes in its memory folder
-                notes(span)
-        engine = ContextEngine(session, model=model.model, policy=policy, window=parent.engine.window,
-                               max_output=parent.engine.max_output,
-                               system=child_system(definition, ws, policy.bootstrap, folder, today),
-                               tools=[tool_schema(s) for s in tools.values()], memory_flush=flush)
-        config = parent.config.model_copy(update={"max_steps": definition.max_steps, "tools": names})
-        child = Agent(engine, model, workspace=ws, config=config, extra_tools=extra, on_event=parent.on_event,
-                      cancel=cancel, parent=parent, agent_id=child_id)
-        if subagents is not None:
-            subagents.attach(child)
-        resumed = bool(engine.messages)
-        if resumed:  # a persistent agent's earlier call may have stopped with calls open
-            child.answer_pending("the previous call was stopped")
-        else:
-            for skill in definition.skills:
-                name = Path(skill).parent.name if Path(skill).name == "SKILL.md" else skill
-                engine.append(Message("user", (Text(f"<skill name=\"{name}\">\n{_read_skill(ws, skill)}\n</skill>"),)))
-        engine.append(Message("user", (Text(f"Task: {task}"),)))
+                def flush(span: list[Message]) -> None:  # before a compaction: notes in its memory folder
+                    notes(span)
+            engine = ContextEngine(session, model=model.model, policy=policy, window=parent.engine.window,
+                                   max_output=parent.engine.max_output,
+                                   system=child_system(definition, ws, policy.bootstrap, folder, today),
+                                   tools=[tool_schema(s) for s in tools.values()], memory_flush=flush)
+            config = parent.config.model_copy(update={"max_steps": definition.max_steps, "tools": names})
+            child = Agent(engine, model, workspace=ws, config=config, extra_tools=extra, on_event=parent.on_event,
+                          cancel=cancel, parent=parent, agent_id=child_id)
+            if subagents is not None:
+                subagents.attach(child)
+            resumed = bool(engine.messages)
+            if resumed:  # a persistent agent's earlier call may have stopped with calls open
+                child.answer_pending("the previous call was stopped")
+            else:
+                # Every skill read before one is logged: a skill that cannot be read leaves no part of them
+                # (a persistent agent's next call would take a half-loaded session as resumed).
+                skills = [(Path(path).parent.name if Path(path).name == "SKILL.md" else path, _read_skill(ws, path))
+                          for path in definition.skills]
+                for name, text in skills:
+                    engine.append(Message("user", (Text(f"<skill name=\"{name}\">\n{text}\n</skill>"),)))
+            engine.append(Message("user", (Text(f"Task: {task}"),)))
+        except BaseException:
+            if memory is not None:  # its index is closed by the caller only once the child exists
+                memory.close()
+            raise
         return child, memory
 
     def _fork(self, parent: Agent, plan: _Plan, session: SessionLog, directive: str, call_id: str | None,
@@ -824,6 +851,22 @@ def _memory_tools(folder: Path) -> tuple[Any, list[ToolSpec]]:
         return run
 
     return index, [ToolSpec(n, SPECS[n].description, SPECS[n].parameters, runner(n)) for n in MEMORY_TOOLS]
+
+
+def _new_folder(root: Path, name: str) -> Path:
+    """A folder no session is in yet for a new child: `root/name`, or `name-2`, `name-3` ... when an
+    earlier run left one there (a resumed parent calls the same task again, in a process whose child
+    numbers start at 1 again). Made here, so two writers never take the same one."""
+    root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    attempt = 1
+    while True:
+        folder = root / (name if attempt == 1 else f"{name}-{attempt}")
+        try:
+            folder.mkdir(mode=DIR_MODE)  # a session's own mode: its owner alone reads the conversation
+        except FileExistsError:
+            attempt += 1
+            continue
+        return folder
 
 
 def _read_skill(ws: Workspace | None, path: str) -> str:

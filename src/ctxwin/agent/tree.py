@@ -37,7 +37,9 @@ class Cancel(threading.Event):
         super().__init__()
         self.parent = parent
         self._children: weakref.WeakSet[Cancel] = weakref.WeakSet()
-        self._links = threading.Lock()
+        # Reentrant: Ctrl-C's handler sets the root's cancel on the main thread, which may be inside
+        # this very lock (spawning a child) when the signal lands.
+        self._links = threading.RLock()
         if isinstance(parent, Cancel):
             with parent._links:
                 parent._children.add(self)

@@ -202,8 +202,11 @@ class Repl:
 
     @staticmethod
     def end_session(agent: Agent, wait: float | None = 0) -> None:
-        """With --consolidate (/new, /resume DIR, leaving): the ended session's memory is consolidated in
-        the background (waited for up to `wait` seconds, so that leaving the chat does not cut it short)."""
+        """A session ends (/new, /resume DIR, leaving): its background sub-agents are stopped; with
+        --consolidate its memory is consolidated in the background (waited for up to `wait` seconds, so
+        that leaving the chat does not cut it short)."""
+        if agent.subagents is not None:  # its background children: stopped, their logs ended, not orphaned
+            agent.subagents.close()
         if agent.sleep is not None:
             agent.sleep.session_ended()
             agent.sleep.close(wait)

@@ -208,7 +208,11 @@ def run(
     agent = opts.build(show)
     try:
         with sigint_interrupts(agent):
-            result = agent.resume() if resume and task is None else agent.run(task)
+            try:
+                result = agent.resume() if resume and task is None else agent.run(task)
+            finally:
+                if agent.subagents is not None:  # background children the run leaves (a limit): stopped
+                    agent.subagents.close()
         stop = result.stop if result is not None else "nothing_to_resume"
     finally:
         agent.engine.session.close()

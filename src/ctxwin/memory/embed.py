@@ -15,13 +15,15 @@ and refuses to mix vectors from two embedders (`MemoryIndex` rebuilds instead).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import logging
 import math
 import os
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import util as importlib_util
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -69,6 +71,22 @@ def _package_dir(package: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+@contextlib.contextmanager
+def _root_logger_kept() -> Iterator[None]:
+    """The root logger as it was before: wordllama's modules call `logging.basicConfig(level=INFO)` when
+    imported, which gives the importing process a stderr handler at INFO, and from then on httpx logs
+    every request there (`ctxwin run` and `chat` once a memory index opens: a persistent sub-agent's,
+    the memory tools'). Global state a library must not change for its host."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)
+        root.setLevel(level)
+
+
 class WordLlamaEmbedder:
     """wordllama's `l2_supercat` static embeddings (256-d; `dims` may truncate to 64 or 128, its
     Matryoshka sizes). Loads from the wheel with no network (0.4.0.post1 looks for its tokenizer in
@@ -84,13 +102,15 @@ class WordLlamaEmbedder:
         folder = _package_dir("wordllama")
         if folder is None:
             raise EmbedderError("wordllama is not installed", "pip install 'ctxwin[memory]' (or use HashEmbedder)")
-        from wordllama import WordLlama
+        with _root_logger_kept():
+            from wordllama import WordLlama
 
-        try:
-            model = WordLlama.load(cache_dir=folder, disable_download=True, trunc_dim=dims if dims != 256 else None)
-        except Exception as error:  # wordllama raises plain exceptions for missing weights or a bad dim
-            raise EmbedderError(f"wordllama could not load its bundled weights: {error}",
-                                "reinstall wordllama==0.4.0.post1, or use another embedder") from error
+            try:
+                model = WordLlama.load(cache_dir=folder, disable_download=True,
+                                       trunc_dim=dims if dims != 256 else None)
+            except Exception as error:  # wordllama raises plain exceptions for missing weights or a bad dim
+                raise EmbedderError(f"wordllama could not load its bundled weights: {error}",
+                                    "reinstall wordllama==0.4.0.post1, or use another embedder") from error
         self.table = np.ascontiguousarray(model.embedding, dtype=np.float32)
         self.tokenizer = model.tokenizer
         self.tokenizer.no_truncation()

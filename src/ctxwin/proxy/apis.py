@@ -65,6 +65,9 @@ RECALL_PARAMETERS: dict[str, Any] = {
         "offset": {"type": "integer", "minimum": 0, "description": "first character to return (default 0)"},
         "limit": {"type": "integer", "minimum": 1, "description": "characters to return (default 20000)"},
         "query": {"type": "string", "description": "words to search earlier content for (instead of ref)"},
+        "hops": {"type": "integer", "minimum": 1, "maximum": 5,
+                 "description": "with query: search again from what the first search found, this many times "
+                                "in all, for a question that chains facts (default 1)"},
     },
 }
 LEAD_ROLES = ("system", "developer")
@@ -88,6 +91,7 @@ class Conversation:
     changes: dict[str, bytes | None] = field(default_factory=dict)
     """Fields set (None: dropped) in every body forwarded for this request, besides the history."""
     usage_hidden: bool = False  # Chat stream usage asked for by the proxy, not shown to the caller
+    overhead_key: str | None = None  # `overhead_key()`, once computed
     untouched: bool = False
     """Forward as it came: a Responses request that continues a stored response
     (`previous_response_id`) sends only what is new, and the rest of its history lives at the
@@ -218,12 +222,9 @@ class Api:
             changes["tools"] = append_to_array(body.bytes_of("tools"), self.recall_bytes)
         return body.encode(changes), written
 
-    def recall_schema(self) -> dict[str, Any]:
-        return to_format(as_tool_schema({"name": RECALL_TOOL, "description": RECALL_DESCRIPTION,
-                                         "input_schema": RECALL_PARAMETERS}), self.schema_format)
-
     @property
     def recall_bytes(self) -> bytes:
+        """The `ctxwin_recall` tool's schema in this API's format, as JSON (written once per format)."""
         return _recall_bytes(self.schema_format)
 
     # ---------------------------------------------------------------------------------- answers
@@ -447,13 +448,16 @@ def _is_recall_item(item: Any) -> bool:
 
 
 @functools.cache
-def _recall_bytes(schema_format: str) -> bytes:
+def _recall_bytes(schema_format: SchemaFormat) -> bytes:
     schema = as_tool_schema({"name": RECALL_TOOL, "description": RECALL_DESCRIPTION, "input_schema": RECALL_PARAMETERS})
-    return orjson.dumps(to_format(schema, schema_format))  # type: ignore[arg-type]
+    return orjson.dumps(to_format(schema, schema_format))
 
 
 def overhead_key(conversation: Conversation) -> str:
-    return hashlib.blake2b(conversation.overhead, digest_size=16).hexdigest()
+    """A digest of the system prompt and tools as sent (tens of KB: hashed once per request)."""
+    if conversation.overhead_key is None:
+        conversation.overhead_key = hashlib.blake2b(conversation.overhead, digest_size=16).hexdigest()
+    return conversation.overhead_key
 
 
 # -------------------------------------------------------------------------------------------------- segments

@@ -25,6 +25,9 @@ _EMPTY = frozenset({b"", b"null", b"[]", b'""', b"{}", b"false"})
 
 
 def refuse_json(error: Exception) -> ProxyRefusal:
+    if isinstance(error, RecursionError):
+        return ProxyRefusal(400, "the request body nests arrays or objects deeper than the proxy reads",
+                            "send JSON nested less deeply: the APIs themselves refuse such bodies")
     text = str(error)
     if text.startswith("Expected `object`"):
         kind = text.rsplit("`", 2)[-2] if text.count("`") >= 4 else "another value"
@@ -38,14 +41,18 @@ class Body(Mapping[str, Any]):
     def __init__(self, raw: bytes) -> None:
         try:
             self.fields: dict[str, msgspec.Raw] = _FIELDS.decode(raw)
-        except (msgspec.DecodeError, ValueError) as error:
+        except (msgspec.DecodeError, ValueError, RecursionError) as error:
             raise refuse_json(error) from None
         self.raw = raw
         self._values: dict[str, Any] = {}
 
     def __getitem__(self, key: str) -> Any:
+        """The field parsed; a 400 `ProxyRefusal` when it cannot be (nested deeper than orjson reads)."""
         if key not in self._values:
-            self._values[key] = orjson.loads(memoryview(self.fields[key]))
+            try:
+                self._values[key] = orjson.loads(memoryview(self.fields[key]))
+            except orjson.JSONDecodeError as error:
+                raise refuse_json(error) from None
         return self._values[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -72,6 +79,8 @@ class Body(Mapping[str, Any]):
             return RawList(_LIST.decode(value))
         except (msgspec.DecodeError, ValueError):
             return None
+        except RecursionError as error:
+            raise refuse_json(error) from None
 
     def encode(self, changes: Mapping[str, bytes | None]) -> bytes:
         """The body with some fields replaced by these JSON bytes (None: left out) and the rest as
@@ -107,7 +116,10 @@ class RawList(Sequence[Any]):
         if index < 0:
             index += len(self.raws)
         if index not in self._parsed:
-            self._parsed[index] = orjson.loads(memoryview(self.raws[index]))
+            try:
+                self._parsed[index] = orjson.loads(memoryview(self.raws[index]))
+            except orjson.JSONDecodeError as error:
+                raise refuse_json(error) from None
         return self._parsed[index]
 
     def __len__(self) -> int:

@@ -14,6 +14,12 @@ DEFAULT_MAX_BODY_BYTES = 64 * 2**20
 """Far above any real request (a 1M-token history is ~4 MB of JSON), low enough that a runaway client
 cannot make a worker buffer gigabytes."""
 DEFAULT_UPSTREAM_TIMEOUT_S = 600.0
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+"""A client sends its request line and headers in one write or a few; ten seconds is slow by far."""
+DEFAULT_BODY_TIMEOUT_S = 60.0
+"""From the end of the headers to the end of the body: a 64 MB body at 1 MB/s, with room."""
+MIN_TOKEN_CHARS = 16
+"""An auth token shorter than this (after stripping blanks) is refused: it could be guessed."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,13 @@ class ProxyConfig:
     upstream_timeout: float = DEFAULT_UPSTREAM_TIMEOUT_S
     window: int | None = None
     """Override the model's context window (tests and small local models)."""
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT_S
+    """Seconds a client may take to send its request line and headers; then the connection is closed."""
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_S
+    """Seconds a client may take to send its request body once the headers are in."""
+    max_connections: int | None = None
+    """Connections a worker keeps open at once (more are answered 503); None: as many as its file
+    descriptor limit allows (`proxy.limits.fd_budget`)."""
     memory_workspace: Path | None = None
     """With `consolidate_idle`: the workspace whose memory (MEMORY.md, memory/wiki/) is consolidated from
     the stored sessions (`store_dir`) and its notes once the proxy has been idle that many seconds."""

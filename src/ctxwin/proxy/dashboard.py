@@ -320,10 +320,13 @@ def _json(request: Request, data: Any, status: int = 200) -> Response:
 
 
 def dashboard_routes(source: DashboardSource, *, refresh_s: float = REFRESH_S, min_rescan_s: float = MIN_RESCAN_S,
-                     scan_budget_s: float = SCAN_BUDGET_S) -> list[BaseRoute]:
+                     scan_budget_s: float = SCAN_BUDGET_S,
+                     notices: Callable[[], list[dict[str, str]]] | None = None) -> list[BaseRoute]:
     """`GET /ctxwin`, `/ctxwin/sessions.json`, `/ctxwin/sessions/{key}` and `/ctxwin/session.json?id=KEY`
     over `source`, for the proxy's app to mount. While a listing is still reading a large store,
-    `/ctxwin/sessions.json` says how many sessions are left in its `X-Ctxwin-Pending` header."""
+    `/ctxwin/sessions.json` says how many sessions are left in its `X-Ctxwin-Pending` header.
+    `/ctxwin/notices.json`: what the serving process has to tell its operator (`notices`: a refused
+    edit of the live policy file), newest last; every page shows them."""
     dashboard = Dashboard(source, min_rescan_s=min_rescan_s, scan_budget_s=scan_budget_s)
     template = _template()
     headers = {"Content-Security-Policy": _csp(template), "X-Content-Type-Options": "nosniff",
@@ -368,8 +371,12 @@ def dashboard_routes(source: DashboardSource, *, refresh_s: float = REFRESH_S, m
                                    "hint": f"see {PREFIX}/sessions.json for the sessions there are"}, 404)
         return _json(request, report)
 
+    async def notices_json(request: Request) -> Response:
+        return _json(request, notices() if notices is not None else [])
+
     return [Route(PREFIX, index, methods=["GET"]),
             Route(f"{PREFIX}/sessions.json", sessions_json, methods=["GET"]),
+            Route(f"{PREFIX}/notices.json", notices_json, methods=["GET"]),
             Route(f"{PREFIX}/session.json", session_json, methods=["GET"]),
             Route(f"{PREFIX}/sessions/{{key:path}}", session_page, methods=["GET"])]
 

@@ -24,9 +24,10 @@ _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 4
                     500: "api_error", 502: "api_error", 503: "overloaded_error", 504: "timeout_error",
                     529: "overloaded_error"}
 _OPENAI_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
-                 413: "invalid_request_error", 500: "server_error", 502: "server_error", 504: "server_error"}
+                 413: "invalid_request_error", 500: "server_error", 502: "server_error", 503: "server_error",
+                 504: "server_error"}
 _OPENAI_CODES = {401: "invalid_ctxwin_token", 404: "unknown_url", 413: "request_too_large",
-                 502: "upstream_unreachable", 504: "upstream_timeout"}
+                 502: "upstream_unreachable", 503: "ctxwin_unavailable", 504: "upstream_timeout"}
 
 
 def api_of_path(path: str, headers: Mapping[str, str]) -> str:

@@ -1,41 +1,20 @@
-"""What one request to a managed endpoint carries from the handler to the upstream and back, shared
-by the whole-answer path (`app`) and the streamed one (`relay`): the facts for its entry
-(`Exchange`), the request about to go upstream (`Outgoing`), what the process remembers of the
-session (`Memo`), and the steps both paths take (an overflow recovery, a recall round)."""
+"""What one request to a managed endpoint carries, as plain data: the facts for its entry
+(`Exchange`), the request about to go upstream (`Outgoing`) and what the process remembers of the
+session between its requests (`Memo`). The steps that use them are the request's `Turn`."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-import httpx
-import orjson
+from typing import Any
 
 from ctxwin.engine import ContextEngine, Prepared
-from ctxwin.errors import ContextBudgetError, ContextOverflowError
 from ctxwin.store.entries import ProxyRequestEntry
 from ctxwin.telemetry.proxy_spans import ProxySpan
 
-from . import recall as recall_tool
-from .apis import Api, Conversation, Conversion, Rendered, overhead_key
-from .body import Body
+from .apis import Api, Conversion, Rendered
 
-if TYPE_CHECKING:
-    from .app import Proxy
 
-TOKEN_HEADER = "x-ctxwin-token"
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
-    "transfer-encoding", "upgrade", "host", "content-length",
-    "accept-encoding",  # httpx negotiates its own and decodes; the caller gets identity bytes
-    TOKEN_HEADER, "x-ctxwin-session",
-})
-RESPONSE_DROP = frozenset({*HOP_BY_HOP, "content-encoding", "content-length", "date", "server"})
-"""Not relayed from the upstream's answer: what the proxy's own server writes (date, server, framing)."""
-MAX_RECOVERIES = 3
-"""Overflow recoveries per request before the upstream's error goes to the caller (the engine bounds
-its own attempts too)."""
 @dataclass
 class Memo:
     """What the proxy remembers of a session between its requests (this process only; a worker that
@@ -111,39 +90,3 @@ class Exchange:
 
 def compactions(prepared: Prepared) -> int:
     return sum(e.is_compaction for e in prepared.events)
-
-
-def response_headers(response: httpx.Response) -> dict[str, str]:
-    return {k: v for k, v in response.headers.items() if k not in RESPONSE_DROP}
-
-
-async def recover(proxy: Proxy, api: Api, engine: ContextEngine, body: Body, conversation: Conversation,
-                  memo: Memo, response: httpx.Response, raw: bytes, exchange: Exchange) -> Outgoing | None:
-    """The smaller request to retry with after an overflow error, or None to give the caller the error."""
-    error: Any
-    try:
-        error = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        error = raw.decode("utf-8", "replace")
-    evidence = {"status": response.status_code, "body": error} if isinstance(error, dict) else error
-    if not engine.is_overflow_error(evidence) and not engine.is_overflow_error(error):
-        exchange.invalid = response.status_code == 400
-        return None
-    if exchange.recoveries >= MAX_RECOVERIES:
-        return None
-    exchange.recoveries += 1
-    try:
-        prepared = await proxy.run(engine.recover, error)
-    except (ContextOverflowError, ContextBudgetError):
-        return None
-    recall = proxy.config.recall_tool and body.present("tools")
-    return proxy.outgoing(engine, api, body, conversation, prepared, memo, overhead_key(conversation), recall)
-
-
-def recall_round(proxy: Proxy, engine: ContextEngine, api: Api, body: Body, conversation: Conversation,
-                 memo: Memo, completion: Any, calls: list[Any], last: bool) -> Outgoing:
-    """The next request after answering the model's recall calls; the `last` round's goes without the
-    recall tool, so a model that keeps asking answers with what it has (`recall.MAX_ROUNDS`)."""
-    engine.append(recall_tool.exchange(engine, completion, calls))
-    return proxy.outgoing(engine, api, body, conversation, engine.prepare(), memo, overhead_key(conversation),
-                          not last)

@@ -27,6 +27,7 @@ DEFAULT_LIMIT = 20_000
 """Characters one recall returns unless the model asks for more (a page, not a flood)."""
 MAX_LIMIT = 100_000
 SEARCH_HITS = 8
+MAX_HOPS = 5  # searches one recall may chain (memory.hops)
 META = {"ctxwin": "recall"}
 MAX_ROUNDS = 4
 """Recall round trips per request: a model that keeps asking gets its answer without the tool after
@@ -49,7 +50,8 @@ def answer(engine: ContextEngine, call: ToolCall) -> tuple[str, bool]:
                         f"call again with offset={offset + len(text)} for more]"
             return text, False
         if isinstance(query, str) and query.strip():
-            return _search(engine, query.strip()), False
+            hops = min(max(_int(arguments.get("hops"), 1), 1), MAX_HOPS)
+            return _search(engine, query.strip(), hops), False
     except CtxwinError as error:
         return f"ctxwin_recall failed: {error}", True
     return ("ctxwin_recall needs `ref` (as a placeholder names it, e.g. entry:<id>#<call id> or blob:<hash>) "
@@ -60,14 +62,14 @@ def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
 
 
-def _search(engine: ContextEngine, query: str) -> str:
+def _search(engine: ContextEngine, query: str, hops: int = 1) -> str:
     from ctxwin.memory.recall import conversation_search, search_log
 
     session = engine.session.session_id
     if engine.memory_index is not None:
-        hits = conversation_search(engine.memory_index, query, sessions=[session], limit=SEARCH_HITS)
+        hits = conversation_search(engine.memory_index, query, sessions=[session], limit=SEARCH_HITS, hops=hops)
     else:
-        hits = search_log(engine.session, query, limit=SEARCH_HITS)
+        hits = search_log(engine.session, query, limit=SEARCH_HITS, hops=hops)
     if not hits:
         return f"no earlier content matches {query!r}"
     return "\n".join(f"- {h.ref} ({h.role}): {h.snippet}" for h in hits) + \

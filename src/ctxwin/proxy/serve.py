@@ -7,7 +7,8 @@ line that `ps` shows. Workers keep nothing of their own that another worker need
 sessions live in PostgreSQL (`proxy/shared.py`), which is why N > 1 demands `--postgres`.
 
 What is refused before anything listens, with what to do instead:
-- a non-loopback address without an auth token (anyone on the network could spend the caller's key);
+- a non-loopback address without an auth token (anyone on the network could spend the caller's key),
+  and a token shorter than `MIN_TOKEN_CHARS` or with blanks at its ends (which HTTP drops from headers);
 - several workers without PostgreSQL (a JSONL or in-memory session cannot be shared by processes);
 - an upstream that is not an http(s) URL, a listen address that does not parse.
 """
@@ -19,6 +20,7 @@ import ipaddress
 import json
 import os
 import socket
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -26,13 +28,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ctxwin.errors import InputError
-from ctxwin.proxy.config import DEFAULT_LISTEN, ProxyConfig
+from ctxwin.proxy.config import DEFAULT_LISTEN, MIN_TOKEN_CHARS, ProxyConfig
+from ctxwin.proxy.limits import Limits
+from ctxwin.tokens.registry import UnknownModelWarning
 
 CONFIG_ENV = "CTXWIN_PROXY_CONFIG"
 """The environment variable that carries the config (JSON) from `serve` to every worker."""
+PATH_FIELDS = ("store_dir", "memory_workspace")  # ProxyConfig's paths, strings in its JSON
 TOKEN_ENV = "CTXWIN_PROXY_TOKEN"
 """Where `ctxwin proxy` also reads the auth token, so it need not appear on the command line."""
 FACTORY = "ctxwin.proxy.serve:app_from_env"
+PROTOCOL = "ctxwin.proxy.protocol:LimitedProtocol"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 MAX_WORKERS = 64  # far above what a machine's cores can use; a typo of 1000 is refused, not forked
 TIMEOUT_KEEP_ALIVE_S = 75  # agents reuse one connection per turn loop; above typical client idle pools
@@ -90,6 +96,7 @@ def check_serving(config: ProxyConfig, listen: Listen, workers: int) -> None:
             f"refusing to listen on {listen.host}, which other machines can reach, without an auth token",
             f"pass --auth-token TOKEN (or set {TOKEN_ENV}) and have clients send it as the x-ctxwin-token "
             "header, or listen on 127.0.0.1")
+    check_token(config.auth_token)
     if not 1 <= workers <= MAX_WORKERS:
         raise InputError(f"--workers {workers} is out of range", f"use 1 to {MAX_WORKERS}")
     if workers > 1 and not config.postgres and not config.passthrough:
@@ -101,6 +108,19 @@ def check_serving(config: ProxyConfig, listen: Listen, workers: int) -> None:
     if upstream.scheme not in ("http", "https") or not upstream.netloc:
         raise InputError(f"upstream {config.upstream!r} is not an http(s) URL",
                          "for example --upstream https://api.anthropic.com")
+
+
+def check_token(token: str | None) -> None:
+    """Refuses a token that could be guessed (shorter than `MIN_TOKEN_CHARS` once stripped) or that no
+    client could send (blanks at its ends, which HTTP drops from header values)."""
+    if token is None:
+        return
+    if token != token.strip():
+        raise InputError("the auth token starts or ends with a blank, which HTTP headers drop",
+                         "pass the token without surrounding blanks")
+    if len(token) < MIN_TOKEN_CHARS:
+        raise InputError(f"the auth token has {len(token)} character(s); it must have at least {MIN_TOKEN_CHARS}",
+                         "use a long random one, e.g. `python -c 'import secrets; print(secrets.token_urlsafe(24))'`")
 
 
 def config_json(config: ProxyConfig) -> str:
@@ -116,8 +136,9 @@ def config_from_json(text: str) -> ProxyConfig:
     known = {f.name for f in fields(ProxyConfig)}
     if not isinstance(data, dict) or not set(data) <= known or "upstream" not in data:
         raise InputError(f"{CONFIG_ENV} does not hold a proxy config", "start workers with `ctxwin proxy`")
-    if data.get("store_dir") is not None:
-        data["store_dir"] = Path(data["store_dir"])
+    for name in PATH_FIELDS:
+        if data.get(name) is not None:
+            data[name] = Path(data[name])
     return ProxyConfig(**data)
 
 
@@ -126,9 +147,24 @@ def app_from_env() -> Any:
     text = os.environ.get(CONFIG_ENV)
     if text is None:
         raise InputError(f"{CONFIG_ENV} is not set", "start the proxy with `ctxwin proxy`")
-    app = build_app(config_from_json(text))
-    tune_gc()
+    config = config_from_json(text)
+    check_token(config.auth_token)
+    app = build_app(config)
+    tune_process(config)
     return app
+
+
+def tune_process(config: ProxyConfig) -> None:
+    """The process settings of a worker: the collector (`tune_gc`) and the serving limits of its
+    connections (`LimitedProtocol.limits`, read by each connection uvicorn opens)."""
+    from ctxwin.proxy.protocol import LimitedProtocol  # uvicorn's: an extra, loaded by what serves
+
+    LimitedProtocol.limits = Limits.of(config)
+    # A model the registry does not know is said once per model, not for every session opened on it
+    # (the default "once per place" is forgotten whenever a warnings filter changes, which
+    # tokens.counter_for does on every call: a proxy then wrote it for each new session).
+    warnings.filterwarnings("once", category=UnknownModelWarning)
+    tune_gc()
 
 
 def tune_gc() -> None:
@@ -168,7 +204,7 @@ def preflight(config: ProxyConfig, listen: Listen) -> None:
 
 def uvicorn_options(listen: Listen, workers: int, *, log_level: str = "warning") -> dict[str, Any]:
     """The uvicorn settings (shared by `serve` and the benchmark, so both measure one stack)."""
-    return {"host": listen.host, "port": listen.port, "workers": workers, "factory": True,
+    return {"host": listen.host, "port": listen.port, "workers": workers, "factory": True, "http": PROTOCOL,
             "log_level": log_level, "access_log": False, "timeout_keep_alive": TIMEOUT_KEEP_ALIVE_S,
             "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S, "server_header": False, "date_header": False}
 

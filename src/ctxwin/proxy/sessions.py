@@ -35,12 +35,14 @@ from typing import Any, Protocol
 
 from ctxwin import policies, telemetry
 from ctxwin.engine import ContextEngine
+from ctxwin.policies.model import Policy
 from ctxwin.store.base import Entry, EntryKind, SessionLog, StoreProblem
 from ctxwin.store.blobs import FileBlobStore
 from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.store.session import Session
 
 from .config import ProxyConfig
+from .limits import budget_for
 
 MAX_OPEN_ENGINES = 512
 """Engines one process keeps open; the least recently used beyond this is closed (its log stays)."""
@@ -130,21 +132,29 @@ def safe_id(value: str) -> str:
 class EngineSpec:
     """How to build a session's engine, from the first request that opens it. `max_output` is the
     output limit that request asked for (`max_tokens`), which the reserve is sized on; None takes
-    the model registry's."""
+    the model registry's. `policy`: a preset's name or a file (the engine follows it), or the policy
+    itself (the proxy's, which follows its file for every session)."""
 
     model: str | None
-    policy: str
+    policy: str | Policy
     window: int | None = None
     max_output: int | None = None
     reread_hint: bool = False  # placeholders say how to re-read a file (no recall tool offered)
+
+
+def session_policy(policy: Policy, *, reread_hint: bool) -> Policy:
+    """The policy a proxy session runs: with `reread_hint`, placeholders say how to re-read a file
+    (no recall tool is offered to get it back)."""
+    if not reread_hint or policy.mask.reread_hint:
+        return policy
+    return policy.model_copy(update={"mask": policy.mask.model_copy(update={"reread_hint": True})})
 
 
 def build_engine(log: SessionLog, spec: EngineSpec) -> ContextEngine:
     """The engine every store builds for a session log (one recipe, so workers agree)."""
     policy: Any = spec.policy
     if spec.reread_hint:
-        base = policies.get(spec.policy)
-        policy = base.model_copy(update={"mask": base.mask.model_copy(update={"reread_hint": True})})
+        policy = session_policy(policies.get(spec.policy), reread_hint=True)
     engine = ContextEngine(log, model=spec.model, policy=policy, window=spec.window, max_output=spec.max_output)
     telemetry.instrument(engine)  # spans for its prepare/compact/recover when telemetry is configured
     return engine
@@ -215,13 +225,21 @@ def draft_engine(engine: ContextEngine) -> ContextEngine:
 OUTPUT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
-def engine_spec(body: Mapping[str, Any], config: ProxyConfig) -> EngineSpec:
-    """The spec of the engine for a request's session (used only when the session is opened)."""
+def output_limit(body: Mapping[str, Any]) -> int | None:
+    """The output a request asks room for (`max_tokens`, `max_completion_tokens`, `max_output_tokens`);
+    None when it names none."""
+    return next((body[k] for k in OUTPUT_LIMIT_FIELDS if isinstance(body.get(k), int) and not isinstance(body[k], bool)
+                 and body[k] > 0), None)
+
+
+def engine_spec(body: Mapping[str, Any], config: ProxyConfig, policy: Policy | None = None) -> EngineSpec:
+    """The spec of the engine for a request's session (used only when the session is opened; each
+    request's own output limit is its reserve, `Turn.prepare`); `policy`: the proxy's current one
+    (else `config.policy`)."""
     model = body.get("model")
-    limit = next((body[k] for k in OUTPUT_LIMIT_FIELDS if isinstance(body.get(k), int) and not isinstance(body[k], bool)
-                  and body[k] > 0), None)
-    return EngineSpec(model=model if isinstance(model, str) and model else None, policy=config.policy,
-                      window=config.window, max_output=limit, reread_hint=not config.recall_tool)
+    return EngineSpec(model=model if isinstance(model, str) and model else None,
+                      policy=policy if policy is not None else config.policy, window=config.window,
+                      max_output=output_limit(body), reread_hint=not config.recall_tool)
 
 
 class SessionStore(Protocol):
@@ -234,6 +252,11 @@ class SessionStore(Protocol):
         """The sessions this store knows of (for the dashboard)."""
         ...
 
+    def settle(self, engine: ContextEngine) -> None:
+        """Makes what the leased `engine` wrote durable now (a store that batches a request's writes
+        commits them; called just before the caller has its answer)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -241,6 +264,7 @@ class SessionStore(Protocol):
 class _Slot:
     engine: ContextEngine | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0  # requests holding or waiting for `lock`
 
 
 class MemorySessionStore:
@@ -257,7 +281,11 @@ class MemorySessionStore:
 
     @classmethod
     def for_config(cls, config: ProxyConfig) -> MemorySessionStore:
-        return cls(config.store_dir)
+        """The store of `config`; JSONL sessions kept open up to what the file limit allows beside
+        the connections (`limits.budget_for`)."""
+        if config.store_dir is None:
+            return cls(None)
+        return cls(config.store_dir, max_open=min(MAX_OPEN_ENGINES, budget_for(config).sessions))
 
     def _open_log(self, session_id: str) -> SessionLog:
         if self.store_dir is not None:
@@ -275,28 +303,50 @@ class MemorySessionStore:
         if slot is None:
             slot = self._slots[session_id] = _Slot()
         self._slots.move_to_end(session_id)
-        async with slot.lock:
-            if slot.engine is None:
-                # Opening takes the session's lock and replays its log from disk: off the event loop,
-                # so other sessions go on meanwhile.
-                slot.engine = await asyncio.to_thread(lambda: build_engine(self._open_log(session_id), spec))
-                self._known[session_id] = None
-            yield slot.engine
-        self._evict()
+        slot.users += 1
+        try:
+            async with slot.lock:
+                if slot.engine is None:
+                    # Opening takes the session's lock and replays its log from disk: off the event loop,
+                    # so other sessions go on meanwhile; an idle session is closed first when the cache is
+                    # full, so the descriptors the new one needs are free before it asks for them.
+                    closing = self._evict(room=1)
+                    slot.engine = await asyncio.to_thread(self._open, session_id, spec, closing)
+                    self._known[session_id] = None
+                yield slot.engine
+        finally:
+            slot.users -= 1
+        closing = self._evict()
+        if closing:
+            await asyncio.to_thread(_close_logs, closing)
 
-    def _evict(self) -> None:
-        """Closes the least recently used engines past `max_open` (their logs stay: in memory, the log
+    def _open(self, session_id: str, spec: EngineSpec, closing: list[SessionLog]) -> ContextEngine:
+        _close_logs(closing)
+        return build_engine(self._open_log(session_id), spec)
+
+    def _evict(self, room: int = 0) -> list[SessionLog]:
+        """Takes the least recently used idle sessions out of the cache until at most `max_open -
+        room` are open, and returns their logs to close (a JSONL session's files; in memory, the log
         object is kept, and the next request of the session opens an engine over it again)."""
-        while len(self._slots) > self.max_open:
-            session_id, slot = next(iter(self._slots.items()))
-            if slot.lock.locked():
-                return  # the oldest is in use: try again after the next lease
+        excess = sum(slot.engine is not None for slot in self._slots.values()) - (self.max_open - room)
+        closing: list[SessionLog] = []
+        for session_id, slot in list(self._slots.items()):
+            if excess <= 0:
+                break
+            if slot.users or slot.lock.locked():
+                continue  # in use, or wanted: never closed under a request
             del self._slots[session_id]
-            if slot.engine is not None and self.store_dir is not None:
-                slot.engine.session.close()
+            if slot.engine is not None:
+                excess -= 1
+                if self.store_dir is not None:
+                    closing.append(slot.engine.session)
+        return closing
 
     def session_ids(self) -> list[str]:
         return list(self._known)
+
+    def settle(self, engine: ContextEngine) -> None:
+        pass  # every append was durable when it returned (JSONL fsyncs it; in memory there is no disk)
 
     def busy(self) -> bool:
         """Whether a request holds a session now (its bookkeeping may still be on its way to the log)."""
@@ -320,6 +370,11 @@ class MemorySessionStore:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+
+
+def _close_logs(logs: list[SessionLog]) -> None:
+    for log in logs:
+        log.close()
 
 
 class _LiveEngines(Mapping[str, ContextEngine]):

@@ -8,20 +8,24 @@ happens inside a lease, a compaction (which runs inside `prepare`) included, so 
 `compaction_lock` would add nothing here. Between requests the lock is released, and the connection,
 the log and the engine stay cached in the worker.
 
-A cached engine is only as fresh as the log was when the lease ended. On the next lease the stored
-tip (the newest entry) is compared with the cached log's: when another worker appended in between,
-the engine is rebuilt from the log (the reducer replays it, as on any open), so what this worker
-sends next is what a worker that never cached would send. That rebuild is the price of a session
-moving between workers: about 60 ms for a 170k-token session here (an engine that could apply just
-the entries another process appended would make it proportional to those).
+A cached engine is only as fresh as the log was when the lease ended. On the next lease the log
+takes in the rows another worker appended in between (`PostgresSessionLog.refresh`, one query) and
+the engine applies just those (`ContextEngine.catch_up`: the reducer folds them in, or derives
+everything again if the log branched under it), so what this worker sends next is what a worker that
+never cached would send, at a cost proportional to what the other worker wrote (it was a rebuild
+from the whole log: about 60 ms for a 170k-token session).
 
-Durability: every append is its own committed transaction, with `synchronous_commit = on`, before
-`append` returns (`PostgresSessionLog` in `fsync` durability), and a dead worker's connection takes
-its advisory locks with it, so the next lease, on any worker, reads everything committed. An entry
-is acknowledged once the response it belongs to reached the client; for that the app must write it
-before the response completes (`tests/test_proxy_workers.py` kills a worker at both moments). A
-lease that ends in an exception drops the cached engine, so a half-done request is never continued
-from memory, only from the log.
+Durability: a lease is one transaction (`PostgresSessionLog.begin`): what a request writes (the
+messages it synced, the decisions of its prepare, its calibration, its `ProxyRequestEntry`) is
+committed once, with `synchronous_commit = on`, when the app settles the request (`settle`, just
+before the caller has its answer's last bytes), instead of one fsync'd commit per entry. A dead
+worker's connection takes its advisory locks (and its uncommitted transaction) with it, so the next
+lease, on any worker, reads everything committed; a request whose answer never reached its caller
+may lose what it synced, which the agent's next request (its whole history again) syncs anew. An
+entry is acknowledged once the response it belongs to reached the client
+(`tests/test_proxy_workers.py` kills a worker at both moments). A lease that ends in an exception
+rolls back and drops the cached engine, so a half-done request is never continued from memory, only
+from the log.
 """
 
 from __future__ import annotations
@@ -68,20 +72,6 @@ class _Slot:
     used_at: float = 0.0
 
 
-def stored_tip(log: PostgresSessionLog) -> tuple[int, str | None]:
-    """(entries, id of the newest entry) as committed in the database now."""
-    row = log.conn.execute("SELECT seq, id FROM ctxwin_entries WHERE session_id = %s ORDER BY seq DESC LIMIT 1",
-                           (log.session_id,)).fetchone()
-    return (0, None) if row is None else (int(row[0]) + 1, row[1])
-
-
-def known_tip(log: PostgresSessionLog) -> tuple[int, str | None]:
-    """(entries, leaf) as this worker's log knows them. The leaf is the newest entry unless the engine
-    moved it back without appending; then the tips differ and the session is reopened like a stale
-    one, which is always correct (reopening derives everything from the log)."""
-    return len(log), log.leaf_id
-
-
 class PostgresSessionStore:
     """The session store of one worker over PostgreSQL (see the module docstring)."""
 
@@ -92,7 +82,9 @@ class PostgresSessionStore:
         self._slots: dict[str, _Slot] = {}
         self._pending: set[asyncio.Future[None]] = set()  # sessions being given back
         self.reopened = 0
-        """Leases that found another worker had advanced their session, and rebuilt its engine."""
+        """Leases that found their cached engine behind the log in a way it cannot catch up, and rebuilt it."""
+        self.caught_up = 0
+        """Leases that found another worker had advanced their session, and applied what it appended."""
 
     @classmethod
     def for_config(cls, config: ProxyConfig) -> PostgresSessionStore:
@@ -178,9 +170,13 @@ class PostgresSessionStore:
             try:
                 if not try_advisory_lock(slot.log.conn, lock_key("writer", session_id), 0):
                     return None
-                if stored_tip(slot.log) == known_tip(slot.log):
+                if slot.log.refresh():  # another worker advanced the session: take in what it appended
+                    slot.engine.catch_up()
+                    self.caught_up += 1
+                if slot.log.leaf_id == slot.log.newest_id:
+                    slot.log.begin()
                     return slot.engine
-                self.reopened += 1  # another worker advanced the session
+                self.reopened += 1  # the engine moved the leaf back without appending: as a fresh open
             except psycopg.Error:
                 pass  # the cached connection broke (the server restarted): open again below
             _drop(slot)
@@ -190,11 +186,20 @@ class PostgresSessionStore:
             return None
         try:
             slot.engine = build_engine(log, spec)
+            log.begin()
         except BaseException:
             log.close()
             raise
         slot.log = log
         return slot.engine
+
+    def settle(self, engine: ContextEngine) -> None:
+        """Commits what the request wrote so far (its one transaction): called just before the caller
+        has its answer, which is when its entries must be acknowledged."""
+        for slot in self._slots.values():
+            if slot.engine is engine and slot.log is not None:
+                slot.log.commit()
+                return
 
     def _release(self, session_id: str, slot: _Slot, ok: bool) -> None:
         """Lets the other workers have the session; keeps it open here unless the lease failed (the
@@ -203,6 +208,7 @@ class PostgresSessionStore:
 
         if ok and slot.log is not None:
             try:
+                slot.log.commit()
                 slot.log.conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key("writer", session_id),))
                 slot.used_at = time.monotonic()
                 return
@@ -262,4 +268,4 @@ def _busy(session_id: str, timeout: float) -> SessionLockedError:
                               "was served", "retry the request: one session's requests are served one at a time")
 
 
-__all__ = ["LEASE_TIMEOUT_S", "MAX_CACHED", "PostgresSessionStore", "stored_tip"]
+__all__ = ["LEASE_TIMEOUT_S", "MAX_CACHED", "PostgresSessionStore"]

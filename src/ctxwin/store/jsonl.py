@@ -167,6 +167,9 @@ def lock_error(path: Path, error: OSError, hint: str) -> CtxwinError:
     if error.errno in (errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):  # NFS, some FUSE mounts
         return SessionLockedError(f"cannot lock {path}: {reason} (this file system does not lock files)",
                                   "open the session read-only, or keep sessions on a local disk")
+    if error.errno in (errno.EMFILE, errno.ENFILE):  # passes once descriptors are given back: like a busy lock
+        return SessionLockedError(f"cannot open {path}: {reason}",
+                                  "try again once fewer sessions are open, or raise the limit (ulimit -n)")
     if error.errno == errno.EROFS:
         return SessionFormatError(f"cannot write in {path}: the file system is read-only",
                                   "open the session read-only (readonly=True, or --readonly)")
@@ -444,6 +447,10 @@ class JsonlSessionLog(TreeReads):
                 self._write_fd = self._open_for_append()
             except OSError as error:
                 raise lock_error(self._file, error, "check the disk") from None
+            # The writer reads through its own descriptor (O_RDWR): one fewer per open session, which
+            # is what bounds how many sessions a proxy can hold open under its file limit.
+            self._read_handle.close()
+            self._read_handle, self._read_fd = None, self._write_fd
         header_end = ix.first_line_end(self._read_fd)
         if header_end < 0:
             raise SessionFormatError(f"{self._file} has no complete header line", "it is not a ctxwin session")
@@ -463,7 +470,7 @@ class JsonlSessionLog(TreeReads):
 
     def _open_for_append(self) -> int:
         """The writer's fd, on the very file the read fd checked (no link followed, no swap between)."""
-        fd = os.open(self._file, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(self._file, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         opened, checked = os.fstat(fd), os.fstat(self._read_fd)
         if (opened.st_dev, opened.st_ino) != (checked.st_dev, checked.st_ino):
             os.close(fd)

@@ -8,7 +8,9 @@ sessions. Same API and semantics as the JSONL backend (`jsonl.py`), with these e
 - `compaction_lock()`: a second advisory lock per session, so two workers never compact at once.
 - Durability ("acknowledged" is defined once, in `base.py`, for every backend): in both modes every
   append is its own committed transaction before `append` returns, so the client process dying
-  (SIGKILL included) never loses an acknowledged entry. `fsync` commits with `synchronous_commit =
+  (SIGKILL included) never loses an acknowledged entry; between `begin()` and `commit()` the appends
+  share one transaction (one WAL flush for a proxy request's 4-5 entries) and are acknowledged when
+  `commit()` returns (a crash before it loses them, and only them). `fsync` commits with `synchronous_commit =
   on` (the commit waits for the server's WAL flush). `batch` commits with `synchronous_commit = off`
   (PostgreSQL's asynchronous commit: the server acknowledges before its WAL flush), which saves the
   disk wait, not the round trip; the bound on a crash of the machine or of the server is the entries
@@ -284,6 +286,8 @@ class PostgresSessionLog(TreeReads):
         self.readonly = readonly
         self._closed = False
         self._compacting = False
+        self._began: tuple[int, tuple[int, str] | None, tuple[int, str] | None, int] | None = None
+        """(count, leaf, newest, jumps) at `begin()`, to restore on `rollback()`."""
         self._mutex = threading.RLock()  # the connection may be shared between threads
         self.conn = connect(dsn)
         try:
@@ -315,6 +319,7 @@ class PostgresSessionLog(TreeReads):
                             (self.session_id,)).fetchone()
         self._count = 0 if last is None else int(last[0]) + 1
         self._leaf: tuple[int, str] | None = None if last is None else (int(last[0]), last[1])
+        self._newest = self._leaf
         rows = conn.execute("SELECT seq, parent_seq FROM ctxwin_entries "
                             "WHERE session_id = %s AND parent_seq <> seq - 1 ORDER BY seq",
                             (self.session_id,)).fetchall()
@@ -362,13 +367,67 @@ class PostgresSessionLog(TreeReads):
                     break
             self._count += 1
             self._jumps.add(seq, parent_seq)
-            self._leaf = (seq, entry_id)
+            self._leaf = self._newest = (seq, entry_id)
         return Entry(id=entry_id, parent_id=parent_ref, kind=kind, timestamp=ts, payload=json.loads(text))
 
     def branch(self, entry_id: str | None) -> None:
         self._check_open()
         with self._mutex:
             self._leaf = None if entry_id is None else (self._seq_of(entry_id), entry_id)
+
+    # ---- one transaction for several appends
+
+    def begin(self) -> None:
+        """From now until `commit()`, appends go into one transaction (and blob writes with them):
+        one commit, so one wait for the WAL flush, instead of one per append. They are acknowledged
+        only when `commit()` returns; `rollback()` undoes them. Nothing is done while one is open."""
+        self._check_writable()
+        with self._mutex:
+            if self._began is None:
+                self.conn.execute("BEGIN")
+                self._began = (self._count, self._leaf, self._newest, len(self._jumps.seqs))
+
+    def commit(self) -> None:
+        """Commits what was appended since `begin()` (nothing to do without one)."""
+        with self._mutex:
+            if self._began is not None:
+                self._began = None
+                self.conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        """Undoes what was appended since `begin()`, in the database and in this log."""
+        with self._mutex:
+            if self._began is None:
+                return
+            (self._count, self._leaf, self._newest, jumps), self._began = self._began, None
+            del self._jumps.seqs[jumps:], self._jumps.parents[jumps:]
+            if not self.conn.closed:
+                self.conn.execute("ROLLBACK")
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._began is not None
+
+    def refresh(self) -> int:
+        """Takes in the entries another writer appended since this log last read the table (a session
+        moving between a proxy's workers): its count, its jumps and, when there were any, its leaf,
+        which becomes the newest entry, as on a fresh open. Returns how many there were."""
+        self._check_open()
+        with self._mutex:
+            rows = self.conn.execute("SELECT seq, id, parent_seq FROM ctxwin_entries WHERE session_id = %s "
+                                     "AND seq >= %s ORDER BY seq", (self.session_id, self._count)).fetchall()
+            for seq, _entry_id, parent_seq in rows:
+                self._jumps.add(int(seq), int(parent_seq))
+            if rows:
+                self._count = int(rows[-1][0]) + 1
+                self._leaf = (int(rows[-1][0]), rows[-1][1])
+                self._newest = self._leaf
+        return len(rows)
+
+    @property
+    def newest_id(self) -> str | None:
+        """The id of the newest entry this log knows (its leaf, unless it was moved back)."""
+        return None if self._newest is None else self._newest[1]
 
     # ---- reading
 
@@ -491,6 +550,7 @@ class PostgresSessionLog(TreeReads):
             return
         try:
             if not self.conn.closed:
+                self.commit()  # a clean close acknowledges what a transaction held
                 self.flush()
                 if not self.readonly:
                     # Closing the connection releases the lock too, but the server notices the

@@ -534,6 +534,7 @@ class FakeProvider:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # the listen backlog: a proxy opening tens of connections at once is not refused
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away mid-answer (a cancelled stream) is normal; anything else is one line

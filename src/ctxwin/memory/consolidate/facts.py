@@ -28,6 +28,7 @@ from datetime import date
 from typing import Any, Literal, TypeAlias
 
 from ctxwin.memory.consolidate.extract import Kind, Observation, values
+from ctxwin.memory.scoring import jaccard
 
 Status: TypeAlias = Literal["current", "superseded", "done"]
 DUPLICATE_JACCARD = 0.8
@@ -87,10 +88,6 @@ class Fact:
                     status=data.get("status", "current"),
                     ended=date.fromisoformat(data["ended"]) if data.get("ended") else None,
                     ended_ref=data.get("ended_ref"), by=data.get("by"))
-
-
-def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    return len(a & b) / len(a | b) if a or b else 0.0
 
 
 def _fact_id(observation: Observation) -> str:

@@ -68,7 +68,7 @@ Return [] when no statement holds a durable fact."""
 
 class ModelExtractor:
     """Observations from a model (see the module docstring). `problems` lists the batches the rules
-    read instead, and why; `calls` counts the model calls."""
+    read instead in the last run (`observe`), and why; `calls` counts the model calls of all runs."""
 
     def __init__(self, client: ModelClient, *, batch_chars: int = BATCH_CHARS, timeout: float = TIMEOUT_S,
                  max_output_tokens: int = MAX_OUTPUT_TOKENS, max_failures: int = MAX_CONSECUTIVE_FAILURES) -> None:
@@ -83,6 +83,10 @@ class ModelExtractor:
         self._failures = 0
 
     def observe(self, units: Sequence[Unit]) -> list[Observation]:
+        # One call is one run: its breaker and problems start afresh (a SleepTime keeps one extractor
+        # for all its runs; an outage in one must not keep the model out of the next).
+        self.problems = []
+        self._failures = 0
         out: list[Observation] = []
         for number, batch in enumerate(batches(units, self.batch_chars), start=1):
             if self._failures >= self.max_failures:

@@ -37,7 +37,17 @@ from ctxwin.files import read_bytes
 from ctxwin.memory.consolidate.extract import Observation, Unit, observe
 from ctxwin.memory.consolidate.facts import Fact, FactStore, MergeReport
 from ctxwin.memory.consolidate.render import MAX_MEMORY_CHARS, render_memory
-from ctxwin.memory.consolidate.sources import ARCHIVE_DIR, Watermark, note_units, read_inputs, sha256
+from ctxwin.memory.consolidate.sources import (
+    ARCHIVE_DIR,
+    NOTE_LIMITS,
+    NoteMark,
+    Watermark,
+    note_text,
+    note_units,
+    read_inputs,
+    read_notes,
+    sha256,
+)
 from ctxwin.memory.files import MEMORY_DIR, MEMORY_FILE
 from ctxwin.memory.wiki import TOPICS, current_line, history_line, page_path, pages
 
@@ -171,26 +181,36 @@ def _ours(facts: Sequence[Fact], memory: str) -> set[str]:
 _TRAILING_REFS = re.compile(r"(?:\s*\[(?:memory/|entry:)[^\]]*\])+\s*$")
 
 
-def _archive(workspace: Path, state: State, max_chars: int, dry_run: bool) -> tuple[list[Unit], list[str]]:
-    """Hand edits of the outputs (see the module docstring): the archive notes written for them (and,
-    on a dry run, which writes none, the units of their lines). A MEMORY.md or wiki page no run wrote
-    (a curated MEMORY.md from before consolidation) is all hand edits."""
-    units: list[Unit] = []
-    archived: list[str] = []
+@dataclass(frozen=True)
+class _Edits:
+    """Hand edits of one output, as the archive note that keeps them: its name under memory/, its text,
+    its day, and whether it is new (not on disk yet: this run writes it, or a dry run would)."""
+
+    name: str
+    text: str
+    day: date
+    new: bool
+
+
+def _archive(workspace: Path, state: State, max_chars: int) -> list[_Edits]:
+    """Hand edits of the outputs (see the module docstring), as the archive notes that keep them;
+    writes nothing (`_run` writes them once every input has been read). A MEMORY.md or wiki page no
+    run wrote (a curated MEMORY.md from before consolidation) is all hand edits."""
+    out: list[_Edits] = []
     ours: set[str] | None = None
     candidates = {MEMORY_FILE, *(page_path(t) for t in TOPICS)} | set(state.outputs)
     for rel in sorted(candidates):
         path = workspace / rel
         if not path.is_file():
             continue
-        data = read_bytes(path)
+        data = read_bytes(path, limits=NOTE_LIMITS)
         if sha256(data) == state.outputs.get(rel):
             continue
         if ours is None:
             ours = _ours(state.facts, render_memory(state.facts, max_chars).text)
         kept: list[str] = []
         own = 0
-        for line in data.decode("utf-8", "replace").split("\n"):
+        for line in note_text(rel, data).split("\n"):
             if line.startswith("#"):
                 kept.append(line)  # the headings stay: they say what the lines under them are
             elif line.strip() and line not in ours and not line.startswith("<!--"):
@@ -202,14 +222,8 @@ def _archive(workspace: Path, state: State, max_chars: int, dry_run: bool) -> tu
         stem = "MEMORY" if rel == MEMORY_FILE else "wiki-" + Path(rel).stem
         name = f"{ARCHIVE_DIR}/{stem}-{day.isoformat()}-{sha256(data)[:8]}.md"
         text = f"# Edits to {rel} found on {day.isoformat()}\n\n" + "\n".join(kept) + "\n"
-        if dry_run:
-            units.extend(note_units(name, text, day))  # a real run reads the note it wrote with the others
-        else:
-            target = workspace / MEMORY_DIR / name
-            if not target.exists():
-                _write(target, text.encode())
-        archived.append(f"{MEMORY_DIR}/{name}")
-    return units, archived
+        out.append(_Edits(name, text, day, not (workspace / MEMORY_DIR / name).exists()))
+    return out
 
 
 def consolidate(workspace: str | Path, *, sessions: str | Path | None = None, since: date | str | None = None,
@@ -229,6 +243,9 @@ def consolidate(workspace: str | Path, *, sessions: str | Path | None = None, si
         raise InputError(f"max_chars {max_chars} is too small for MEMORY.md", "give at least 1000 characters")
     day = _day(since)
     folder = _sessions_folder(root, sessions)
+    if folder is None and not (root / MEMORY_FILE).is_file() and not (root / MEMORY_DIR).is_dir():
+        raise InputError(f"{root} is not a workspace: it holds no {MEMORY_FILE}, no {MEMORY_DIR}/ folder and no "
+                         ".ctxwin/sessions", "give the folder that holds MEMORY.md and memory/ (or --sessions)")
     chosen: Extractor = extractor or RuleExtractor()
     report = ConsolidationReport(str(root), dry_run, chosen.name)
     if dry_run:
@@ -236,10 +253,14 @@ def consolidate(workspace: str | Path, *, sessions: str | Path | None = None, si
     else:
         from ctxwin.store.jsonl import FileLock
 
+        if not state_dir(root).exists():  # a first run refused for a bad note leaves no state folder behind
+            _archive(root, State(), max_chars)
+            read_notes(root, {}, day)
         state_dir(root).mkdir(parents=True, exist_ok=True)
         lock = FileLock(state_dir(root) / LOCK_FILE)
         lock.acquire(lock_timeout, f"the memory of {root} is being consolidated",
-                     "wait for that run to finish (it never takes long without a model), or pass a lock timeout")
+                     "it never takes long without a model: run again once it has finished (from Python, "
+                     "consolidate(..., lock_timeout=SECONDS) waits for it)")
         try:
             _run(root, folder, day, dry_run, max_chars, chosen, report)
         finally:
@@ -271,9 +292,18 @@ def _run(root: Path, sessions: Path | None, since: date | None, dry_run: bool, m
          extractor: Extractor, report: ConsolidationReport) -> None:
     state_path = state_dir(root) / STATE_FILE
     state = State.load(state_path)
-    edits, report.archived = _archive(root, state, max_chars, dry_run)
-    inputs = read_inputs(root, sessions, state.watermark, since)
-    units = edits + inputs.units
+    edits = _archive(root, state, max_chars)
+    inputs = read_inputs(root, sessions, state.watermark, since)  # a bad note stops the run here: nothing written
+    report.archived = [f"{MEMORY_DIR}/{e.name}" for e in edits]
+    fresh = [e for e in edits if e.new]  # (an archive note already on disk is read with the notes)
+    units = [u for e in fresh for u in note_units(e.name, e.text, e.day)] + inputs.units
+    for e in fresh:
+        data = e.text.encode()
+        inputs.watermark.notes[e.name] = NoteMark(len(data), sha256(data))
+        inputs.notes_read.append(e.name)
+        inputs.bytes_read += len(data)
+        if not dry_run:
+            _write(root / MEMORY_DIR / e.name, data)
     report.units = len(units)
     report.notes_read, report.sessions_read = inputs.notes_read, inputs.sessions_read
     report.bytes_read, report.entries_read = inputs.bytes_read, inputs.entries_read

@@ -25,8 +25,8 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from ctxwin.errors import CtxwinError
-from ctxwin.files import read_bytes
+from ctxwin.errors import CtxwinError, InputError
+from ctxwin.files import FileLimits, read_bytes
 from ctxwin.memory.consolidate.extract import NOT_SPEAKERS, SPEAKER, Unit, split_sentences
 from ctxwin.memory.files import MEMORY_DIR
 
@@ -41,6 +41,11 @@ _ASSISTANT_FACT = re.compile(
     r"resolved|merged|shipped|reverted|switched to|the (?:root cause|fix) (?:is|was))\b", re.IGNORECASE)
 MAX_UNIT_CHARS = 2_000
 """A message longer than this is read in its first sentences only (a pasted file is no statement)."""
+MAX_NOTE_LINE_CHARS = 100_000
+"""A note line longer than this is no note (a pasted file, a data dump): the note is refused, not read
+in part, so what it says is never consolidated from its first characters alone."""
+NOTE_LIMITS = FileLimits(max_bytes=64 * 1024 * 1024, allow_hard_links=False)
+"""The largest note read (the memory index's cap; a hard-linked note is refused as the index refuses it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +121,28 @@ def note_names(workspace: Path) -> list[str]:
     return sorted(names, key=lambda n: (note_day(n) or date.min, n))
 
 
+def note_text(rel: str, data: bytes) -> str:
+    """The text of memory file `rel` (relative to the workspace); an `InputError` saying which file and
+    what to do when it is no text a consolidation can take statements from: binary data, invalid
+    UTF-8, a line longer than `MAX_NOTE_LINE_CHARS`. Refused whole, before anything is written, so a
+    bad file never becomes MEMORY.md lines."""
+    hint = f"fix {rel} or move it out of the memory folder; nothing was written"
+    if b"\x00" in data:
+        raise InputError(f"{rel} holds binary data (NUL bytes), not notes", hint)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        where = data.count(b"\n", 0, error.start) + 1
+        raise InputError(f"{rel} is not valid UTF-8 (line {where}, byte {error.start:,})",
+                         f"save it as UTF-8; {hint}") from None
+    for number, line in enumerate(text.split("\n"), start=1):
+        if len(line) > MAX_NOTE_LINE_CHARS:
+            raise InputError(f"line {number} of {rel} is {len(line):,} characters; a note line is at most "
+                             f"{MAX_NOTE_LINE_CHARS:,}",
+                             f"split it, or keep the data in a file and note its path; {hint}")
+    return text
+
+
 def note_units(name: str, text: str, day: date, first_line: int = 1) -> list[Unit]:
     """The units of lines `first_line`.. of note `name` (relative to memory/), with the heading above
     each (the lines before are read for it and for open code fences, not emitted)."""
@@ -172,7 +199,7 @@ def read_notes(workspace: Path, marks: dict[str, NoteMark], since: date | None =
         day = note_day(name)
         if day is None or (since is not None and day < since):
             continue
-        data = read_bytes(folder / name)
+        data = read_bytes(folder / name, limits=NOTE_LIMITS)
         whole = data[: data.rfind(b"\n") + 1]  # a line still being written is read next time
         mark = None if since is not None else marks.get(name)
         start = 0
@@ -180,7 +207,7 @@ def read_notes(workspace: Path, marks: dict[str, NoteMark], since: date | None =
             start = mark.bytes
         if start == len(whole):
             continue
-        text = whole.decode("utf-8", "replace")
+        text = note_text(f"{MEMORY_DIR}/{name}", whole)
         first_line = whole[:start].count(b"\n") + 1
         units.extend(note_units(name, text, day, first_line))
         new_marks[name] = NoteMark(len(whole), sha256(whole))
