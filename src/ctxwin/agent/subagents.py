@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -58,6 +58,9 @@ from ctxwin.store.blobs import DIR_MODE
 from ctxwin.store.entries import CalibrationEntry, MessageEntry
 from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.tools import ToolError, ToolOutput, ToolSpec, Workspace
+
+if TYPE_CHECKING:  # the index loads SQLite and numpy: only a persistent child pays for them
+    from ctxwin.memory.index import MemoryIndex
 
 __all__ = ["AgentDefinition", "Background", "ChildResult", "SubAgents", "SubagentLimits"]
 
@@ -682,7 +685,7 @@ class SubAgents:
                          depth=self.depth + 1, is_fork=is_fork, tree=self.tree)
 
     def _isolated(self, parent: Agent, session: SessionLog, definition: AgentDefinition, task: str,
-                  model_name: str | None, cancel: Cancel, child_id: str) -> tuple[Agent, Any]:
+                  model_name: str | None, cancel: Cancel, child_id: str) -> tuple[Agent, MemoryIndex | None]:
         ws = parent.workspace
         if ws is not None and definition.permission_mode == "read-only" and ws.allow_shell:
             ws = replace(ws, allow_shell=False)
@@ -834,7 +837,7 @@ def memory_section(root: Path, policy: BootstrapPolicy) -> str:
     return "".join(out)
 
 
-def _memory_tools(folder: Path) -> tuple[Any, list[ToolSpec]]:
+def _memory_tools(folder: Path) -> tuple[MemoryIndex, list[ToolSpec]]:
     """The memory tools (`memory`, `memory_search`, `memory_get`) over a persistent agent's folder, as
     tool specs, and the index they search (closed when the call ends)."""
     from ctxwin.memory.index import MemoryIndex
