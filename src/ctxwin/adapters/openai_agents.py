@@ -40,7 +40,7 @@ import json
 import warnings
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ctxwin.errors import InputError, MissingExtraError
 
@@ -267,7 +267,8 @@ class CtxwinSession:
         self._branch()
         items = [item for _, _, _, kept in self._mirror for item in kept]
         chosen = items if limit is None else (items[-limit:] if limit else [])
-        return copy.deepcopy(chosen)  # type: ignore[return-value]
+        # the kept items are plain JSON of the SDK's input items (TypedDicts, so dicts at run time)
+        return cast(list[TResponseInputItem], copy.deepcopy(chosen))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         if isinstance(items, Mapping) or not isinstance(items, Iterable):
@@ -301,7 +302,7 @@ class CtxwinSession:
         popped = items[-1]
         self.engine.sync([m for _, m in branch[:-1]] + items_to_messages(items[:-1], _calls(branch[:-1])))
         self.engine.note(CustomEntry("custom", {"type": POP_ENTRY, "entry": last_id, "item": len(items) - 1}))
-        return popped  # type: ignore[return-value]
+        return cast(TResponseInputItem, popped)  # plain JSON of an SDK input item (see get_items)
 
     async def clear_session(self) -> None:
         branch = self._branch()

@@ -104,9 +104,10 @@ def _text_of(part: Any) -> str:
 
 def _request_block(part: Any, kept: dict[str, Any]) -> tuple[Role, Block, dict[str, Any]]:
     """(role, block, what to keep of the part) for one request part."""
-    if isinstance(part, SystemPromptPart) or (isinstance(part, UserPromptPart) and isinstance(part.content, str)):
-        role: Role = "system" if isinstance(part, SystemPromptPart) else "user"
-        return role, Text(part.content), _elide(kept, "content")
+    if isinstance(part, SystemPromptPart):
+        return "system", Text(part.content), _elide(kept, "content")
+    if isinstance(part, UserPromptPart) and isinstance(part.content, str):
+        return "user", Text(part.content), _elide(kept, "content")
     if isinstance(part, BaseToolReturnPart):
         text = part.model_response_str()
         block = ToolResult(part.tool_call_id, (Text(text),), part.outcome in ("failed", "retried"), part.tool_name)
@@ -114,8 +115,8 @@ def _request_block(part: Any, kept: dict[str, Any]) -> tuple[Role, Block, dict[s
     if isinstance(part, RetryPromptPart) and part.tool_name is not None:
         block = ToolResult(part.tool_call_id, (Text(part.model_response()),), True, part.tool_name)
         return "tool", block, _whole(kept, block)
-    text = Text(_text_of(part))
-    return "user", text, _whole(kept, text)
+    shown = Text(_text_of(part))
+    return "user", shown, _whole(kept, shown)
 
 
 def _response_block(part: Any, kept: dict[str, Any]) -> tuple[Block, dict[str, Any]]:
@@ -161,10 +162,10 @@ def to_messages(history: Sequence[ModelMessage]) -> list[Message]:
         if not runs:
             out.append(Message("user", (), meta={NS: {"message": fields, "parts": []}}))
         for n, (role, blocks, kept_parts) in enumerate(runs):
-            meta: dict[str, Any] = {"parts": kept_parts}
+            kept_meta: dict[str, Any] = {"parts": kept_parts}
             if n == 0:
-                meta["message"] = fields
-            out.append(Message(role, tuple(blocks), meta={NS: meta}))
+                kept_meta["message"] = fields
+            out.append(Message(role, tuple(blocks), meta={NS: kept_meta}))
     return out
 
 
@@ -240,8 +241,8 @@ def from_messages(messages: Sequence[Message]) -> list[ModelMessage]:
         group, fields = None, {}
 
     for message in messages:
-        info = message.meta.get(NS) if isinstance(message.meta.get(NS), dict) else {}
-        kept = info.get("parts") if isinstance(info.get("parts"), list) else []
+        info = raw if isinstance(raw := message.meta.get(NS), dict) else {}
+        kept = raw if isinstance(raw := info.get("parts"), list) else []
         parts = [_part_json(b, _kept_for(b, i, kept), message.role) for i, b in enumerate(message.blocks)]
         if message.role == "assistant":
             close()

@@ -145,9 +145,10 @@ def parse_sections(text: str, *, numbered_headings: bool = False) -> dict[str, l
         line = raw.rstrip()
         heading = _HEADING.match(line)
         numbered = _NUMBERED_HEADING.match(line) if numbered_headings else None
-        if heading or numbered:
+        title = heading.group(2) if heading else numbered.group(1) if numbered else None
+        if title is not None:
             close()
-            current = heading.group(2).strip() if heading else numbered.group(1).strip()  # type: ignore[union-attr]
+            current = title.strip()
             sections.setdefault(current, [])
             rest = numbered.group(2).strip() if numbered else ""
             if rest:

@@ -27,7 +27,7 @@ from ctxwin.memory.files import bootstrap_files
 from ctxwin.messages import Message
 from ctxwin.pipeline import bootstrap
 from ctxwin.pipeline.events import Branched, BranchSwitched, Rewound, StoreDamaged
-from ctxwin.pipeline.view import Event, StageContext
+from ctxwin.pipeline.view import Event, Item, StageContext
 from ctxwin.policies.model import Policy
 from ctxwin.providers.overflow import is_overflow_error, reported_context_tokens
 from ctxwin.store.base import SessionLog, StoreProblem
@@ -372,14 +372,14 @@ class ContextEngine:
             return prepared, None
         return self._observed("compact", run)
 
-    def _triggered(self, items: list[Any], ctx: StageContext, events: list[Event], trigger: str) -> list[Any]:
+    def _triggered(self, items: list[Item], ctx: StageContext, events: list[Event], trigger: str) -> list[Item]:
         # A compaction that bounds turns is worth it whatever it saves in tokens.
         return self._compaction("threshold" if trigger in ("threshold", "budget") else trigger,
                                 force=trigger in BY_TURNS)(items, ctx, events)
 
     def _compaction(self, trigger: str, *, focus: str | None = None,
-                    force: bool = False) -> Callable[[list[Any], StageContext, list[Event]], list[Any]]:
-        def run(items: list[Any], ctx: StageContext, events: list[Event]) -> list[Any]:
+                    force: bool = False) -> Callable[[list[Item], StageContext, list[Event]], list[Item]]:
+        def run(items: list[Item], ctx: StageContext, events: list[Event]) -> list[Item]:
             return self._pipeline.compact(items, ctx, events, summarizer=self.summarizer, focus=focus,
                                           trigger=trigger, force=force, memory_flush=self.memory_flush)
         return run

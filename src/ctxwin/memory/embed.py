@@ -134,7 +134,7 @@ class WordLlamaEmbedder:
             if ids is None:
                 ids = cache[pieces[number]] = tuple(t.id for t in self._bpe.tokenize(pieces[number]))
                 parts[number] = ids
-        return np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64)  # type: ignore[arg-type]
+        return np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64)  # type: ignore[arg-type]  # the loop filled every None
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dims), dtype=np.float32)

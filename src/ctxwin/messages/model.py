@@ -16,7 +16,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, TypeAlias, get_args
+from typing import Any, Literal, TypeAlias, final, get_args
 
 from ctxwin.errors import MessageFormatError
 
@@ -26,6 +26,7 @@ ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
 _EMPTY: Mapping[str, Any] = {}
 
 
+@final  # readers dispatch on the exact type (`type(block) is Text`), so no subclass may stand in
 @dataclass(frozen=True, slots=True)
 class Text:
     text: str
@@ -33,6 +34,7 @@ class Text:
     type: Literal["text"] = field(default="text", init=False, repr=False)
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Thinking:
     """Model reasoning. `signature` is the provider's integrity token; when `redacted` is true the
@@ -45,6 +47,7 @@ class Thinking:
     type: Literal["thinking"] = field(default="thinking", init=False, repr=False)
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Image:
     """An image, inline (`data`, base64) or by `url`. Width and height, when known, let the token
@@ -138,6 +141,7 @@ def image_placeholder(problem: str) -> Text:
     return Text(IMAGE_PLACEHOLDER.format(problem=problem))
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A call the assistant asked for. `arguments` is the decoded JSON object; when a provider sent
@@ -150,6 +154,7 @@ class ToolCall:
     type: Literal["tool_call"] = field(default="tool_call", init=False, repr=False)
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """The answer to one `ToolCall`. `content` holds text and image parts; `name` is the tool's name
@@ -204,20 +209,21 @@ class Message:
     def content_key(self) -> str:
         """A digest of role and blocks (not id or meta): equal content, equal key. Token counts and
         other per-message caches are keyed by it. Computed once per message object."""
-        if self._key is None:
+        key = self._key
+        if key is None:
             payload = json.dumps(
                 [self.role, [block_to_dict(b) for b in self.blocks]],
                 ensure_ascii=False,
                 sort_keys=True,
                 separators=(",", ":"),
             )
-            digest = hashlib.blake2b(payload.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-            object.__setattr__(self, "_key", digest)  # a cache, not state: frozen is about content
-        return self._key
+            key = hashlib.blake2b(payload.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+            object.__setattr__(self, "_key", key)  # a cache, not state: frozen is about content
+        return key
 
     def replace(self, **changes: Any) -> Message:
         """A copy with some fields changed (and a fresh content key)."""
-        fields = {"role": self.role, "blocks": self.blocks, "id": self.id, "meta": self.meta}
+        fields: dict[str, Any] = {"role": self.role, "blocks": self.blocks, "id": self.id, "meta": self.meta}
         fields.update(changes)
         return Message(**fields)
 

@@ -28,6 +28,7 @@ from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.errors import ContextBudgetError, ContextOverflowError, ProviderError, ProxyError
 from ctxwin.messages import Message, ToolCall
 from ctxwin.providers.base import Completion
+from ctxwin.tokens.base import TokenCounter
 
 from . import recall as recall_tool
 from .apis import Api, Conversation, overhead_key
@@ -74,14 +75,14 @@ class Answer(Protocol):
         ...
 
 
-def overhead_tokens(conversation: Conversation, counter: Any) -> int:
+def overhead_tokens(conversation: Conversation, counter: TokenCounter) -> int:
     """The raw token count of what goes with every request besides the history: the system prompt and
     the tools, as the agent sent them."""
     text = conversation.overhead.decode("utf-8", "surrogatepass")
     return int(counter.count_text(text)) if text else 0
 
 
-def recall_overhead(api: Api, counter: Any) -> int:
+def recall_overhead(api: Api, counter: TokenCounter) -> int:
     return int(counter.count_text(api.recall_bytes.decode()))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import marshal
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,7 +20,7 @@ from ctxwin.errors import InputError
 from ctxwin.store.base import BlobStore, Entry, EntryKind, StoreProblem
 from ctxwin.store.tree import CHUNK, ROOT, Jumps, TreeReads
 
-Row = tuple[str, str | None, str, str, bytes | dict[str, Any]]
+Row = tuple[str, str | None, EntryKind, str, bytes | dict[str, Any]]
 """(id, parent id, kind, timestamp, payload): packed by `marshal`, or the dict itself when it holds
 something marshal cannot pack (no JSON payload does; kept as given rather than refused, as before)."""
 
@@ -40,7 +40,7 @@ class MemorySessionLog(TreeReads):
     _chunk = CHUNK
 
     def __init__(self, session_id: str = "memory", blobs: BlobStore | None = None,
-                 clock: Any = None) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         self.session_id = session_id
         self.blobs = blobs
         self._rows: list[Row] = []
@@ -122,4 +122,4 @@ class MemorySessionLog(TreeReads):
 
 def _entry(row: Row) -> Entry:
     entry_id, parent_id, kind, timestamp, packed = row
-    return Entry(entry_id, parent_id, kind, timestamp, _unpack(packed))  # type: ignore[arg-type]
+    return Entry(entry_id, parent_id, kind, timestamp, _unpack(packed))

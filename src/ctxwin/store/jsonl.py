@@ -52,7 +52,7 @@ import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal, NoReturn
 
 from ctxwin.errors import CtxwinError, EntryFormatError, InputError
 from ctxwin.files import as_path
@@ -396,7 +396,7 @@ class JsonlSessionLog(TreeReads):
         self._writer_lock = writer_lock(self.directory)
         self._mutex = threading.RLock()  # appends vs. the group-commit thread
         self._runtime_problems: list[StoreProblem] = []  # found while open (the lock file deleted)
-        self._read_handle: Any = None
+        self._read_handle: BinaryIO | None = None
         self._read_fd = -1
         self._write_fd = -1
         self._closed = False
@@ -723,7 +723,7 @@ class JsonlSessionLog(TreeReads):
     def _flush_index(self) -> None:
         if not self._pending:
             return
-        conn = self._index
+        conn = self._db
         conn.execute("BEGIN")
         try:
             ix.insert_rows(conn, self._pending, self._pending_jumps)
@@ -758,7 +758,7 @@ class JsonlSessionLog(TreeReads):
         seq = self._pending_ids.get(entry_id)
         if seq is not None:
             return seq
-        row = self._index.execute("SELECT seq FROM entries WHERE id = ?", (entry_id,)).fetchone()
+        row = self._db.execute("SELECT seq FROM entries WHERE id = ?", (entry_id,)).fetchone()
         if row is None:
             raise InputError(f"no entry {entry_id!r} in session {self.session_id}", "check the entry id")
         return int(row[0])
@@ -766,15 +766,15 @@ class JsonlSessionLog(TreeReads):
     def _id_taken(self, entry_id: str) -> bool:
         if entry_id in self._pending_ids:
             return True
-        return self._index.execute("SELECT 1 FROM entries WHERE id = ?", (entry_id,)).fetchone() is not None
+        return self._db.execute("SELECT 1 FROM entries WHERE id = ?", (entry_id,)).fetchone() is not None
 
     def _new_id(self) -> str:
         """A fresh id, unique in the session. The writer keeps every id in memory (loaded on its
         first append): an index query per append would cost more than the append."""
         if self._ids is None:
-            self._ids = {row[0] for row in self._index.execute("SELECT id FROM entries")}
+            self._ids = {row[0] for row in self._db.execute("SELECT id FROM entries")}
             self._ids.update(self._pending_ids)
-            self._ids.update(ix.damaged_ids(self._index))
+            self._ids.update(ix.damaged_ids(self._db))
         entry_id = new_id(self._ids.__contains__)
         self._ids.add(entry_id)
         return entry_id
@@ -783,7 +783,7 @@ class JsonlSessionLog(TreeReads):
         """Entries with seq in [first, last], read from the JSONL by the offsets in the index."""
         with self._mutex:
             self._flush_index()
-            rows = self._index.execute(
+            rows = self._db.execute(
                 "SELECT seq, id, offset, length, parent_id FROM entries WHERE seq BETWEEN ? AND ? ORDER BY seq",
                 (first, last)).fetchall()
         if len(rows) != last - first + 1:
@@ -807,9 +807,15 @@ class JsonlSessionLog(TreeReads):
             if entry.parent_id != parent_id:  # an orphan, re-attached on indexing (see `problems`)
                 entry = dataclasses.replace(entry, parent_id=parent_id)
             out.append(entry)
-        return out  # type: ignore[return-value]
+        return out
 
-    def _distrust_index(self, why: str) -> None:
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The index's connection: `_open` sets it before anything can read or append."""
+        assert self._index is not None, "the index is opened in _open"
+        return self._index
+
+    def _distrust_index(self, why: str) -> NoReturn:
         """The index disagrees with the JSONL (edited behind our back): make the next open rebuild it."""
         if not self.readonly:
             (self.directory / INDEX_FILE).with_name(INDEX_FILE + ix.SUM_SUFFIX).unlink(missing_ok=True)
@@ -824,7 +830,7 @@ class JsonlSessionLog(TreeReads):
         self._check_open()
         with self._mutex:
             self._flush_index()
-            rows = self._index.execute(
+            rows = self._db.execute(
                 "SELECT id FROM entries WHERE seq NOT IN (SELECT parent_seq FROM entries) ORDER BY seq"
             ).fetchall()
         return [r[0] for r in rows]
@@ -836,7 +842,7 @@ class JsonlSessionLog(TreeReads):
         wanted = tuple(kinds)
         with self._mutex:
             self._flush_index()
-            rows = self._index.execute(
+            rows = self._db.execute(
                 "SELECT seq, id, offset, length, parent_id FROM entries WHERE seq >= ? "
                 f"AND kind IN ({', '.join('?' * len(wanted))}) ORDER BY seq", (max(0, start), *wanted)).fetchall()
         for row in rows:  # one read per line: the lines between may be large messages
@@ -847,7 +853,7 @@ class JsonlSessionLog(TreeReads):
         self._check_open()
         with self._mutex:
             self._flush_index()
-            rows = self._index.execute("SELECT kind, count(*) FROM entries GROUP BY kind ORDER BY kind").fetchall()
+            rows = self._db.execute("SELECT kind, count(*) FROM entries GROUP BY kind ORDER BY kind").fetchall()
         return dict(rows)
 
     def newest_timestamp(self) -> str | None:
@@ -855,7 +861,8 @@ class JsonlSessionLog(TreeReads):
         self._check_open()
         with self._mutex:
             self._flush_index()
-            return self._index.execute("SELECT max(ts) FROM entries").fetchone()[0]
+            newest: str | None = self._db.execute("SELECT max(ts) FROM entries").fetchone()[0]  # a TEXT column
+        return newest
 
     @contextlib.contextmanager
     def compaction_lock(self, timeout: float | None = 0) -> Iterator[None]:

@@ -311,10 +311,10 @@ class Workspace:
         root directly (`/tmp/link-to-root/x`) is placed by where it resolves; the walk that
         follows still opens only what is beneath that root."""
         parts = _parts(os.path.normpath(absolute)) if ".." not in absolute.split("/") else _parts(absolute)
-        for root in self.roots:
-            root_parts = _parts(str(root))
+        for candidate in self.roots:
+            root_parts = _parts(str(candidate))
             if parts[: len(root_parts)] == root_parts:
-                return str(root), parts[len(root_parts) :]
+                return str(candidate), parts[len(root_parts) :]
         real = _realpath(absolute)
         root = self.root_of(real)
         if root is None:
@@ -348,9 +348,10 @@ class Workspace:
                             raise self._outside(requested, joined)
                         restarted = True
                         real = _realpath(joined)
-                        root = self.root_of(real)
-                        if root is None:
+                        placed = self.root_of(real)
+                        if placed is None:
                             raise self._outside(requested, joined)
+                        root = placed
                         walk.close()
                         walk = _Walk(root, [os.open(root, DIR_FLAGS)])
                         todo = list(reversed(_parts(os.path.relpath(real, root)) if real != root else []))

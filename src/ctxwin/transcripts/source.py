@@ -270,7 +270,7 @@ def _glued(line: str, number: int, records: list[Record], log: ImportLog) -> Non
     appended without a newline): a record for each complete value (counted in `repaired`), and a warning
     for whatever follows the last one if that is not JSON."""
     decoder = json.JSONDecoder()
-    values = []
+    values: list[Any] = []  # decoded JSON, any shape
     position = 0
     while position < len(line):
         try:
