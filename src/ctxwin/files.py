@@ -277,7 +277,8 @@ def _opening_brackets(text: str | bytes) -> int:
 
 
 def _is_gzip(handle: BinaryIO) -> bool:
-    return handle.peek(len(GZIP_MAGIC))[: len(GZIP_MAGIC)] == GZIP_MAGIC  # type: ignore[attr-defined]
+    head: bytes = handle.peek(len(GZIP_MAGIC))  # type: ignore[attr-defined]  # a BufferedReader's
+    return head[: len(GZIP_MAGIC)] == GZIP_MAGIC
 
 
 def _read_all(handle: BinaryIO, path: Path, limits: FileLimits) -> bytes:

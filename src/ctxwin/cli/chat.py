@@ -259,7 +259,7 @@ class Repl:
 @app.command("chat")
 @handle_errors
 def chat(
-    base_url: BaseUrlOption = ..., api: ApiOption = "openai", model: ModelOption = None,
+    base_url: BaseUrlOption, api: ApiOption = "openai", model: ModelOption = None,
     session: Path | None = typer.Option(None, "--session", help="Session folder (default: a new one).",
                                         show_default=False),
     sessions: SessionsOption = DEFAULT_ROOT,

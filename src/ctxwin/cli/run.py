@@ -232,8 +232,9 @@ def summary(agent: Agent, stop: str) -> dict[str, Any]:
 @app.command("run")
 @handle_errors
 def run(
+    base_url: BaseUrlOption,  # first: a required option can have no default only before those that do
     task: str | None = typer.Argument(None, help="What the agent should do (omit with --resume).", show_default=False),
-    base_url: BaseUrlOption = ..., api: ApiOption = "openai", model: ModelOption = None,
+    api: ApiOption = "openai", model: ModelOption = None,
     session: Path | None = typer.Option(None, "--session", help="Session folder to log to (and resume from; "
                                         "default: a new one under --sessions).", show_default=False),
     sessions: SessionsOption = DEFAULT_ROOT,

@@ -214,10 +214,10 @@ def _anthropic_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
             elif kind == "message_delta":
                 delta = data.get("delta") or {}
                 message.update({k: v for k, v in delta.items() if k in ("stop_reason", "stop_sequence")})
-                usage = {**(message.get("usage") or {}), **{k: v for k, v in (data.get("usage") or {}).items()
-                                                            if v is not None}}
-                message["usage"] = usage
-                reported = usage_from_anthropic(usage)
+                counts = {**(message.get("usage") or {}), **{k: v for k, v in (data.get("usage") or {}).items()
+                                                             if v is not None}}
+                message["usage"] = counts
+                reported = usage_from_anthropic(counts)
                 if reported is not None:
                     yield UsageReported(reported)
             elif kind == "message_stop":

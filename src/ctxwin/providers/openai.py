@@ -71,13 +71,14 @@ class OpenAIChatClient(_OpenAIClient):
         super().__init__(base_url, api_key, model, http_client, **options)
         self.max_tokens_field = max_tokens_field
 
-    def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
+    def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int | None = 4096,
                       tools: Tools = None, tool_choice: ToolChoice | None = None,
                       stream: bool = False) -> dict[str, Any]:
         head = [Message("system", (Text(system),))] if system else []
         messages = canonical(messages, "the messages of a model call")
-        payload: dict[str, Any] = {"model": self.model, "messages": to_openai_chat([*head, *messages]),
-                                   self.max_tokens_field: max_tokens}
+        payload: dict[str, Any] = {"model": self.model, "messages": to_openai_chat([*head, *messages])}
+        if max_tokens is not None:  # None: the model's own limit, as the Anthropic client reads it
+            payload[self.max_tokens_field] = max_tokens
         add_tools("chat", payload, tools, tool_choice)
         if stream:
             payload["stream"] = True
@@ -97,12 +98,13 @@ class OpenAIResponsesClient(_OpenAIClient):
 
     path = "/responses"
 
-    def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
+    def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int | None = 4096,
                       tools: Tools = None, tool_choice: ToolChoice | None = None,
                       stream: bool = False) -> dict[str, Any]:
         messages = canonical(messages, "the messages of a model call")
-        payload: dict[str, Any] = {"model": self.model, "input": to_openai_responses(list(messages)),
-                                   "max_output_tokens": max_tokens, "store": False}
+        payload: dict[str, Any] = {"model": self.model, "input": to_openai_responses(list(messages)), "store": False}
+        if max_tokens is not None:
+            payload["max_output_tokens"] = max_tokens
         if system:
             payload["instructions"] = system
         add_tools("responses", payload, tools, tool_choice)

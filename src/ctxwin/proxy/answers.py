@@ -146,7 +146,7 @@ class StreamedAnswer:
         elif completion is None:
             # The HTTP stream ended (cleanly, or a close-delimited one cut) before the answer's own end:
             # half an answer must not pass for a whole one, to the caller or in the entry.
-            raise ProxyRefusal(502, CUT_SHORT, "try again")
+            raise UpstreamError(502, CUT_SHORT, "try again")
         return completion
 
     async def as_it_came(self, response: httpx.Response, raw: bytes) -> None:

@@ -159,7 +159,7 @@ def byte_pair_codes() -> np.ndarray:
     codes, with no per-byte arithmetic (read-only, 512 KB)."""
     classes = np.frombuffer(CLASS_TABLE, dtype=np.uint8).astype(np.intp)
     both = np.arange(1 << 16)
-    table = (classes[both & 0xFF] << 5) | classes[both >> 8]
+    table: np.ndarray = (classes[both & 0xFF] << 5) | classes[both >> 8]
     table.setflags(write=False)
     return table
 
@@ -181,7 +181,8 @@ def start_code(data: bytes) -> int:
 
 def features(data: bytes) -> np.ndarray:
     """The named feature counts of `data`, in the order of `FEATURE_NAMES` (for fitting)."""
-    return pair_counts(data) @ feature_matrix()
+    counts: np.ndarray = pair_counts(data) @ feature_matrix()
+    return counts
 
 
 # Non-ASCII characters. Byte classes cannot tell a common ideograph (one token) from a rare one (two

@@ -279,13 +279,13 @@ def error_records(span: Sequence[Message], diagnosed: Mapping[str, Sequence[Diag
         seen.add((kind, key_parts))
         if kind == "g":
             group = groups[key_parts[0]]
-            record: dict[str, Any] = {"k": "g", "g": group.key, "label": group.label, "c": group.failed,
-                                      "fix": group.fix}
+            group_record: dict[str, Any] = {"k": "g", "g": group.key, "label": group.label, "c": group.failed,
+                                            "fix": group.fix}
             if not group.fix and group.later:
-                record["later"] = group.later
+                group_record["later"] = group.later
             if not group.fix and group.edited:
-                record["edited"] = group.edited
-            out.append(_dump(record))
+                group_record["edited"] = group.edited
+            out.append(_dump(group_record))
         else:
             out.append(_dump(messages[(key_parts[0], key_parts[1], key_parts[2])]))
     passed_records = [_dump({"k": "p", "g": key, "edited": files}) for key, files in passed.items()]

@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from ctxwin.errors import MessageFormatError
 from ctxwin.messages.model import Block, Image, Message, Text, Thinking, image_placeholder, image_problem
 
-ANTHROPIC = "anthropic"
-OPENAI_CHAT = "openai_chat"
-OPENAI_RESPONSES = "openai_responses"
+ANTHROPIC: Final = "anthropic"
+OPENAI_CHAT: Final = "openai_chat"
+OPENAI_RESPONSES: Final = "openai_responses"
 
 UNSUPPORTED = "unsupported"  # extra key of a placeholder Text standing for a block/item of a type we do not model
 UNSENT_SUFFIX = "_unsent"  # meta/extra key suffix for kept fields a request does not take

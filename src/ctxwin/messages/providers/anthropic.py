@@ -71,9 +71,9 @@ def from_anthropic(messages: Sequence[Mapping[str, Any]],
             out.append(Message("system", (Text(system),)))
     elif system is not None:
         listed = require_list(system, "from_anthropic's system", "text blocks (or a string)")
-        blocks = tuple(_read_block(b, f"anthropic system block {n}") for n, b in enumerate(listed))
-        if blocks:
-            out.append(Message("system", blocks))
+        system_blocks = tuple(_read_block(b, f"anthropic system block {n}") for n, b in enumerate(listed))
+        if system_blocks:
+            out.append(Message("system", system_blocks))
     names: dict[str, str] = {}
     for index, raw in enumerate(require_list(messages, "from_anthropic", "messages")):
         where = f"anthropic message {index}"
@@ -101,7 +101,7 @@ def from_anthropic(messages: Sequence[Mapping[str, Any]],
                     # give them: the stages count and batch by message, so the same conversation must
                     # not mask differently for the API it came through (`to_anthropic` joins them back).
                     out.extend(Message("tool", (_named(r, names),), meta=meta if n == 0 else {})
-                               for n, r in enumerate(run))
+                               for n, r in enumerate(run) if isinstance(r, ToolResult))  # all of them are
                 else:
                     out.append(Message("user", tuple(run), meta=meta))
                 meta = {}  # message fields go on the first part only
@@ -239,7 +239,8 @@ def _read_part(raw: Any, where: str) -> Text | Image:
 
 def _content(blocks: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     if len(blocks) == 1 and blocks[0].get("type") == "text" and len(blocks[0]) == 2:
-        return blocks[0]["text"]
+        text: str = blocks[0]["text"]
+        return text
     return blocks
 
 

@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxwin.errors import MessageFormatError
-from ctxwin.messages.model import Block, Image, Message, Text, Thinking, ToolCall, ToolResult
+from ctxwin.messages.model import Block, Image, Message, Role, Text, Thinking, ToolCall, ToolResult
 from ctxwin.messages.providers._common import (
     OPENAI_CHAT,
     arguments_string,
@@ -95,7 +95,7 @@ def from_openai_chat(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
         if role in ("system", "developer", "user"):
             if role == "developer":
                 fields["role"] = "developer"
-            kind = "user" if role == "user" else "system"
+            kind: Role = "user" if role == "user" else "system"
             blocks = _read_content(fields, where)
             out.append(Message(kind, tuple(blocks), meta=extra_for(NS, fields, _SENT[kind])))
         elif role == "assistant":
@@ -196,7 +196,8 @@ def _read_call(raw: Any, where: str) -> ToolCall:
 
 def _read_tool_message(fields: dict[str, Any], names: Mapping[str, str], where: str) -> ToolResult:
     call_id = _text(fields.pop("tool_call_id", None), f"{where}, tool_call_id")
-    parts = tuple(_read_content(fields, where))
+    # every part read is a Text or an Image (`_read_part`); the filter only says so to the type checker
+    parts = tuple(b for b in _read_content(fields, where) if isinstance(b, Text | Image))
     name = fields.get("name")
     name = name if isinstance(name, str) else names.get(call_id)
     return ToolResult(call_id, parts, False, name, extra_for(NS, fields, _SENT["tool"]))

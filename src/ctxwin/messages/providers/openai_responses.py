@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxwin.errors import MessageFormatError
-from ctxwin.messages.model import Block, Image, Message, Text, Thinking, ToolCall, ToolResult
+from ctxwin.messages.model import Block, Image, Message, Role, Text, Thinking, ToolCall, ToolResult
 from ctxwin.messages.providers._common import (
     OPENAI_RESPONSES,
     UNSENT_SUFFIX,
@@ -75,7 +75,7 @@ _SENT_REASONING = frozenset({"id", "status", "summary", "content", "encrypted_co
 _UNSENT = NS + UNSENT_SUFFIX
 _CALLS = ("function_call", "custom_tool_call")
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")
-_INPUT_ROLES = {"user": "user", "system": "system", "developer": "system"}
+_INPUT_ROLES: dict[str, Role] = {"user": "user", "system": "system", "developer": "system"}
 _SUMMARY_SEPARATOR = "\n\n"
 
 
