@@ -101,7 +101,11 @@ def invocations(draw: st.DrawFn, world: dict[str, Path]) -> tuple[list[str], str
     if bad == "number" and not numbers:
         bad = "unknown"
     if bad == "unknown":
-        args.insert(len(words) + draw(st.integers(0, len(args) - len(words))), "--no-such-option")
+        # Anywhere an option may stand: not as the value of the option before it, nor after a `--`.
+        stop = args.index("--") if "--" in args else len(args)
+        valued = {name for name, takes_value, _ in options if takes_value}
+        places = [n for n in range(len(words), stop + 1) if n == len(words) or args[n - 1] not in valued]
+        args.insert(draw(st.sampled_from(places)), "--no-such-option")
     elif bad == "number":
         args[len(words):len(words)] = [draw(st.sampled_from(numbers)), "twelve"]
     elif bad == "missing":

@@ -222,6 +222,21 @@ def test_deeply_nested_json_is_a_400_in_the_apis_shape(served: Served, api: str,
     assert "nest" in message or "cannot read" in message
 
 
+@pytest.mark.parametrize("api", list(PATHS))
+def test_a_refusal_of_the_request_is_said_once(served: Served, api: str) -> None:
+    """A refusal raised while reading the conversation (here `tools` that is no array) reaches the
+    caller as it was written, not wrapped again as 'cannot read the conversation' (a ProxyRefusal is an
+    InputError too)."""
+    key = "input" if api == "openai-responses" else "messages"
+    model = "claude-sonnet-4-5" if api == "anthropic" else "gpt-4o"
+    body = {"model": model, "max_tokens": 10, key: [{"role": "user", "content": "hi"}], "tools": {"a": 1}}
+    response = httpx.post(f"{served.url}{PATHS[api]}", json=body, headers=HEADERS, timeout=30)
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "`tools` is not a list of tool definitions" in message, message
+    assert "cannot read the conversation" not in message and message.count("(") <= 1, message
+
+
 def test_deep_json_to_count_tokens_is_a_400(served: Served) -> None:
     deep = "[" * 20_000 + "]" * 20_000
     body = f'{{"model":"claude-sonnet-4-5","messages":[{{"role":"user","content":{deep}}}]}}'

@@ -38,12 +38,21 @@ class _OnFirstUse:
         self._options = options
         self._console: Console | None = None
 
-    def __getattr__(self, name: str) -> Any:
+    def made(self) -> Console:
         if self._console is None:
             from rich.console import Console
 
             self._console = Console(**self._options)
-        return getattr(self._console, name)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.made(), name)
+
+
+def real_console(console: Console) -> Console:
+    """The rich Console behind `console`, for code that uses it as more than a bag of methods (rich's
+    `Live` enters it with `with`, which Python looks up on the type, past `__getattr__`)."""
+    return console.made() if isinstance(console, _OnFirstUse) else console
 
 
 console = cast("Console", _OnFirstUse())

@@ -70,6 +70,8 @@ def managed(proxy: Proxy, api: Api) -> Callable[[Request], Any]:
         body = Body(await proxy.read_body(request))
         try:
             conversation = api.split(body)
+        except ProxyRefusal:
+            raise  # already the caller's answer (a ProxyRefusal is an InputError too): not wrapped twice
         except InputError as error:  # a history the converters cannot read (a MessageFormatError)
             raise ProxyRefusal(400, error.message, "send the conversation as the API documents it") from None
         exchange = Exchange(api, str(body.get("model") or ""), started, streamed=body.get("stream") is True)
@@ -152,6 +154,8 @@ def count_tokens(proxy: Proxy) -> Callable[[Request], Any]:
         if not proxy.config.passthrough:
             try:
                 conversation = api.split(body)
+            except ProxyRefusal:
+                raise
             except InputError as error:
                 raise ProxyRefusal(400, error.message, "send the conversation as the API documents it") from None
             if not conversation.untouched:
@@ -174,6 +178,8 @@ def prepared(turn: Turn) -> Outgoing:
     refused as the caller's 400."""
     try:
         return turn.prepare()
+    except ProxyRefusal:
+        raise
     except InputError as error:  # what the converters and the engine refuse in a history
         raise ProxyRefusal(400, f"cannot read the conversation: {error}", "send it as the API documents it") from None
     except ContextBudgetError as error:

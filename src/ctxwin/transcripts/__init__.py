@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxwin.errors import InputError
-from ctxwin.files import FileLimits
+from ctxwin.files import FileLimits, as_path
 from ctxwin.transcripts import claude_code, codex, openai, pi, stored
 from ctxwin.transcripts.model import CompactionRecord, DamagedInputWarning, ReadReport, Transcript, UsageRecord
 from ctxwin.transcripts.source import ImportLog, Record, Source, read_source
@@ -51,7 +51,7 @@ def load_transcript(path: str | Path, format: str | None = None, *, limits: File
 
     ctxwin's own sessions are read too: a session folder (or its `session.jsonl`) read-only through
     the store, any other copy of a session log from its lines (`ctxwin.transcripts.stored`)."""
-    path = Path(path)
+    path = as_path(path, "the transcript's path")
     if format is not None and format not in FORMATS:
         raise InputError(f"unknown format {format!r}", f"use one of: {', '.join(FORMATS)}")
     folder = stored.session_folder(path) if format in (None, stored.FORMAT) else None
