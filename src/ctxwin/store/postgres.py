@@ -58,8 +58,8 @@ from ctxwin.store.blobs import (
 )
 from ctxwin.store.tree import (
     ROOT,
+    ClosableReads,
     Jumps,
-    TreeReads,
     check_append,
     dumps,
     entry_from_dict,
@@ -286,7 +286,7 @@ class PostgresBlobStore(BlobReads):
 # The log
 
 
-class PostgresSessionLog(TreeReads):
+class PostgresSessionLog(ClosableReads):
     """A `SessionLog` in PostgreSQL. Use `Session.postgres(dsn, session_id)` to get one."""
 
     _chunk = LOAD_CHUNK
@@ -539,14 +539,8 @@ class PostgresSessionLog(TreeReads):
 
     # ---- closing
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise InputError(f"session {self.session_id} is closed", "open it again")
-
-    def _check_writable(self) -> None:
-        self._check_open()
-        if self.readonly:
-            raise InputError(f"session {self.session_id} is open read-only", "open it for writing to append")
+    def _label(self) -> str:
+        return self.session_id
 
     def flush(self) -> None:
         """Waits until everything appended so far survives a crash of the machine too (in batch mode:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from ctxwin.errors import CtxwinError, InputError
 from ctxwin.store.base import StoreProblem
-from ctxwin.store.jsonl import BLOB_DIR, SESSION_FILE, Durability, JsonlSessionLog, writer_lock
+from ctxwin.store.jsonl import BLOB_DIR, SESSION_FILE, Durability, JsonlSessionLog
+from ctxwin.store.locks import writer_lock
 
 if TYPE_CHECKING:  # psycopg is an optional extra, imported only when a PostgreSQL session is opened
     from ctxwin.store.postgres import PostgresSessionLog

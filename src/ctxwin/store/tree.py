@@ -353,3 +353,23 @@ class TreeReads:
         stop = self._count if stop is None else min(stop, self._count)
         for first in range(max(0, start), stop, self._chunk):
             yield from self._load(first, min(stop, first + self._chunk) - 1)
+
+
+class ClosableReads(TreeReads):
+    """A durable log's open/closed and read-only checks (JSONL and PostgreSQL say them alike): a
+    backend sets `_closed` and `readonly` and names itself in `_label()`."""
+
+    _closed: bool
+    readonly: bool
+
+    def _label(self) -> str:
+        raise NotImplementedError
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InputError(f"session {self._label()} is closed", "open it again")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.readonly:
+            raise InputError(f"session {self._label()} is open read-only", "open it for writing to append")
