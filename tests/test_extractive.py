@@ -426,7 +426,7 @@ def test_every_distinct_error_line_is_kept_with_its_command_and_fix() -> None:
     summary = summarize(span, 600)
     assert summary.sections[ERRORS] == [
         "`mix test` — fixed: passed later, after editing lib/parser.ex:\n"
-        "** (RuntimeError) no config found · 3 tests, 1 failure",
+        "1) test parses (ParserTest) · ** (RuntimeError) no config found · 3 tests, 1 failure",
         # The same error twice: once, with its two runs; escaped line breaks split the JSON text.
         "`npm run build` (2 failed runs) — not fixed in this span:\n"
         "{\"message\": \"Build failed · error TS2304: Cannot find name 'join'.\"}",

@@ -76,6 +76,31 @@ def test_an_error_printed_by_a_command_that_exits_0_is_an_error() -> None:
         ("", "** (Mix) Could not start application spotter: exited in: Spotter.start")}
 
 
+def test_failed_tests_and_compile_banners_are_error_lines_whatever_the_runner() -> None:
+    # Lines that name a failure without an error word at their start: ExUnit's numbered failures and its
+    # compilation banner, Go's --- FAIL, Jest's bullet, a panic, a segfault. The independent checker
+    # (benchmarks/independent_retention.py) counts each of them; the summary must keep each of them.
+    output = "\n".join([
+        "== Compilation error in file test/app_web/live/page_live_test.exs ==",
+        "  1) test mount renders the page (AppWeb.PageLiveTest)",
+        "     test/app_web/live/page_live_test.exs:12",
+        "--- FAIL: TestParseHeader (0.00s)",
+        "  ● parser › reads the header",
+        "thread 'main' panicked at src/main.rs:4:5:",
+        "Segmentation fault (core dumped)",
+        "Finished in 0.1 seconds",
+    ])
+    span = assign_ids([user("run the tests"), bash("c1", "mix test 2>&1 | tail -40"), tool_result("c1", output)])
+    kept = "\n".join(summarize(span)[ERRORS])
+    for line in ("== Compilation error in file test/app_web/live/page_live_test.exs ==",
+                 "1) test mount renders the page (AppWeb.PageLiveTest)", "--- FAIL: TestParseHeader (0.00s)",
+                 "● parser › reads the header", "thread 'main' panicked at src/main.rs:4:5:",
+                 "Segmentation fault (core dumped)"):
+        assert line in kept, (line, kept)
+    assert "Finished in 0.1 seconds" not in kept
+    assert [d.message for d in diagnostics("ran 1) tests, 0 failures\n2) test x (T)")] == ["2) test x (T)"]
+
+
 def test_a_49_error_tsc_run_is_kept_whole_grouped_by_file_with_its_lines() -> None:
     output = tsc_output(49)
     span = assign_ids([user("make it compile"), bash("c1", "npx tsc --noEmit"), tool_result("c1", output)])
