@@ -197,3 +197,27 @@ def test_load_transcript_refuses_an_empty_session(tmp_path: Path) -> None:
     Session.open(tmp_path / "new").close()
     with pytest.raises(InputError, match="no conversation found"):
         load_transcript(tmp_path / "new")
+
+
+def test_run_stops_at_its_cost_limit_and_says_so(tmp_path: Path) -> None:
+    root = make_workspace(tmp_path / "ws", files=6)
+    with ScriptedFake(long_task(30, files=6), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
+        done = cli("run", "Turn 1: read the docs.", "--base-url", fake.openai_base_url, "--api-key", "k",
+                   "--workspace", str(root), "--window", str(WINDOW), "--max-output", str(MAX_OUTPUT),
+                   "--sessions", str(tmp_path / "sessions"), "--max-cost-usd", "0.05", "--price", "3,15", "--json")
+    assert done.exit_code == 0, done.output
+    totals = json.loads(done.stdout.splitlines()[-1])
+    assert totals["stop"] == "max_cost" and totals["cost_usd"] >= 0.05
+    largest_call = (WINDOW * 3.0 + MAX_OUTPUT * 15.0) / 1e6  # it checks before each call: over by one at most
+    assert totals["cost_usd"] <= 0.05 + largest_call and totals["model_calls"] < 30
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--max-cost-usd", "1"], "--max-cost-usd needs --price"),
+    (["--price", "3"], "is not two prices"), (["--price", "a,b"], "is not two prices"),
+    (["--price", "3,-1"], "is not two prices"), (["--max-cost-usd", "-1", "--price", "3,15"], "--max-cost-usd"),
+])
+def test_a_bad_cost_limit_or_price_is_refused_before_anything_runs(tmp_path: Path, args: list[str], said: str) -> None:
+    done = cli("run", "x", "--base-url", "http://127.0.0.1:9/v1", "--sessions", str(tmp_path / "sessions"), *args)
+    assert done.exit_code == 2 and said in done.output and "Traceback" not in done.output, done.output
+    assert not (tmp_path / "sessions").exists()

@@ -52,6 +52,12 @@ TimeoutOption = Annotated[float, typer.Option(
     "--timeout", min=0.1, help="Seconds to wait for the endpoint to connect, and for each read of its answer (a "
     "server that stops sending is given up on after this long).")]
 MaxStepsOption = Annotated[int, typer.Option("--max-steps", min=1, help="Model calls one turn may make.")]
+MaxCostOption = Annotated[float | None, typer.Option(
+    "--max-cost-usd", min=0, show_default=False,
+    help="Stop once the run and its sub-agents have spent this many US dollars (needs --price).")]
+PriceOption = Annotated[str | None, typer.Option(
+    "--price", show_default=False, metavar="IN,OUT",
+    help="The model's price in US dollars per million input and output tokens, e.g. 3,15.")]
 
 DEFAULT_TIMEOUT_S = 60.0  # a read that waits longer is a stalled server, not a slow model: answers stream, and
 # a non-streamed answer of a few thousand tokens comes back well inside a minute on the usual endpoints
@@ -81,6 +87,8 @@ class AgentOptions:
     timeout: float = DEFAULT_TIMEOUT_S
     agents: Path | None = None
     consolidate: SleepConfig | None = None  # sleep-time consolidation of the workspace's memory (chat)
+    max_cost_usd: float | None = None  # over the agent and its sub-agents
+    price: tuple[float, float] = (0.0, 0.0)  # USD per million input, output tokens
     clients: list[Any] = field(default_factory=list)  # the HTTP clients built, for close()
 
     def check(self) -> None:
@@ -116,7 +124,8 @@ class AgentOptions:
         # Persistent agents live with the workspace they work on, whatever session calls them.
         tools = SubAgents(definitions=definitions, sessions_root=children, models=other_model,
                           state_root=self.workspace / ".ctxwin" / "agents") if self.subagents else None
-        config = AgentConfig(max_steps=self.max_steps, consolidate=self.consolidate)
+        config = AgentConfig(max_steps=self.max_steps, consolidate=self.consolidate, max_cost_usd=self.max_cost_usd,
+                             input_usd_per_mtok=self.price[0], output_usd_per_mtok=self.price[1])
         agent = create_agent(model, session=log, workspace=ws, config=config,
                              policy=self.policy, window=self.window, max_output=self.max_output,
                              extra_tools=tools.tools() if tools else [], on_event=on_event)
@@ -144,6 +153,24 @@ def options(base_url: str, api: str, model: str | None, session: Path | None, wo
     default = "claude-sonnet-4-5" if api == "anthropic" else "gpt-4o"
     return AgentOptions(base_url, api, model or default, session, workspace, window, max_output, policy, max_steps,
                         allow_shell, api_key, subagents, stream, timeout, agents)
+
+
+def parse_price(text: str | None, max_cost_usd: float | None) -> tuple[float, float]:
+    """`--price IN,OUT` as (input, output) US dollars per million tokens; a cost limit needs one, since
+    the registry knows no prices (without it every call would cost nothing and the limit never stop)."""
+    if text is None:
+        if max_cost_usd is not None:
+            raise InputError("--max-cost-usd needs --price IN,OUT to count what calls cost",
+                             "e.g. --price 3,15 (USD per million input and output tokens)")
+        return 0.0, 0.0
+    parts = text.split(",")
+    try:
+        prices = tuple(float(part) for part in parts)
+    except ValueError:
+        prices = ()
+    if len(prices) != 2 or not all(0 <= p < float("inf") for p in prices):
+        raise InputError(f"--price {text!r} is not two prices IN,OUT", "e.g. --price 3,15 (USD per million tokens)")
+    return prices[0], prices[1]
 
 
 def new_session_folder(root: Path, prefix: str) -> Path:
@@ -242,7 +269,7 @@ def run(
     window: int | None = typer.Option(None, "--window", help="Context window in tokens (default: the registry's).",
                                       show_default=False),
     max_output: MaxOutputOption = None, policy: PolicyOption = "ctxwin",
-    max_steps: MaxStepsOption = 100,
+    max_steps: MaxStepsOption = 100, max_cost_usd: MaxCostOption = None, price: PriceOption = None,
     allow_shell: AllowShellOption = False, api_key: ApiKeyOption = None, subagents: SubagentsOption = True,
     stream: StreamOption = False, agents: AgentsOption = None, timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     resume: bool = typer.Option(False, "--resume", help="Continue the session from its last message."),
@@ -265,6 +292,7 @@ def run(
 
     opts = options(base_url, api, model, session, workspace, window, max_output, policy, max_steps, allow_shell,
                    api_key, subagents, stream, agents, timeout)
+    opts.max_cost_usd, opts.price = max_cost_usd, parse_price(price, max_cost_usd)
     opts.check()  # before a session folder is made for the run
     folder = opts.session = session if session is not None else new_session_folder(sessions, "run")
     agent = opts.build(show)
