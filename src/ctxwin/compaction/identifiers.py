@@ -29,7 +29,9 @@ MAX_ARG_SCAN_CHARS = 2_000  # tool-call string arguments longer than this are fi
 MAX_RESULT_SCAN_CHARS = 4_000  # only the head of a tool result is scanned for commit ids and URLs
 MIN_USER_NUMBER_DIGITS = 2  # a number in a user message is kept from this many digits
 MIN_OTHER_NUMBER_DIGITS = 6  # elsewhere only long numbers (ids, ports are caught as host:port)
+MAX_SHELL_SEGMENT_CHARS = 10_000  # a longer piece of a shell command (an inline script or file body): not parsed
 EXIT_SCAN_CHARS = 2_000  # an exit status is looked for in this many characters at each end of an output
+TEXT_SCAN_CHARS = 32_000  # of a longer user or assistant text, this much at each end is scanned for identifiers
 
 # Importance tiers, lower first: what the user gave, then error codes of failing results, then what
 # the agent used, then what tools printed.
@@ -176,7 +178,9 @@ def _shell_file_ops(command: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     writes: list[str] = []
     for segment in _SHELL_SPLIT.split(_strip_heredocs(command)):
         segment = segment.strip()
-        if not segment:
+        # shlex builds a token a character at a time, quadratic in its length: a 1 MB quoted argument
+        # took 20 s. A piece that long is a script or a file body, not where file names are read from.
+        if not segment or len(segment) > MAX_SHELL_SEGMENT_CHARS:
             continue
         try:
             tokens = shlex.split(segment, posix=True)
@@ -376,10 +380,40 @@ _OTHER_PASSES: tuple[_Finder, ...] = (
 _URLS = _Finder(_URL, needs="://")
 
 
+def scan_window(text: str) -> str:
+    """The part of a message text that is scanned for identifiers: all of it up to 2 * TEXT_SCAN_CHARS,
+    else its first and last TEXT_SCAN_CHARS joined by a line break. Each scan is some fourteen regex
+    passes, twice per compaction: on a pasted log of megabytes that froze the process for seconds, and
+    names deep in its middle are a fair loss. Each end is cut at a space when one is near, so that no
+    name is scanned in half."""
+    if len(text) <= 2 * TEXT_SCAN_CHARS:
+        return text
+    return _head(text, TEXT_SCAN_CHARS) + "\n" + _tail(text, TEXT_SCAN_CHARS)
+
+
+def _head(text: str, limit: int) -> str:
+    """`text[:limit]` less a word cut in two, looked back for as far as an identifier can be long
+    (`limit` < len(text))."""
+    for index in range(limit, max(limit - MAX_IDENTIFIER_CHARS, 0), -1):
+        if text[index].isspace():
+            return text[:index]
+    return text[:limit]
+
+
+def _tail(text: str, limit: int) -> str:
+    """`text[-limit:]` less a word cut in two, the same way (`limit` < len(text))."""
+    start = len(text) - limit
+    for index in range(start - 1, min(start - 1 + MAX_IDENTIFIER_CHARS, len(text))):
+        if text[index].isspace():
+            return text[index + 1:]
+    return text[start:]
+
+
 def _scan(text: str, *, user: bool, error: bool = False) -> list[str]:
-    """Identifiers in one text (decoded). User text also yields filenames, code names and any number."""
+    """Identifiers in one text (its `scan_window`, decoded). User text also yields filenames, code
+    names and any number."""
     out: list[str] = []
-    text = decoded(text)
+    text = decoded(scan_window(text))
     for run in _STRICT_PASSES:
         text = run(text, out)
     if user or error:
@@ -412,7 +446,7 @@ def message_identifiers(message: Message) -> tuple[tuple[tuple[str, int], ...], 
         text = user_text(message)
         if text:
             tokens.extend((t, TIER_USER) for t in _scan(text, user=True))
-            kebab.extend(k for k in _KEBAB.findall(text) if k not in _STOPWORD_KEBAB)
+            kebab.extend(k for k in _KEBAB.findall(scan_window(text)) if k not in _STOPWORD_KEBAB)
     elif message.role == "assistant":
         for block in message.blocks:
             if isinstance(block, Text):

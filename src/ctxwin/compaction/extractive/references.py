@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 from functools import lru_cache
 
-from ctxwin.compaction.extractive.commands import command_line
+from ctxwin.compaction.extractive.commands import COMMAND_STATE_CHARS, command_line
 from ctxwin.compaction.identifiers import call_arguments, decoded, normalize, shell_command
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 
@@ -120,6 +120,8 @@ def referenced_later(span: Sequence[Message], names: Sequence[list[tuple[str, fl
             command = shell_command(call)
             if command:
                 first = command_line(command)[0]
-                if any(last_seen.get(n, -1) > after for n in short_names(first)):
+                # Only the part of the line the summary keeps can be referred back to; and a one-line
+                # script of megabytes is not scanned whole.
+                if any(last_seen.get(n, -1) > after for n in short_names(first[:COMMAND_STATE_CHARS])):
                     out.add(normalize(first))
     return frozenset(out)
