@@ -166,7 +166,7 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt:
             fail("interrupted", code=130)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[return-value]  # functools.wraps keeps the signature typer reads
 
 
 UNBOUNDED_WIDTH = 100_000  # columns to measure a table's natural width in

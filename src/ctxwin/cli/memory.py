@@ -122,7 +122,7 @@ def search_cmd(
     sources = ["memory", "files"] if files else ["memory"]
     with index:
         for line in lines:
-            results = index.search(line, k=k, mode=mode, sources=sources, hops=hops,  # type: ignore[arg-type]
+            results = index.search(line, k=k, mode=mode, sources=sources, hops=hops,  # type: ignore[arg-type]  # typer gives mode as str; search refuses others
                                    max_chars=max_chars)
             if queries is not None or as_json:
                 print_json({"query": line, "results": [r.to_dict() for r in results]})
@@ -248,7 +248,7 @@ def consolidate_cmd(
 
     extractor = None
     if model is not None or base_url is not None:
-        extractor = ModelExtractor(client_for(api, base_url, model, api_key=api_key))  # type: ignore[arg-type]
+        extractor = ModelExtractor(client_for(api, base_url, model, api_key=api_key))  # type: ignore[arg-type]  # client_for refuses an unknown api
     report = consolidate(workspace, sessions=sessions, since=since, dry_run=dry_run, max_chars=max_chars,
                          extractor=extractor)
     if as_json:

@@ -108,14 +108,14 @@ class AgentOptions:
         definitions = agent_definitions(self.agents) if self.agents is not None else []
         folder = session or self.session
         log = Session.open(folder, create=create, meta=self.session_meta()) if folder is not None else None
-        client = client_for(self.api, self.base_url, self.model, api_key=self.api_key,  # type: ignore[arg-type]
+        client = client_for(self.api, self.base_url, self.model, api_key=self.api_key,  # type: ignore[arg-type]  # check() took api from APIS
                             timeout=self.timeout)
         self.clients.append(client)
         model = HttpModel(client, stream=self.stream)
         ws = Workspace([self.workspace], allow_shell=self.allow_shell, model=self.model,
                        blobs=log.blobs if log is not None else None)
         def other_model(name: str) -> HttpModel:  # an isolated sub-agent on another model of the same endpoint
-            other = client_for(self.api, self.base_url, name, api_key=self.api_key,  # type: ignore[arg-type]
+            other = client_for(self.api, self.base_url, name, api_key=self.api_key,  # type: ignore[arg-type]  # check() took api from APIS
                                timeout=self.timeout)
             self.clients.append(other)
             return HttpModel(other, stream=self.stream)

@@ -23,7 +23,7 @@ import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -215,7 +215,8 @@ class Api:
             if prepared.system:  # system messages inside the history, which ctxwin lifted: after the agent's
                 changes["system"] = orjson.dumps(_join_system(body.get("system"), prepared.system))
         else:
-            fmt = "openai_chat" if self.name == OPENAI_CHAT else "openai_responses"
+            fmt: Literal["openai_chat", "openai_responses"] = \
+                "openai_chat" if self.name == OPENAI_CHAT else "openai_responses"
             written = openai_items(prepared.messages, fmt, rendered if rendered is not None else Rendered())
             lifted = [orjson.dumps({"role": "system", "content": prepared.system})] if prepared.system else []
             changes[self.history_key] = json_array([*conversation.lead.encoded(), *lifted,
@@ -363,12 +364,13 @@ def _never_joins(a: Message, b: Message) -> bool:
     return False
 
 
-def openai_items(messages: Sequence[Message], fmt: str, previous: Rendered) -> Rendered:
+def openai_items(messages: Sequence[Message], fmt: Literal["openai_chat", "openai_responses"],
+                 previous: Rendered) -> Rendered:
     """`to_openai_chat` / `to_openai_responses` of the prepared messages, incrementally, after the
     repair those APIs' own rules may need (as `Prepared.to_openai_chat` does it)."""
     from ctxwin.messages.pairing import repair, validate
 
-    fixed: Sequence[Message] = repair(messages, fmt).messages if validate(messages, fmt) else messages  # type: ignore[arg-type]
+    fixed: Sequence[Message] = repair(messages, fmt).messages if validate(messages, fmt) else messages
     if fmt == "openai_chat":
         return render(fixed, previous, _chat_joins, to_openai_chat)
     return render(fixed, previous, _never_joins, to_openai_responses)

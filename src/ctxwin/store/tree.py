@@ -307,7 +307,7 @@ class EntryPath(Sequence[Entry]):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # equal by value, so unhashable, as a list is
 
     def __repr__(self) -> str:
         return f"EntryPath({self._len} entries in {len(self._ranges)} ranges)"

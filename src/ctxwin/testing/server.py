@@ -376,7 +376,7 @@ class FakeProvider:
         with self._lock:
             call = self._calls
             self._calls += 1
-        return ModelRequest(api=api, model=str(body["model"]),  # type: ignore[arg-type]
+        return ModelRequest(api=api, model=str(body["model"]),  # type: ignore[arg-type]  # api: one of the three dispatched
                             messages=tuple(request_messages(api, body)), tools=tool_names(api, body),
                             input_tokens=input_tokens, call=call, stream=body.get("stream") is True, body=body)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ctxwin.errors import ArgumentError
 from ctxwin.lazy import lazy_exports
 from ctxwin.tokens.base import TokenCounter
 from ctxwin.tokens.breakdown import CATEGORIES, PRESSURE_LEVELS, Breakdown, Category, usage_breakdown
@@ -52,7 +53,8 @@ def counter_for(model: str | None = None, *, exact: bool | None = None) -> Token
 
         return TiktokenCounter(info.encoding)
     if exact:
-        raise ValueError(f"no public tokenizer for {model!r} (family {info.family}); use the estimator and calibrate")
+        raise ArgumentError(f"no public tokenizer for {model!r} (family {info.family})",
+                            "use the estimator (exact=None) and calibrate it")
     from ctxwin.tokens.estimator import EstimatorCounter
 
     return EstimatorCounter(info.family if model else "cl100k")
