@@ -77,6 +77,18 @@ def option_names(command: Any) -> list[tuple[str, bool, str]]:
     return out
 
 
+def option_places(args: list[str], start: int, valued: set[str]) -> tuple[list[int], int]:
+    """Where an option may be inserted into `args` (from `start`, never between an option and its value),
+    and where the options end: the first `--` that is no option's value, or the end."""
+    places, n = [start], start
+    while n < len(args):
+        if args[n] == "--":
+            return places, n
+        n += 2 if args[n] in valued else 1
+        places.append(min(n, len(args)))
+    return places, len(args)
+
+
 @st.composite
 def invocations(draw: st.DrawFn, world: dict[str, Path]) -> tuple[list[str], str | None]:
     """A command line and, when it holds one, the bad argument that must make it exit 2."""
@@ -100,14 +112,14 @@ def invocations(draw: st.DrawFn, world: dict[str, Path]) -> tuple[list[str], str
     numbers = [name for name, takes_value, kind in options if takes_value and kind in ("int", "float")]
     if bad == "number" and not numbers:
         bad = "unknown"
+    valued = {name for name, takes_value, _ in options if takes_value}
+    places, stop = option_places(args, len(words), valued)
     if bad == "unknown":
         # Anywhere an option may stand: not as the value of the option before it, nor after a `--`.
-        stop = args.index("--") if "--" in args else len(args)
-        valued = {name for name, takes_value, _ in options if takes_value}
-        places = [n for n in range(len(words), stop + 1) if n == len(words) or args[n - 1] not in valued]
         args.insert(draw(st.sampled_from(places)), "--no-such-option")
     elif bad == "number":
-        args[len(words):len(words)] = [draw(st.sampled_from(numbers)), "twelve"]
+        # Last, before any `--`: a repeated option keeps its last value, so an earlier bad one would not count.
+        args[stop:stop] = [draw(st.sampled_from(numbers)), "twelve"]
     elif bad == "missing":
         first = command.params and next((p for p in command.params if p.param_type_name == "argument"), None)
         if first is None or words == ("tool",):

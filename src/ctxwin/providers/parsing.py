@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -24,7 +25,8 @@ def token_count(usage: Mapping[str, Any], key: str) -> int:
     value = usage.get(key)
     if value is None:
         return 0
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or value != int(value):
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 \
+            or (isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
         raise ValueError(f"usage.{key} is {value!r}, not a token count")
     return int(value)
 
