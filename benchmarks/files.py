@@ -6,7 +6,9 @@ memory at the fork):
   `load_transcript`, and by the whole `ctxwin inspect --json` command; the target is a peak RSS under
   5x the file's size (the interpreter and ctxwin's imports included);
 - an 8 MB `.gz` that expands to 8 GiB: refused at the decompression cap with one line on stderr, quickly,
-  and without the memory ever growing past the cap.
+  and without the memory ever growing past the cap;
+- `loads_json` on JSON 5,000 levels deep (refused before parsing) and on a wide 13 MB document with
+  600,000 brackets (one depth scan, one parse): the seconds each takes (the tests assert the work done).
 
 Prints one JSON object on its last line.
 
@@ -77,6 +79,32 @@ def peak_rss(body: str, *args: str) -> int:
     return int(done.stdout.strip().splitlines()[-1])
 
 
+def json_seconds() -> dict[str, float]:
+    """Best of three: `loads_json` refusing deep JSON, and reading wide JSON."""
+    from ctxwin.errors import JSONTooDeepError
+    from ctxwin.files import loads_json
+
+    deep = "[" * 5000 + "]" * 5000
+    wide = json.dumps([{"a": [i, {"b": "x" * 50}]} for i in range(200_000)])
+
+    def refuse() -> None:
+        try:
+            loads_json(deep)
+        except JSONTooDeepError:
+            return
+        raise SystemExit("deep JSON was not refused")
+
+    out = {}
+    for name, call in (("deep_json_refused_seconds", refuse), ("wide_json_seconds", lambda: loads_json(wide))):
+        times = []
+        for _ in range(3):
+            started = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - started)
+        out[name] = round(min(times), 4)
+    return out
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         big = Path(folder) / "one-line.jsonl"
@@ -116,6 +144,7 @@ def main() -> None:
                 "seconds": round(bomb_seconds, 2),
                 "peak_rss_bytes": bomb_rss,
             },
+            **json_seconds(),
         }
     print(json.dumps(result))
 

@@ -19,9 +19,11 @@ verbatim (from the start of the session). Types:
 - `errors`: every distinct line of a tool result that reads as an error by its content, whatever the
   exit code: after a leading location (`path(12,5): `, `path:12:5: `) it starts with an error word
   (`error`, `fatal`, `FAILED`, `FAIL`, `ERROR`, `panic`, an exception name with a colon, `npm ERR!`,
-  `npm error`, `** (` (Elixir), a cross `✗ × ✘`, pytest's `E  `), or it says `command not found`,
-  `No such file or directory`, `Permission denied`, `failed` (not "0 failed") or N failures / N
-  errors (N > 0); plus, for a result flagged as an error or
+  `npm error`, `** (` (Elixir), a cross `✗ × ✘ ✕`, pytest's `E  `), or it names a test that failed
+  (ExUnit's `1) test ...`, Go's `--- FAIL:`, Jest's `● ...`), or it says `command not found`,
+  `No such file or directory`, `Permission denied`, `failed` (not "0 failed"), N failures / N
+  errors / N failing (N > 0), `compilation error`, `panicked at`, `segmentation fault`; plus, for a
+  result flagged as an error or
   reporting a non-zero exit that has no such line, its first substantial line. File reads are not
   looked at (source code is full of the word "error"); a declined call is not an error. An error is
   identified by its message and the file named by its location: it counts as kept when one line of
@@ -97,9 +99,13 @@ _ERROR_WORD = re.compile(
     r"^(?:error\b|fatal\b|failed\b|panic(?:ked)?\b|traceback \(most recent call last\)|npm err!|npm error\b|"
     r"uncaught\b|unhandled\b)", re.I)
 _ERROR_MARK = re.compile(r"^(?:FAIL\b|ERROR\b|E {2,}\S|[A-Z][A-Za-z0-9_.]*(?:Error|Exception)(?::|$|\s)|"
-                         r"\*\* \(|[✗×✘❌])")
+                         r"\*\* \(|[✗×✘❌✕])")
+_TEST_FAILED = re.compile(r"^(?:\d+\) test\b|--- FAIL\b|● \S)")
+"""A test runner naming the test that failed: ExUnit's `1) test renders the page (AppTest)`, Go's
+`--- FAIL: TestX`, Jest's `● Suite › test`."""
 _ERROR_ANYWHERE = re.compile(r"command not found|No such file or directory|Permission denied|(?<!\b0 )\bfailed\b|"
-                             r"\b[1-9]\d* (?:failures?|errors?)\b", re.I)
+                             r"\b[1-9]\d* (?:failures?|errors?|failing)\b|compilation error|panicked at|"
+                             r"segmentation fault", re.I)
 _NONZERO = re.compile(r"\b(?:exit code|exited with code|exit status|Command exited with code)[: ]+([1-9]\d*)", re.I)
 _STATUS_LINE = re.compile(r"^(?:exit code \d+|command exited with code \d+|error:?|errors?:?)$", re.I)
 _CD = re.compile(r"^\s*cd\s+(?:\"[^\"]*\"|'[^']*'|\S+)\s*&&\s*")
@@ -435,7 +441,8 @@ def error_lines(text: str) -> list[tuple[str, str]]:
             continue
         location = _LOCATION.match(line)
         file, message = (location.group("file"), line[location.end():]) if location else ("", line)
-        if _ERROR_WORD.match(message) or _ERROR_MARK.match(message) or _ERROR_ANYWHERE.search(message):
+        if _ERROR_WORD.match(message) or _ERROR_MARK.match(message) or _TEST_FAILED.match(message) or \
+                _ERROR_ANYWHERE.search(message):
             out.append((file, message))
     return out
 

@@ -46,8 +46,12 @@ def main() -> None:
     print("| session | policy | input tokens, all calls | vs raw | vs recorded | peak | compactions "
           "| prefix kept | cost with caching | without |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    beyond: dict[str, tuple[int, int]] = {}  # session -> (raw's peak, window): raw applies no window
     for label, name in SESSIONS.items():
-        data = ctxwin("replay", str(root / name), "--compare", policies)["policies"]
+        replayed = ctxwin("replay", str(root / name), "--compare", policies)
+        data = replayed["policies"]
+        if data["raw"]["peak_tokens"] > replayed["window"]:
+            beyond[label] = (data["raw"]["peak_tokens"], replayed["window"])
         raw, recorded = data["raw"]["cumulative_input_tokens"], data["recorded"]["cumulative_input_tokens"]
         cheapest = None if only else min(data, key=lambda p: data[p]["cost_cached_usd"])
         for policy in only or POLICIES.split(","):
@@ -57,6 +61,11 @@ def main() -> None:
             print(f"| {label} | {policy} | {tokens / 1e6:.2f}M | {tokens / raw:.0%} | {tokens / recorded:.0%} "
                   f"| {row['peak_tokens'] / 1e3:.0f}K | {row['compactions']} | {row['prefix_kept_fraction']:.0%} "
                   f"| {cost} | ${row['cost_uncached_usd']:.2f} |")
+    if beyond:
+        print()
+        print("`raw` applies no window: its peak is past the window in " + "; ".join(
+            f"{label} ({peak / 1e3:.0f}K on {window / 1e3:.0f}K)" for label, (peak, window) in beyond.items())
+              + ", requests a provider would refuse; it is the unmanaged baseline the shares are taken against.")
     if only:
         return
     retention = ctxwin("eval", "retention", *(str(root / n) for n in SESSIONS.values()),

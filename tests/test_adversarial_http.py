@@ -35,7 +35,7 @@ PATHS = {"anthropic": MESSAGES, "chat": CHAT, "responses": RESPONSES}
 HEADERS = {"anthropic": {"x-api-key": "k", "anthropic-version": "2023-06-01"},
            "chat": {"authorization": "Bearer k"}, "responses": {"authorization": "Bearer k"}}
 EXAMPLE = Path(__file__).resolve().parents[1] / "src" / "ctxwin" / "examples" / "claude-code-session.jsonl"
-ANSWER_SECONDS = 5.0  # an HTTP answer must arrive within this, whatever was sent
+ANSWER_SECONDS = 30.0  # a hang guard: an HTTP answer comes in milliseconds, whatever was sent; none is a bug
 
 
 @pytest.fixture(scope="module")
@@ -482,9 +482,7 @@ def test_fuzz_the_fake_server_always_answers_over_http(server: FakeProvider, cas
         headers["content-length"] = length
     else:
         headers["content-length"] = str(len(body))
-    started = time.monotonic()
-    status, answer = raw_http(server.port, request_bytes(path, body, headers))
-    assert time.monotonic() - started < ANSWER_SECONDS
+    status, answer = raw_http(server.port, request_bytes(path, body, headers))  # its socket timeout: a hang guard
     assert status < 500, (status, answer[:300])  # a 5xx here would be the fake's own bug
     if status >= 400 and answer:
         assert "error" in json.loads(answer)

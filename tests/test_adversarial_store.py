@@ -30,7 +30,8 @@ from ctxwin.errors import EntryFormatError, InputError
 from ctxwin.messages import ToolCall, assistant, user
 from ctxwin.store import BlobCorruptedError, Session, SessionFormatError, SessionLockedError, StoreProblem
 from ctxwin.store.blobs import FileBlobStore
-from ctxwin.store.jsonl import SESSION_FILE, WRITER_LOCK, FileLock, lock_error
+from ctxwin.store.jsonl import SESSION_FILE
+from ctxwin.store.locks import WRITER_LOCK, FileLock, lock_error
 from ctxwin.store.session import list_sessions
 from ctxwin.store.tree import decode_entry
 from ctxwin.tools.spilled import read_spilled

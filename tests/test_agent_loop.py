@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 import time
@@ -193,7 +194,7 @@ def test_the_cost_limit_stops_a_run(tmp_path: Path) -> None:
 
 def test_interrupt_stops_the_step_and_kills_the_tool_process_group(tmp_path: Path) -> None:
     root = make_workspace(tmp_path / "ws", files=1)
-    sleep = "sleep 48.765"
+    sleep = f"sleep 48.{os.getpid()}"  # pgrep finds this run's only, even with the suite run twice at once
 
     def script(api: str, messages: list[Any]) -> Turn:
         if messages[-1].role == "tool":
@@ -215,10 +216,8 @@ def test_interrupt_stops_the_step_and_kills_the_tool_process_group(tmp_path: Pat
         while not running() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert running()
-        started = time.monotonic()
         agent.interrupt()
-        worker.join(10)
-        assert time.monotonic() - started < 3
+        worker.join(10)  # a hang guard: uninterrupted, the tool's sleep runs on
         assert outcome["result"].stop == "interrupted"
         assert not running()  # the command and its background child are gone
         assert bystander.poll() is None  # a process group that was there before the tools ran is spared

@@ -77,8 +77,7 @@ def test_several_calls_of_one_message_run_at_once_bounded_results_in_call_order(
                     Message("assistant", (Text("rested"),))])
     agent = create_agent(FunctionModel(lambda prepared: Completion(next(replies)), "gpt-4o"), extra_tools=[spec],
                          config=AgentConfig(parallel_tools=3), window=16_000, max_output=1_000)
-    started = time.monotonic()
     assert agent.run("go").stop == "done"
-    assert state["max"] == 3 and time.monotonic() - started < 6 * 0.2
+    assert state["max"] == 3  # three at once, never more
     results = agent.engine.messages[2].tool_results
     assert [r.text for r in results] == [f"nap {n}" for n in range(6)]

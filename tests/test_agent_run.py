@@ -126,7 +126,8 @@ def test_run_prints_events_for_a_person_and_refuses_bad_input_with_a_message(tmp
     runner = CliRunner()
     with ScriptedFake(long_task(3, files=5), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
         done = runner.invoke(app, ["run", "Turn 1: read", "--base-url", fake.openai_base_url, "--api-key", "k",
-                                   "--workspace", str(root), "--window", str(WINDOW), "--max-output", str(MAX_OUTPUT)])
+                                   "--workspace", str(root), "--window", str(WINDOW), "--max-output", str(MAX_OUTPUT),
+                                   "--sessions", str(tmp_path / "sessions")])
     assert done.exit_code == 0, done.output
     assert "step 1: calling the model" in done.output and "step 1: Step 1 of turn 1. -> read" in done.output
     assert "done: turns 1, model_calls 4" in done.output.replace("\n", " ")
@@ -139,7 +140,7 @@ def test_run_prints_events_for_a_person_and_refuses_bad_input_with_a_message(tmp
         assert bad.exit_code == 2 and message in bad.output and "Traceback" not in bad.output, bad.output
     # A server that is not there: a clear error and exit 1, no traceback.
     gone = runner.invoke(app, ["run", "x", "--base-url", "http://127.0.0.1:9/v1", "--api-key", "k",
-                               "--workspace", str(root)])
+                               "--workspace", str(root), "--sessions", str(tmp_path / "sessions")])
     flat = " ".join(gone.output.split())  # (rich wraps long lines)
     assert gone.exit_code == 1 and "did not answer at http://127.0.0.1:9/v1/chat/completions" in flat
     assert "Traceback" not in gone.output

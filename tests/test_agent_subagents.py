@@ -215,13 +215,10 @@ def test_parallel_children_run_concurrently_bounded_and_come_back_in_order(tmp_p
     plan = reading_parent(Turn(text="Fan out.", calls=[("p", "task", {"tasks": tasks, "mode": "parallel"})]), reads=0)
     with ScriptedFake(make_script(plan, child=slow_child), context_window=WINDOW, max_output=MAX_OUTPUT) as fake:
         agent, _ = setup(fake, "openai", root, tmp_path, [])
-        started = time.monotonic()
         agent.run("Turn 1: go")
-        elapsed = time.monotonic() - started
         requests = generation_requests(fake)
         agent.engine.session.close()
-    assert state["max"] == 4  # really concurrent, and bounded at 4 at once
-    assert elapsed < 6 * 0.25  # not one after another
+    assert state["max"] == 4  # really concurrent (not one after another), and bounded at 4 at once
     answer = next(r.text for m in messages_of("openai", requests[-1].body) for r in m.tool_results if r.call_id == "p")
     positions = [answer.index(f"result of <job {n}>") for n in range(1, 7)]
     assert positions == sorted(positions)

@@ -46,8 +46,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     procs = {
         "text": subprocess.Popen([*command, "-o", str(base / "a.html")], cwd=base, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE),
-        "json": subprocess.Popen([*command, "-o", str(base / "b.html"), "--json"], cwd=base,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE),
+        "json": subprocess.Popen([*command, "-o", str(base / "b.html"), "--json", "--keep", str(base / "kept")],
+                                 cwd=base, stdout=subprocess.PIPE, stderr=subprocess.PIPE),
     }
     out: dict[str, Any] = {}
     for name, proc in procs.items():
@@ -119,6 +119,24 @@ def test_retention_and_the_report_cover_every_policy(runs: dict[str, Any]) -> No
     points = data["retention"]["sessions"]
     assert all(point["probes"]["identifiers"] > 0 for point in points)
     assert BAD_COMMIT[:12] in json.dumps(data["retention"]) or summary["ctxwin"]["identifiers"] == 1.0
+
+
+def test_the_kept_session_replays_to_the_demos_numbers(runs: dict[str, Any]) -> None:
+    """`--keep DIR` leaves the session as a ctxwin session folder: replayed, it gives what the demo printed."""
+    kept = runs["base"] / "kept"
+    assert runs["data"]["kept"] == str(kept) and (kept / "session.jsonl").is_file()
+    done = subprocess.run([sys.executable, "-m", "ctxwin.cli.main", "replay", str(kept), "--compare", "pi,raw",
+                           "--json", "--quiet"], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    replayed = json.loads(done.stdout)
+    assert replayed["format"] == "ctxwin" and replayed["model"] == DEMO_MODEL
+    demo = runs["data"]["comparison"]["policies"]
+    for name in ("ctxwin", "pi", "raw"):
+        for key in ("calls", "cumulative_input_tokens", "peak_tokens", "compactions", "cost_cached_usd"):
+            assert replayed["policies"][name][key] == demo[name][key], (name, key)
+    again = subprocess.run([sys.executable, "-m", "ctxwin.cli.main", "demo", "--quiet", "--keep", str(kept)],
+                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert again.returncode == 2 and "already holds a session" in again.stderr
 
 
 def test_a_bad_source_is_a_message(tmp_path: Path) -> None:

@@ -142,3 +142,85 @@ def test_a_log_branched_under_the_engine_is_read_again() -> None:
     assert [m.text for m in second.messages] == ["a", "other"]
     assert payload(second) == payload(engine_on(copy_of(log), "ctxwin", 200_000))
     assert second.catch_up() == 0
+
+
+class BrokenSummarizer:
+    """A summarizer whose every call fails (a model that is down): compactions fail, the breaker opens."""
+
+    name = "broken"
+
+    def summarize(self, *args, **kwargs):
+        raise RuntimeError("the summary model is down")
+
+
+def unique_rounds(engine: ContextEngine, count: int, lines: int) -> None:
+    for _ in range(count):
+        n = next(IDS)
+        engine.append(Message("assistant", (ToolCall(f"b{n}", "bash", {"command": f"cat f{n}"}),)))
+        engine.append(Message("tool", (ToolResult(f"b{n}", (Text(f"{n}: output line\n" * lines),), name="bash"),)))
+        engine.prepare()
+
+
+def broken_engine(log: MemorySessionLog) -> ContextEngine:
+    return ContextEngine(log, model="gpt-4o", policy="pi", window=40_000, max_output=1_000, clock=clock,
+                         summarizer=BrokenSummarizer())
+
+
+def test_after_catching_up_the_breaker_is_the_one_a_fresh_engine_has() -> None:
+    log = MemorySessionLog(clock=clock)
+    first = broken_engine(log)
+    first.append(Message("user", (Text("go"),)))
+    unique_rounds(first, 30, 180)  # past Pi's trigger: every compaction fails, and the breaker opens
+    assert first.prepare().tokens > first.window - 16_384
+    assert not any(e.is_compaction_failure for e in first.prepare().events)  # open: not tried again
+    second = broken_engine(log)
+    unique_rounds(second, 1, 3)
+    assert first.catch_up() > 0
+    fresh = broken_engine(copy_of(log))
+    after, expected = payload(first), payload(fresh)
+    assert "compaction" in expected  # the fresh engine tries again, and says it failed ...
+    assert after == expected  # ... and so does the one that caught up
+
+
+# --------------------------------------------------------------------------------------------------
+# Two workers over one PostgreSQL log (the proxy's --workers over --postgres)
+
+
+@pytest.mark.postgres
+def test_a_worker_catches_up_with_what_another_worker_appended_to_postgres(postgres_dsn: str) -> None:
+    """Two workers each keep their session's log and engine between requests and pass the writer lock
+    (an advisory lock) back and forth, as `proxy/shared.py` does: the one that gets the session back
+    folds in only the other's entries and then sends what an engine opened on the log would."""
+    import uuid
+
+    from ctxwin.proxy.sessions import DraftLog
+    from ctxwin.store.postgres import PostgresSessionLog, lock_key, try_advisory_lock
+
+    session_id = f"catch-up-{uuid.uuid4().hex[:8]}"
+    key = lock_key("writer", session_id)
+
+    def engine(log) -> ContextEngine:
+        return ContextEngine(log, model="gpt-4o", policy="ctxwin", window=40_000, max_output=1_000, clock=clock)
+
+    first_log = PostgresSessionLog(postgres_dsn, session_id)  # takes the writer lock
+    second_log = None
+    try:
+        first = engine(first_log)
+        feed(first, round_messages(4, 300, "bash"))
+        first_log.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))  # the lease ends
+        second_log = PostgresSessionLog(postgres_dsn, session_id)  # another worker's lease
+        second = engine(second_log)
+        before = len(second_log)
+        feed(second, round_messages(3, 300, "bash"))
+        appended = len(second_log) - before
+        second_log.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        assert try_advisory_lock(first_log.conn, key, 5)  # back to the first worker
+        assert first.catch_up() == appended
+        assert len(first_log) == len(second_log)
+        expected = payload(engine(DraftLog(first_log)))  # a fresh engine, its own appends kept in memory
+        assert payload(first) == expected
+        assert first.catch_up() == 0
+    finally:
+        first_log.close()
+        if second_log is not None:
+            second_log.close()

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import shared_path
-from ctxwin.compaction.base import Summary
+from ctxwin.compaction.base import RefBlindCounter, Summary
 from ctxwin.compaction.extractive import (
     COMMANDS,
     CURRENT,
@@ -160,8 +160,9 @@ def test_error_line_picks_the_distinctive_line() -> None:
 @given(budget=st.integers(min_value=0, max_value=700))
 def test_the_budget_is_never_exceeded(budget: int) -> None:
     summary = summarize(session(), budget)
-    assert summary.tokens == (COUNTER.count_text(summary.text) if summary.text else 0)
-    assert summary.tokens <= budget
+    # Counted blind to the entry ids of its refs (as dear as any id can be), so never below the real count.
+    assert summary.tokens == (RefBlindCounter.of(COUNTER).count_text(summary.text) if summary.text else 0)
+    assert (COUNTER.count_text(summary.text) if summary.text else 0) <= summary.tokens <= budget
 
 
 def test_tiny_budgets_keep_whole_sections_and_their_headers() -> None:
@@ -320,7 +321,10 @@ def test_two_real_pi_compactions_in_a_row() -> None:
     _, modified = extract_file_ops(evicted)
     assert all(survives(p, text) for p in modified)
     asks = [t for t in (user_text(m) for m in evicted) if t]
-    assert sum(normalize(a[:80]) in text for a in asks) / len(asks) >= 0.9
+    shown = sum(normalize(a[:80]) in text for a in asks)
+    # Most on the page (the notes' ways back take their share of this tight budget), the rest behind the ref.
+    assert shown / len(asks) >= 0.8
+    assert shown == len(asks) or f'recall("entry:{s2.details["anchor"]}#user-messages")' in s2.text
     assert re.search(r"^## Goal\n- alright, read", s2.text, re.M)  # the first goal carried through
 
 
@@ -352,8 +356,9 @@ def test_fitting_never_exceeds_the_budget_and_keeps_item_order(sections: dict[st
         assert all(any(o.startswith(i.removesuffix(" […]").rstrip()) for o in remaining) for i in items)
     # The fitter's own cost of every header with its first item, shortest form: when that fits, no
     # section with content is dropped.
-    heads = sum(COUNTER.count_text(f"## {k}") + 2 + COUNTER.count_text(render_item(min(v[0], clip(v[0], 10),
-                key=len))) + 1 for k, v in sections.items())
+    # (The shortest form is the clipped one: fewer characters, though not always fewer tokens.)
+    heads = sum(COUNTER.count_text(f"## {k}") + 2 + COUNTER.count_text(render_item(clip(v[0], 10))) + 1
+                for k, v in sections.items())
     if budget >= heads:
         assert set(fitted.sections) == set(sections)
 
@@ -421,7 +426,7 @@ def test_every_distinct_error_line_is_kept_with_its_command_and_fix() -> None:
     summary = summarize(span, 600)
     assert summary.sections[ERRORS] == [
         "`mix test` — fixed: passed later, after editing lib/parser.ex:\n"
-        "** (RuntimeError) no config found · 3 tests, 1 failure",
+        "1) test parses (ParserTest) · ** (RuntimeError) no config found · 3 tests, 1 failure",
         # The same error twice: once, with its two runs; escaped line breaks split the JSON text.
         "`npm run build` (2 failed runs) — not fixed in this span:\n"
         "{\"message\": \"Build failed · error TS2304: Cannot find name 'join'.\"}",
@@ -435,7 +440,7 @@ def test_under_pressure_the_recent_and_the_referenced_stay_and_the_rest_is_count
     span += [assistant("Next I will look at target_03 again."),
              bash("z", "grep -n target_03 Makefile"), tool_result("z", "3: target_03:")]
     span = assign_ids(span)
-    summary = summarize(span, 270)  # (room for the state of the work, then as many commands as before)
+    summary = summarize(span, 320)  # (room for the state of the work and the references' ref, then commands)
     *commands, note = summary.sections[COMMANDS]
     assert "`grep -n target_03 Makefile`" in commands and "`make target_39`" in commands  # the most recent
     assert "`make target_03`" in commands  # old, but the end of the history refers to it

@@ -417,7 +417,7 @@ def test_sleep_time_runs_after_a_session_and_when_idle(tmp_path: Path) -> None:
 
 
 def test_sleep_time_skips_while_another_process_consolidates(tmp_path: Path) -> None:
-    from ctxwin.store.jsonl import FileLock
+    from ctxwin.store.locks import FileLock
 
     root = fixture(tmp_path)
     (root / "memory" / STATE_DIR).mkdir(parents=True)
@@ -434,7 +434,7 @@ def test_sleep_time_skips_while_another_process_consolidates(tmp_path: Path) -> 
 
 
 def test_the_cli_says_what_to_do_while_another_consolidation_runs(tmp_path: Path) -> None:
-    from ctxwin.store.jsonl import FileLock
+    from ctxwin.store.locks import FileLock
 
     root = fixture(tmp_path)
     (root / "memory" / STATE_DIR).mkdir(parents=True)

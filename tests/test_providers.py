@@ -652,3 +652,13 @@ def test_swe_agent_history_round_trips() -> None:
         assert all(m.meta["openai_chat_unsent"]["agent"] == "main" for m in messages if m.role != "tool")
         assert sum(len(m.tool_calls) for m in messages) == sum(len(m.get("tool_calls") or ()) for m in chat)
         assert all(r.name for m in messages for r in m.tool_results)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), 1.5, -1, True, "12", [3]])
+def test_a_usage_count_that_is_no_token_count_is_a_malformed_answer(value: Any) -> None:
+    """Infinity used to escape as an OverflowError (int(inf)), past the parsers' ProviderError."""
+    from ctxwin.providers.parsing import token_count
+
+    with pytest.raises(ValueError, match="not a token count"):
+        token_count({"input_tokens": value}, "input_tokens")
+    assert token_count({"input_tokens": 12.0}, "input_tokens") == 12 and token_count({}, "input_tokens") == 0

@@ -153,6 +153,41 @@ def test_connections_past_the_cap_are_answered_503_and_closed(fake: FakeProvider
         assert httpx.post(f"{served.url}/v1/messages", content=HELLO, headers=HEADERS, timeout=30).status_code == 200
 
 
+def test_idle_keep_alive_connections_make_room_for_a_new_one_at_the_cap(fake: FakeProvider) -> None:
+    """A connection that is only waiting for its next request gives its place to a new connection when
+    the worker is full, as nginx reuses idle keep-alive connections: else a client without the token
+    could hold every place by sending one request a keep-alive timeout (75 s), and everyone with the
+    token would be answered 503 (seen on a real proxy: 80 such connections, 503s for 75 s)."""
+    with proxy_for(fake, limited=True, max_connections=4, header_timeout=30.0,
+                   auth_token="a-token-of-the-test-0123") as served:
+        idle = [connect(served) for _ in range(4)]
+        for sock in idle:  # one unauthenticated request each, then they wait on the open connection
+            sock.sendall(request(HELLO))
+            assert read_response(sock).startswith(b"HTTP/1.1 401")
+        answers = [httpx.post(f"{served.url}/v1/messages", content=HELLO, timeout=30,
+                              headers={**HEADERS, "x-ctxwin-token": "a-token-of-the-test-0123", "connection": "close"})
+                   for _ in range(3)]
+        assert [a.status_code for a in answers] == [200, 200, 200]
+        for sock in idle:
+            sock.close()
+
+
+def test_a_connection_past_the_cap_reads_its_503_even_after_sending_its_request(fake: FakeProvider) -> None:
+    """Past the cap the caller has sent its request by the time it reads: the refusal must still reach
+    it, not a reset (closing a socket with unread bytes makes the kernel send RST, which destroys the
+    503 in the caller's receive buffer). What it sent is read and dropped until it closes."""
+    with proxy_for(fake, limited=True, max_connections=1, header_timeout=30.0) as served, \
+            connect(served) as busy:  # the one place, taken by a request still coming (not idle: kept)
+        busy.sendall(HEAD[:40])
+        time.sleep(0.2)
+        for _ in range(3):
+            with connect(served) as extra:
+                extra.sendall(request(HELLO))
+                time.sleep(0.3)  # the caller's request is in before it reads
+                answer = closed(extra)
+            assert answer.startswith(b"HTTP/1.1 503"), answer[:80]
+
+
 def test_the_fd_budget_fits_the_limit() -> None:
     for limit in (256, 1024, 4096, 1 << 20):
         budget = fd_budget(limit)
@@ -187,6 +222,21 @@ def test_deeply_nested_json_is_a_400_in_the_apis_shape(served: Served, api: str,
     assert "nest" in message or "cannot read" in message
 
 
+@pytest.mark.parametrize("api", list(PATHS))
+def test_a_refusal_of_the_request_is_said_once(served: Served, api: str) -> None:
+    """A refusal raised while reading the conversation (here `tools` that is no array) reaches the
+    caller as it was written, not wrapped again as 'cannot read the conversation' (a ProxyRefusal is an
+    InputError too)."""
+    key = "input" if api == "openai-responses" else "messages"
+    model = "claude-sonnet-4-5" if api == "anthropic" else "gpt-4o"
+    body = {"model": model, "max_tokens": 10, key: [{"role": "user", "content": "hi"}], "tools": {"a": 1}}
+    response = httpx.post(f"{served.url}{PATHS[api]}", json=body, headers=HEADERS, timeout=30)
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "`tools` is not a list of tool definitions" in message, message
+    assert "cannot read the conversation" not in message and message.count("(") <= 1, message
+
+
 def test_deep_json_to_count_tokens_is_a_400(served: Served) -> None:
     deep = "[" * 20_000 + "]" * 20_000
     body = f'{{"model":"claude-sonnet-4-5","messages":[{{"role":"user","content":{deep}}}]}}'
@@ -204,6 +254,18 @@ def test_a_token_that_could_be_guessed_is_refused_before_serving(token: str) -> 
         check_serving(ProxyConfig("http://u", auth_token=token), Listen("127.0.0.1", 1), 1)
     with pytest.raises(InputError, match="token"):
         check_serving(ProxyConfig("http://u", auth_token=token), Listen("0.0.0.0", 1), 1)
+
+
+@pytest.mark.parametrize("token", ["тестовый-токен-длинный-1", "a-long-token-\u00e9\u00e9\u00e9\u00e9\u00e9",
+                                   "a-long-token-with\na-newline", "a-long-token-with-a-NUL\x00-inside",
+                                   "a-long-token-\x7f-with-DEL"])
+def test_a_token_no_client_could_send_is_refused_before_serving(token: str) -> None:
+    """HTTP header values carry bytes (clients encode them as ASCII; the server decodes Latin-1), so a
+    token outside printable ASCII could never match in `x-ctxwin-token` or `Authorization`: refused
+    with what to use instead, not accepted and then answered 401 forever."""
+    with pytest.raises(InputError, match="printable ASCII"):
+        check_serving(ProxyConfig("http://u", auth_token=token), Listen("0.0.0.0", 1), 1)
+    check_serving(ProxyConfig("http://u", auth_token="a long token with ~!@#$%^&*() inside"), Listen("0.0.0.0", 1), 1)
 
 
 def test_a_worker_refuses_a_short_token_too(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,6 +35,16 @@ BAD = {
     "openai-chat": b"data: {oops\n\n",
     "openai-responses": b"event: response.output_item.added\ndata: {nope\n\n",
 }
+PARTIAL = {
+    "anthropic": b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+                 b'"content_block":{"type":"text","text":""}}\n\nevent: content_block_delta\ndata: {"type":'
+                 b'"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Half an ans"}}\n\n',
+    "openai-chat": b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"x",'
+                   b'"choices":[{"index":0,"delta":{"content":"Half an ans"},"finish_reason":null}]}\n\n',
+    "openai-responses": b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+                        b'"sequence_number":1,"item_id":"m","output_index":0,"content_index":0,'
+                        b'"delta":"Half an ans"}\n\n',
+}
 END = {
     "anthropic": b'event: message_stop\ndata: {"type":"message_stop"}\n\n',
     "openai-chat": b"data: [DONE]\n\n",
@@ -50,6 +60,9 @@ def upstream(mode: str) -> Starlette:
 
         async def events() -> AsyncIterator[bytes]:
             yield START[api]
+            if mode == "cut-short":  # a clean end of the HTTP stream, before the answer's own end
+                yield PARTIAL[api]
+                return
             if mode == "bad-json":
                 yield BAD[api]
             elif mode == "flood":  # a 300 MB line, at the proxy's default limit
@@ -89,9 +102,12 @@ def headers() -> dict[str, str]:
     return {"x-api-key": "k", "anthropic-version": "2023-06-01", "authorization": "Bearer k"}
 
 
-@pytest.mark.parametrize("served", ["bad-json", "huge-line", "long-stream"], indirect=True)
+@pytest.mark.parametrize("served", ["bad-json", "huge-line", "long-stream", "cut-short"], indirect=True)
 @pytest.mark.parametrize("api", list(PATHS))
 def test_a_broken_upstream_stream_ends_in_the_callers_error_event(served: Served, api: str) -> None:
+    """`cut-short`: the upstream ends its stream cleanly but before its answer's end (no
+    message_stop, finish chunk or response.completed): the caller must not take half an answer for
+    a whole one, and the entry is no success."""
     with httpx.stream("POST", f"{served.url}{PATHS[api]}", json=body_for(api, True), headers=headers(),
                       timeout=30) as response:
         text = "".join(response.iter_text())  # read to its end: no RemoteProtocolError
@@ -108,7 +124,8 @@ def test_a_broken_upstream_stream_ends_in_the_callers_error_event(served: Served
         assert error["type"] == "error"
         message = error["message"]
     mode = served.app.state.mode
-    assert ("not the API's JSON" if mode == "bad-json" else "over the proxy's limit") in message
+    expected = {"bad-json": "not the API's JSON", "cut-short": "ended before its answer did"}
+    assert expected.get(mode, "over the proxy's limit") in message
     assert entry["status"] == 502 and entry["streamed"]
     assert len(text) < LIMIT * 2  # never more than the limit was relayed
 

@@ -262,6 +262,40 @@ def test_extraction_rules_for_commands_errors_and_ticket_ids() -> None:
     assert command_probe("cd /repo\nmake") == "cd /repo"  # a lone `cd` line is the command
 
 
+EXUNIT_FAILURE = """Running ExUnit with seed: 1, max_cases: 16
+
+== Compilation error in file test/app_web/live/page_live_test.exs ==
+
+  1) test mount renders the page (AppWeb.PageLiveTest)
+     test/app_web/live/page_live_test.exs:12
+     ** (RuntimeError) boom
+
+--- FAIL: TestParse (0.00s)
+  ● Parser › rejects an empty input
+
+5 tests, 1 failure"""
+
+
+def test_a_failed_test_is_an_error_line_by_what_the_runner_prints() -> None:
+    # The lines that name what failed (ExUnit, Go, Jest), a compile error's banner: errors whatever the exit code.
+    messages = [user("run the tests please"), assistant("", call("c1", "Bash", command="mix test | tail -20")),
+                tool_result("c1", EXUNIT_FAILURE), assistant("done")]
+    errors = [p.text for p in extract(messages, len(messages), len(messages)).probes["errors"]]
+    assert errors == ["== Compilation error in file test/app_web/live/page_live_test.exs ==",
+                      "1) test mount renders the page (AppWeb.PageLiveTest)", "** (RuntimeError) boom",
+                      "--- FAIL: TestParse (0.00s)", "● Parser › rejects an empty input", "5 tests, 1 failure"]
+
+
+def test_the_independent_checker_imports_nothing_of_ctxwin() -> None:
+    import ast
+
+    source = Path(__file__).resolve().parents[1] / "benchmarks" / "independent_retention.py"
+    tree = ast.parse(source.read_text())
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names] + \
+        [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert names and not [n for n in names if n.split(".")[0] == "ctxwin"], names
+
+
 def test_queued_prompts_count_as_user_instructions(tmp_path: Path) -> None:
     session_file = tmp_path / "queued.jsonl"
     records = [

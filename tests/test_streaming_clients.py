@@ -32,6 +32,7 @@ from ctxwin.providers import (
 )
 from ctxwin.testing import Call, FakeProvider, Reply, Script, overloaded, rate_limited, server_error
 from ctxwin.tools.registry import schemas
+from guards import HANG_GUARD_S, within
 
 WINDOW, MAX_OUTPUT = 20_000, 2_000
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05)
@@ -226,24 +227,22 @@ def test_cancel_aborts_a_stream_blocked_on_the_server(fake: FakeProvider, api: s
     seen: list[Any] = []
     with make(api, fake) as client:
         stream = client.stream([user("hi")], max_tokens=500, cancel=cancel)
-        started = time.monotonic()
         with pytest.raises(ModelCallCancelled):
             for event in stream:
                 seen.append(event)
                 if isinstance(event, TextDelta):
                     threading.Timer(0.05, cancel.set).start()
-    assert time.monotonic() - started < 2.0  # the full stream would take over 6 s
+    # Cancelled in a blocked read: a few of the answer's ~80 events came, never its end.
     assert any(isinstance(e, TextDelta) for e in seen) and not any(isinstance(e, Done) for e in seen)
+    assert sum(isinstance(e, TextDelta) for e in seen) < 10
 
 
 def test_cancel_interrupts_the_wait_before_a_retry(fake: FakeProvider) -> None:
-    fake.model = Script([rate_limited(30), "late"])
+    fake.model = Script([rate_limited(55), "late"])  # the longest wait the retry policy accepts
     cancel = threading.Event()
     threading.Timer(0.1, cancel.set).start()
-    started = time.monotonic()
     with make("anthropic", fake) as client, pytest.raises(ModelCallCancelled):
-        client.complete([user("hi")], max_tokens=50, cancel=cancel)
-    assert time.monotonic() - started < 2.0
+        within(30, client.complete, [user("hi")], max_tokens=50, cancel=cancel)  # a hang guard: 55 s if not
 
 
 def test_a_cancelled_call_never_reaches_the_server(fake: FakeProvider) -> None:
@@ -320,13 +319,11 @@ def test_cancel_returns_while_the_server_has_sent_nothing_yet(fake: FakeProvider
     """A plain call whose server answers only when the whole answer is ready (no byte before then)."""
     from ctxwin.testing import ForcedResponse
 
-    fake.force(ForcedResponse(delay=3.0))
+    fake.force(ForcedResponse(delay=300.0))
     cancel = threading.Event()
     threading.Timer(0.1, cancel.set).start()
-    started = time.monotonic()
     with make(api, fake) as client, pytest.raises(ModelCallCancelled):
-        client.complete([user("hi")], max_tokens=20, cancel=cancel)
-    assert time.monotonic() - started < 1.0
+        within(HANG_GUARD_S, client.complete, [user("hi")], max_tokens=20, cancel=cancel)  # 300 s if not
 
 
 def test_anthropic_prompt_cache_breakpoints_read_the_previous_calls_prefix(fake: FakeProvider) -> None:

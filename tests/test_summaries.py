@@ -76,6 +76,31 @@ def test_an_error_printed_by_a_command_that_exits_0_is_an_error() -> None:
         ("", "** (Mix) Could not start application spotter: exited in: Spotter.start")}
 
 
+def test_failed_tests_and_compile_banners_are_error_lines_whatever_the_runner() -> None:
+    # Lines that name a failure without an error word at their start: ExUnit's numbered failures and its
+    # compilation banner, Go's --- FAIL, Jest's bullet, a panic, a segfault. The independent checker
+    # (benchmarks/independent_retention.py) counts each of them; the summary must keep each of them.
+    output = "\n".join([
+        "== Compilation error in file test/app_web/live/page_live_test.exs ==",
+        "  1) test mount renders the page (AppWeb.PageLiveTest)",
+        "     test/app_web/live/page_live_test.exs:12",
+        "--- FAIL: TestParseHeader (0.00s)",
+        "  ● parser › reads the header",
+        "thread 'main' panicked at src/main.rs:4:5:",
+        "Segmentation fault (core dumped)",
+        "Finished in 0.1 seconds",
+    ])
+    span = assign_ids([user("run the tests"), bash("c1", "mix test 2>&1 | tail -40"), tool_result("c1", output)])
+    kept = "\n".join(summarize(span)[ERRORS])
+    for line in ("== Compilation error in file test/app_web/live/page_live_test.exs ==",
+                 "1) test mount renders the page (AppWeb.PageLiveTest)", "--- FAIL: TestParseHeader (0.00s)",
+                 "● parser › reads the header", "thread 'main' panicked at src/main.rs:4:5:",
+                 "Segmentation fault (core dumped)"):
+        assert line in kept, (line, kept)
+    assert "Finished in 0.1 seconds" not in kept
+    assert [d.message for d in diagnostics("ran 1) tests, 0 failures\n2) test x (T)")] == ["2) test x (T)"]
+
+
 def test_a_49_error_tsc_run_is_kept_whole_grouped_by_file_with_its_lines() -> None:
     output = tsc_output(49)
     span = assign_ids([user("make it compile"), bash("c1", "npx tsc --noEmit"), tool_result("c1", output)])
@@ -139,6 +164,35 @@ def test_a_failed_edit_is_fixed_by_a_later_edit_not_by_a_read() -> None:
     ])
     (group,) = summarize(check)[ERRORS]
     assert group.startswith("`mix test` — fixed: passed later, after editing lib/b.ex:")
+
+
+def test_a_command_not_seen_passing_says_what_happened_since_it_failed() -> None:
+    # Neither is "fixed" (no same command passed), nor is either known to fail now: the summary says
+    # what is known, a longer form of the command passed, the file the errors name was edited.
+    span = assign_ids([
+        user("push it, then fix the types"),
+        bash("c1", "git push 2>&1"), tool_result("c1", "fatal: The current branch x has no upstream branch.",
+                                                 is_error=True),
+        bash("c2", "git push --set-upstream origin x 2>&1"),
+        tool_result("c2", "branch 'x' set up to track 'origin/x'."),
+        bash("c3", "npx tsc --noEmit"), tool_result("c3", "src/a.ts(3,1): error TS2304: Cannot find name 'join'.\n"
+                                                          "Exit code 2", is_error=True),
+        edit("c4", "/repo/src/a.ts"), tool_result("c4", "ok"),
+        assistant("Both done."),
+    ])
+    summary = SUMMARIZER.summarize(span, budget_tokens=2_000, counter=COUNTER)
+    push, tsc = summary.sections[ERRORS]
+    assert push.startswith("`git push` — not fixed in this span; a later `git push --set-upstream origin x` passed:")
+    assert tsc.startswith("`npx tsc --noEmit` — not fixed in this span; edited since: src/a.ts:")
+    (state,) = summary.sections[STATE]
+    assert ("Failed when last run: `git push`: fatal: The current branch x has no upstream branch (a later "
+            "`git push --set-upstream origin x` passed); `npx tsc --noEmit`: error TS2304: Cannot find name 'join' "
+            "(edited since: src/a.ts).") in state
+    # The same across two compactions: the longer form passes in the next span.
+    first = SUMMARIZER.summarize(span[:3], budget_tokens=2_000, counter=COUNTER)
+    later = SUMMARIZER.summarize(span[3:5], previous=first, budget_tokens=2_000, counter=COUNTER)
+    (group,) = later.sections[ERRORS]
+    assert group.startswith("`git push` — not fixed in this span; a later `git push --set-upstream origin x` passed:")
 
 
 def compacted_engine(log: SessionLog | None = None) -> tuple[ContextEngine, list[Message]]:
@@ -205,7 +259,7 @@ def test_the_summary_opens_with_the_state_of_the_work_and_repeats_no_line() -> N
     summary = SUMMARIZER.summarize(span, budget_tokens=2_000, counter=COUNTER)
     assert summary.text.startswith("## State of the work\nThe user asked: \u201cAdd retries to the client\u201d.")
     (state,) = summary.sections[STATE]
-    assert "Failing, not fixed in this history: `pytest -q`: E   AssertionError: expected 3 (+1 more)." in state
+    assert "Failed when last run: `pytest -q`: E   AssertionError: expected 3 (+1 more)." in state
     assert state.endswith("Next: Next I will fix the loop in client.py.")
     bullets = [line for line in summary.text.splitlines() if line.startswith("- ")]
     assert len(bullets) == len(set(bullets))
@@ -386,3 +440,113 @@ def test_compact_view_passes_the_facts_to_the_extractive_summary_and_the_guard()
     with_facts = compact_view(items, policy, ctx, facts=facts, **run)  # type: ignore[arg-type]
     without = compact_view(items, policy, ctx, **run)  # type: ignore[arg-type]
     assert with_facts.summary.text == without.summary.text and with_facts.entry() == without.entry()
+
+
+# --------------------------------------------------------------------------------------------------
+# Shortcuts of the scans: the same answers as the regexes they stand in for
+
+
+ERROR_PIECES = ["error", "ERROR", "Fail", "fatal", "PANIC", "exception", "npm ERR!", "Uncaught", "unhandled", "assert",
+                "denied", "not found", "No such", "** (", "EXIT", "E  ", "e   x", "✗", "×", "✘", "❌", "ı", "ſ", "İ",
+                "\u212a", " ", "\t", "\n", "\r\n", "\x85", "\u2028", "\\n", "word", "x", ":", "12", "src/a.ts(3,1): "]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(ERROR_PIECES), max_size=30).map("".join))
+def test_the_candidate_lines_are_the_lines_the_candidate_regex_matches(text: str) -> None:
+    from ctxwin.compaction.extractive import errors
+
+    lines = "\n".join(errors._prepared(text).splitlines()).split("\n")
+    expected = [line.strip() for line in lines if line.strip() and errors._CANDIDATE.search(line)]
+    assert errors._candidate_lines(text) == expected
+
+
+IDENTIFIER_PIECES = ["http", "https://x.io/a", "://", "0123abcd-1234-5678-9abc-def012345678", "-", "localhost", ":8080",
+                     ":", "C:\\Users\\a.txt", "\\", "/repo/src/a.py", "/", "a.py", ".", "`code`", "`", "#123", "#",
+                     "v1.2", "snake_case", "camelCase", "1234567", "deadbeef1", " ", "\n", "word"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(IDENTIFIER_PIECES), max_size=20).map("".join))
+def test_an_identifier_pass_skips_only_texts_its_pattern_cannot_match(text: str) -> None:
+    from ctxwin.compaction import identifiers
+
+    finders = (*identifiers._STRICT_PASSES, *identifiers._USER_PASSES, *identifiers._OTHER_PASSES,
+               identifiers._URLS, identifiers._ERROR_CODES)
+    assert any(f.needs for f in finders)
+    for finder in finders:
+        if finder.pattern.search(text) is not None:
+            assert finder.needs in text, (finder.pattern.pattern, text)
+
+
+# --------------------------------------------------------------------------------------------------
+# Prefix stability: a summary does not depend on what its log's (random) entry ids are
+
+
+def ids_alike(count: int, costly: bool) -> list[str]:
+    """`count` entry ids of 8 characters: letters only (cheap to tokenize), or digits and letters
+    alternating (dear), as random hex ids can be either."""
+    if costly:
+        return ["".join(d + c for d, c in zip(f"{n:04d}", "abcd", strict=True)) for n in range(count)]
+    return ["aaaa" + "".join(chr(97 + (n // 26 ** k) % 26) for k in range(4)) for n in range(count)]
+
+
+def test_the_summary_is_the_same_whatever_the_entry_ids() -> None:
+    from ctxwin.compaction.compact import compact_view
+    from ctxwin.pipeline.view import Item, StageContext
+
+    counter = counter_for("claude-sonnet-4-5")
+    messages: list[Message] = [user("run every step")]
+    for n in range(40):
+        messages += [bash(f"c{n}", f"make step_{n:02d} TARGET=build/{n}" + " -j4" * (n % 3)),
+                     tool_result(f"c{n}", f"line of output {n}\n" * (30 + 7 * (n % 5))
+                                 + (f"error: step {n} broke in src/mod_{n}/file_{n}.py" if n % 4 == 0 else ""))]
+        if n % 7 == 0:
+            messages.append(user(f"also check file_{n}.py please"))
+    messages += [assistant("All steps ran. Next I will look at helperFunction_3."), user("thanks, now the docs")]
+    messages = assign_ids(messages)
+    ctx = StageContext(counter=counter, window=50_000, budget=40_000,
+                       calls={c.id: c for m in messages for c in m.tool_calls})
+    run = {"summarizer": None, "previous": None, "focus": None, "pins": set(), "force": True}
+    for budget in (346, 760, 1_200):
+        policy = policies.get("pi").compaction.model_copy(update={"keep_recent_tokens": 10,
+                                                                  "summary_max_tokens": budget})
+        texts = set()
+        for costly in (False, True):
+            ids = ids_alike(len(messages), costly)
+            items = [Item(i, m, counter.count_message(m)) for i, m in zip(ids, messages, strict=True)]
+            text = compact_view(items, policy, ctx, **run).summary.text  # type: ignore[arg-type]
+            for number, entry_id in enumerate(ids):
+                text = text.replace(entry_id, f"<{number}>")
+            texts.add(text)
+        assert len(texts) == 1, budget
+
+
+def forty_steps() -> list[Message]:
+    """40 commands (every fourth failing), a few asks: more than a small summary holds."""
+    messages: list[Message] = [user("run every step")]
+    for n in range(40):
+        messages += [bash(f"c{n}", f"make step_{n:02d} TARGET=build/{n}" + " -j4" * (n % 3)),
+                     tool_result(f"c{n}", f"line of output {n}\n" * (30 + 7 * (n % 5))
+                                 + (f"error: step {n} broke in src/mod_{n}/file_{n}.py" if n % 4 == 0 else ""))]
+        if n % 7 == 0:
+            messages.append(user(f"also check file_{n}.py please"))
+    messages += [assistant("All steps ran. Next I will look at helperFunction_3."), user("thanks, now the docs")]
+    return assign_ids(messages)
+
+
+def test_every_list_the_budget_cut_ends_with_its_ref_even_when_the_budget_is_tight() -> None:
+    from ctxwin.compaction.extractive.fit import WHAT
+    from ctxwin.compaction.extractive.sections import SLUGS
+
+    span = forty_steps()
+    counter = counter_for("claude-sonnet-4-5")
+    cuts = 0
+    for budget in (550, 800, 1_200, 2_000):  # (below ~500 tokens even the notes may not all fit)
+        summary = SUMMARIZER.summarize(span, budget_tokens=budget, counter=counter)
+        cut = [key for key in summary.details["omitted"] if key in WHAT]
+        cuts += len(cut)
+        for key in cut:
+            assert f'recall("entry:{span[-1].id}#{SLUGS[key]}")' in summary.text, (budget, key)
+        assert summary.tokens <= budget and summary.text.startswith("## State of the work")
+    assert cuts >= 8

@@ -99,6 +99,18 @@ def test_unknown_model_warns_and_gets_a_conservative_default() -> None:
         assert not model_info(None).known  # no model at all: the default, silently
 
 
+def test_an_unknown_model_is_warned_about_once_per_place_not_once_per_engine() -> None:
+    """A process that builds many engines for one unknown model (a proxy: one per session) says so once:
+    looking up the counter must not reset the warnings' once-per-place memory."""
+    from ctxwin.engine import ContextEngine
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # once per place, as Python shows warnings by default
+        for _ in range(3):
+            ContextEngine(model="acme-unknown-coder-3b")
+    assert sum(issubclass(w.category, UnknownModelWarning) for w in caught) == 1
+
+
 def test_overrides_from_a_mapping() -> None:
     overrides = {"my-model": {"context_window": 50_000, "max_output": 2_000, "family": "llama3"},
                  "claude-opus-4-6": {"context_window": 1_000_000}}

@@ -509,7 +509,7 @@ def test_a_json_array_of_session_records_says_how_to_fix_it(tmp_path: Path) -> N
 def test_missing_file_directory_and_unknown_format(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such file"):
         load_transcript(tmp_path / "nope.jsonl")
-    with pytest.raises(InputError, match="is a directory"):
+    with pytest.raises(InputError, match="is a folder, not a ctxwin session"):
         load_transcript(tmp_path)
     with pytest.raises(InputError, match="unknown format 'aider'"):
         load_transcript(EXAMPLE, format="aider")
@@ -521,7 +521,7 @@ def test_a_forced_format_that_does_not_fit_says_so() -> None:
 
 
 def test_formats_are_the_documented_ones() -> None:
-    assert FORMATS == ("claude-code", "pi", "codex", "swe-agent", "openai")
+    assert FORMATS == ("claude-code", "pi", "codex", "swe-agent", "openai", "ctxwin")
     for path, expected in [(FIXTURES / "pi_v1.jsonl", "pi"), (FIXTURES / "codex_rollout.jsonl", "codex"),
                            (FIXTURES / "claude_code_edge.jsonl", "claude-code"), (EXAMPLE, "claude-code")]:
         assert detect_format(path) == expected

@@ -3,6 +3,9 @@
 
     CtxwinError
     ├── InputError                 a file, argument or message ctxwin cannot use as given (exit 2)
+    │   ├── ArgumentError          an argument of an unusable value: an unknown name, a number out of range
+    │   ├── MessageFormatError     a message or provider payload not in the shape its format documents
+    │   ├── MissingExtraError      an optional extra that is not installed (the hint: what to pip install)
     │   ├── EntryFormatError       a stored log entry without the shape its kind promises
     │   ├── BlobNotFoundError      a handle that names no blob
     │   ├── BlobCorruptedError     stored bytes that no longer match their hash (never served)
@@ -17,7 +20,7 @@
     │   ├── MemoryPathError        a memory path outside the memory folder
     │   ├── MemoryEditError        a memory edit that cannot apply (no match, several)
     │   ├── TelemetryError         telemetry asked for but not available as configured
-    │   ├── ProxyRefusal           a request the proxy answers itself (bad JSON, too large, bad token)
+    │   ├── ProxyRefusal           a request the proxy refuses (bad JSON, too large, bad token): a ProxyError
     │   └── BlobNotTextError       a blob recalled as text that is not UTF-8 (its bytes are intact)
     ├── ContextBudgetError         no request can be made to fit (the system prompt alone is too large)
     ├── ContextOverflowError       the provider keeps rejecting the request as too long after recovery
@@ -26,6 +29,8 @@
     ├── SessionLockedError         another writer holds the session
     ├── EncodingError              a vendored tokenizer file is missing or corrupt
     ├── ProviderError              a provider's HTTP error, error event or malformed answer
+    ├── ProxyError                 an answer the proxy gives itself (`status`): ProxyRefusal, UpstreamError
+    │   └── UpstreamError          the proxy's upstream unreachable, too slow or unrelayable (502, 504)
     ├── ModelCallCancelled         a model call stopped by its cancel event
     ├── Interrupted                the user stopped the agent's current step (Ctrl-C)
     ├── ToolDefinitionError        a function that cannot be registered as a tool
@@ -60,6 +65,24 @@ class InputError(CtxwinError):
     """A file or argument ctxwin cannot use as given (malformed, binary, empty, wrong format)."""
 
     exit_code = 2
+
+
+class ArgumentError(InputError, ValueError):
+    """An argument whose value ctxwin cannot use: an unknown name (a tokenizer, a pricing scheme, a
+    summary style), a number out of range, a value of the wrong type. Also a `ValueError`, which is
+    what these raised before this leaf existed, so code written against the built-in still catches it."""
+
+
+class MissingExtraError(InputError, ImportError):
+    """An optional extra (a framework adapter, the proxy's server, PostgreSQL) that is not installed;
+    the hint names the `pip install 'ctxwin[...]'` that brings it. Also an `ImportError`, which is what
+    importing a module of a missing extra raises anywhere else."""
+
+
+class MessageFormatError(InputError, ValueError):
+    """A message, a block or a provider payload that is not in the shape its format documents: not a
+    JSON object where one is needed, an unknown role or block type, a field of the wrong type, a block
+    its role cannot hold. Also a `ValueError`, as the converters raised before this leaf existed."""
 
 
 # --- the engine and its stages
@@ -264,17 +287,29 @@ class TelemetryError(InputError):
     be set up as configured: the extra is not installed, or the exporter or protocol is unknown."""
 
 
-# --- proxy (the proxy application: requests it answers itself)
+# --- proxy (the proxy application: answers it gives itself)
 
 
-class ProxyRefusal(InputError):
-    """A request the proxy answers itself instead of forwarding (malformed JSON, a body over the size
-    limit, a wrong or missing ctxwin token, an unknown endpoint, an upstream that is down or timed
-    out): `status` is the HTTP status the caller gets, in its own API's error shape."""
+class ProxyError(CtxwinError):
+    """An answer the proxy gives itself instead of forwarding the request or relaying the upstream's:
+    `status` is the HTTP status the caller gets, in its own API's error shape. The request's fault is
+    a `ProxyRefusal` (4xx); the upstream's an `UpstreamError` (5xx). Catch this class for both."""
 
     def __init__(self, status: int, message: str, hint: str | None = None) -> None:
         super().__init__(message, hint)
         self.status = status
+
+
+class ProxyRefusal(ProxyError, InputError):
+    """A request the proxy refuses instead of forwarding (malformed JSON, a body over the size limit,
+    a wrong or missing ctxwin token, an unknown endpoint, a conversation it cannot read or fit): the
+    caller's input is at fault (an InputError), the status a 4xx."""
+
+
+class UpstreamError(ProxyError):
+    """The proxy's upstream failed this request: unreachable or broke off its answer (502), did not
+    answer in time (504), or sent what cannot be relayed (an answer over the limit, a stream that is not
+    the API's events: 502). The caller's request may be fine as it is: trying again is the remedy."""
 
 
 # --- engine: recall

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from ctxwin.errors import (
+    ArgumentError,
     FileTooLargeError,
     InputError,
     JSONTooDeepError,
@@ -94,11 +95,26 @@ class FileBytes:
     truncated: bool
 
 
+def as_path(value: Any, what: str = "a path") -> Path:
+    """`value` (a str or an `os.PathLike`) as a Path. Anything else, and the empty path (which would
+    quietly be the current folder), is an `ArgumentError` naming `what` was expected."""
+    if not isinstance(value, str | os.PathLike):
+        raise ArgumentError(f"{what} is a str or a Path, not {type(value).__name__}", "pass a str or a pathlib.Path")
+    path = os.fspath(value)
+    if not isinstance(path, str):  # an os.PathLike of bytes
+        raise ArgumentError(f"{what} is a str or a Path, not a bytes path", "decode it: os.fsdecode(path)")
+    if not path:
+        raise ArgumentError(f"{what} is empty", "give the path (\".\" for the current folder)")
+    if "\0" in path:
+        raise ArgumentError(f"{what} holds a NUL character, which no file name can", "check where the path came from")
+    return Path(path)
+
+
 def open_regular(path: str | Path, *, limits: FileLimits = FileLimits()) -> BinaryIO:
     """Open `path` for reading in binary mode, refusing anything that is not a regular file or is over
     `limits.max_bytes`. Never blocks: the open is non-blocking (a FIFO with no writer would otherwise
     hang it) and the type is checked on the open descriptor, so a swap after a check cannot fool it."""
-    path = Path(path)
+    path = as_path(path, "a file path")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     except OSError as error:
@@ -261,7 +277,8 @@ def _opening_brackets(text: str | bytes) -> int:
 
 
 def _is_gzip(handle: BinaryIO) -> bool:
-    return handle.peek(len(GZIP_MAGIC))[: len(GZIP_MAGIC)] == GZIP_MAGIC  # type: ignore[attr-defined]
+    head: bytes = handle.peek(len(GZIP_MAGIC))  # type: ignore[attr-defined]  # a BufferedReader's
+    return head[: len(GZIP_MAGIC)] == GZIP_MAGIC
 
 
 def _read_all(handle: BinaryIO, path: Path, limits: FileLimits) -> bytes:

@@ -29,8 +29,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxwin.adapters.inputs import list_of
 from ctxwin.engine import ContextEngine, Prepared
-from ctxwin.errors import CtxwinError, InputError
+from ctxwin.errors import CtxwinError, InputError, MissingExtraError
 from ctxwin.messages import Block, Image, Message, Role, Text, Thinking, ToolCall, ToolResult
 from ctxwin.pipeline.budget import cap_text, result_cap
 from ctxwin.pipeline.spill import spilled_text
@@ -42,8 +43,8 @@ try:
     from langchain_core.tools import StructuredTool, ToolException
     from langchain_core.utils.function_calling import convert_to_openai_tool
 except ImportError as error:  # pragma: no cover - the extra is installed in the dev environment
-    raise InputError(f"ctxwin.adapters.langchain needs LangChain v1 ({error.name} is missing)",
-                     "pip install 'ctxwin[langchain]'") from None
+    raise MissingExtraError(f"ctxwin.adapters.langchain needs LangChain v1 ({error.name} is missing)",
+                            "pip install 'ctxwin[langchain]'") from None
 
 NS = "langchain"
 """Key under which a block keeps the LangChain content part it was read from (written back as it was)."""
@@ -160,7 +161,8 @@ class Conversions:
 def _convert(messages: Iterable[BaseMessage]) -> list[tuple[Message, list[BaseMessage]]]:
     out: list[tuple[Message, list[BaseMessage]]] = []
     results: list[ToolMessage] = []
-    for message in messages:
+    for message in list_of(messages, BaseMessage, "the LangChain history",
+                           "pass LangChain messages (HumanMessage, AIMessage, ToolMessage, ...)"):
         if isinstance(message, ToolMessage):
             results.append(message)
             continue

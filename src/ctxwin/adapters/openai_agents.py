@@ -40,7 +40,9 @@ import json
 import warnings
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from ctxwin.errors import InputError, MissingExtraError
 
 try:
     from agents.agent_output import AgentOutputSchema, AgentOutputSchemaBase
@@ -53,11 +55,11 @@ try:
     from agents.run_config import CallModelData, ModelInputData
     from agents.tool import Tool
 except ImportError as error:  # pragma: no cover - the extra is part of the dev install
-    raise ImportError("ctxwin.adapters.openai_agents needs the OpenAI Agents SDK: "
-                      "pip install 'ctxwin[openai-agents]'") from error
+    raise MissingExtraError(f"ctxwin.adapters.openai_agents needs the OpenAI Agents SDK ({error.name} is missing)",
+                            "pip install 'ctxwin[openai-agents]'") from error
 
+from ctxwin.adapters.inputs import list_of
 from ctxwin.engine import ContextEngine, Prepared
-from ctxwin.errors import InputError
 from ctxwin.messages import Message, ToolResult, from_openai_responses, to_openai_responses
 from ctxwin.store import Session
 from ctxwin.store.entries import CustomEntry, MessageEntry, parse
@@ -89,6 +91,10 @@ def plain_item(item: Any) -> dict[str, Any]:
     if not isinstance(item, Mapping):
         raise InputError(f"a session item is a Responses input item (a dict), not {type(item).__name__}",
                          'pass items like {"role": "user", "content": "..."} or {"type": "function_call", ...}')
+    for key in ("type", "role"):
+        if not isinstance(item.get(key), str | None):
+            raise InputError(f"a session item's {key} is a {type(item[key]).__name__}, not a string",
+                             'pass items like {"role": "user", "content": "..."} or {"type": "function_call", ...}')
     try:
         return json.loads(json.dumps(item, ensure_ascii=False))
     except (TypeError, ValueError) as error:
@@ -133,7 +139,8 @@ def _convert(items: Iterable[Any], calls: Mapping[str, str] | None) -> list[tupl
     """Each message with how many of the items it was made from."""
     out: list[tuple[Message, int]] = []
     names: dict[str, str] = dict(calls or {})
-    for group in _groups([plain_item(i) for i in items]):
+    listed = list_of(items, object, "the session's items", "pass a list of Responses input items")
+    for group in _groups([plain_item(i) for i in listed]):
         try:
             converted = from_openai_responses([{k: v for k, v in i.items() if k not in SDK_ONLY_FIELDS} for i in group])
         except ValueError as error:
@@ -260,7 +267,8 @@ class CtxwinSession:
         self._branch()
         items = [item for _, _, _, kept in self._mirror for item in kept]
         chosen = items if limit is None else (items[-limit:] if limit else [])
-        return copy.deepcopy(chosen)  # type: ignore[return-value]
+        # the kept items are plain JSON of the SDK's input items (TypedDicts, so dicts at run time)
+        return cast(list[TResponseInputItem], copy.deepcopy(chosen))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         if isinstance(items, Mapping) or not isinstance(items, Iterable):
@@ -294,7 +302,7 @@ class CtxwinSession:
         popped = items[-1]
         self.engine.sync([m for _, m in branch[:-1]] + items_to_messages(items[:-1], _calls(branch[:-1])))
         self.engine.note(CustomEntry("custom", {"type": POP_ENTRY, "entry": last_id, "item": len(items) - 1}))
-        return popped  # type: ignore[return-value]
+        return cast(TResponseInputItem, popped)  # plain JSON of an SDK input item (see get_items)
 
     async def clear_session(self) -> None:
         branch = self._branch()

@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ctxwin.errors import InputError, MissingExtraError
+
 try:
     from pydantic_ai.capabilities import AbstractCapability, ProcessHistory
     from pydantic_ai.exceptions import RetryModelRequest
@@ -55,10 +57,11 @@ try:
     from pydantic_ai.models import ModelRequestContext
     from pydantic_ai.tools import RunContext
 except ImportError as error:  # pragma: no cover - the extra is part of the dev install
-    raise ImportError("ctxwin.adapters.pydantic_ai needs PydanticAI: pip install 'ctxwin[pydantic-ai]'") from error
+    raise MissingExtraError(f"ctxwin.adapters.pydantic_ai needs PydanticAI ({error.name} is missing)",
+                            "pip install 'ctxwin[pydantic-ai]'") from error
 
+from ctxwin.adapters.inputs import list_of
 from ctxwin.engine import ContextEngine, Prepared
-from ctxwin.errors import InputError
 from ctxwin.messages import Block, Message, Role, Text, Thinking, ToolCall, ToolResult, block_to_dict
 
 ENGINE_PART = "ctxwin:engine-system"
@@ -73,6 +76,11 @@ _ELIDED = "elided"  # which field of a kept part the block holds instead
 
 
 # -- parts <-> blocks -------------------------------------------------------------------------------
+
+
+def _history_of(history: Any) -> list[ModelMessage]:
+    return list_of(history, (ModelRequest, ModelResponse), "the PydanticAI history",
+                   "pass the agent's message history (result.all_messages()): ModelRequests and ModelResponses")
 
 
 def _dump(message: ModelMessage) -> dict[str, Any]:
@@ -96,9 +104,10 @@ def _text_of(part: Any) -> str:
 
 def _request_block(part: Any, kept: dict[str, Any]) -> tuple[Role, Block, dict[str, Any]]:
     """(role, block, what to keep of the part) for one request part."""
-    if isinstance(part, SystemPromptPart) or (isinstance(part, UserPromptPart) and isinstance(part.content, str)):
-        role: Role = "system" if isinstance(part, SystemPromptPart) else "user"
-        return role, Text(part.content), _elide(kept, "content")
+    if isinstance(part, SystemPromptPart):
+        return "system", Text(part.content), _elide(kept, "content")
+    if isinstance(part, UserPromptPart) and isinstance(part.content, str):
+        return "user", Text(part.content), _elide(kept, "content")
     if isinstance(part, BaseToolReturnPart):
         text = part.model_response_str()
         block = ToolResult(part.tool_call_id, (Text(text),), part.outcome in ("failed", "retried"), part.tool_name)
@@ -106,8 +115,8 @@ def _request_block(part: Any, kept: dict[str, Any]) -> tuple[Role, Block, dict[s
     if isinstance(part, RetryPromptPart) and part.tool_name is not None:
         block = ToolResult(part.tool_call_id, (Text(part.model_response()),), True, part.tool_name)
         return "tool", block, _whole(kept, block)
-    text = Text(_text_of(part))
-    return "user", text, _whole(kept, text)
+    shown = Text(_text_of(part))
+    return "user", shown, _whole(kept, shown)
 
 
 def _response_block(part: Any, kept: dict[str, Any]) -> tuple[Block, dict[str, Any]]:
@@ -134,10 +143,7 @@ def _elide(kept: dict[str, Any], name: str) -> dict[str, Any]:
 def to_messages(history: Sequence[ModelMessage]) -> list[Message]:
     """PydanticAI messages as canonical messages (see the module doc)."""
     out: list[Message] = []
-    for index, message in enumerate(history):
-        if not isinstance(message, ModelRequest | ModelResponse):
-            raise InputError(f"message {index} is a {type(message).__name__}, not a ModelRequest or ModelResponse",
-                             "pass the agent's message history (result.all_messages())")
+    for message in _history_of(history):
         fields = _dump(message)
         dumped_parts = fields.pop("parts")
         if isinstance(message, ModelResponse):
@@ -156,10 +162,10 @@ def to_messages(history: Sequence[ModelMessage]) -> list[Message]:
         if not runs:
             out.append(Message("user", (), meta={NS: {"message": fields, "parts": []}}))
         for n, (role, blocks, kept_parts) in enumerate(runs):
-            meta: dict[str, Any] = {"parts": kept_parts}
+            kept_meta: dict[str, Any] = {"parts": kept_parts}
             if n == 0:
-                meta["message"] = fields
-            out.append(Message(role, tuple(blocks), meta={NS: meta}))
+                kept_meta["message"] = fields
+            out.append(Message(role, tuple(blocks), meta={NS: kept_meta}))
     return out
 
 
@@ -235,8 +241,8 @@ def from_messages(messages: Sequence[Message]) -> list[ModelMessage]:
         group, fields = None, {}
 
     for message in messages:
-        info = message.meta.get(NS) if isinstance(message.meta.get(NS), dict) else {}
-        kept = info.get("parts") if isinstance(info.get("parts"), list) else []
+        info = raw if isinstance(raw := message.meta.get(NS), dict) else {}
+        kept = raw if isinstance(raw := info.get("parts"), list) else []
         parts = [_part_json(b, _kept_for(b, i, kept), message.role) for i, b in enumerate(message.blocks)]
         if message.role == "assistant":
             close()
@@ -355,6 +361,7 @@ class CtxwinHistory:
 
     def process(self, messages: list[ModelMessage], *, tools: Sequence[Any] = (),
                 max_output: int | None = None) -> list[ModelMessage]:
+        messages = _history_of(messages)
         self.log(messages)
         self.engine.overhead_tokens = _overhead(self.engine, _instructions(messages), tools)
         self.last = self.engine.prepare(max_output=max_output)

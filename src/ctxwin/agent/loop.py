@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -446,11 +446,28 @@ class Agent:
 
 
 
+# Two signatures so that a caller gets the type it asked for: an Agent by default, else its subclass.
+@overload
 def create_agent(model: Model, *, session: SessionLog | None = None, workspace: Workspace | None = None,
                  config: AgentConfig | None = None, policy: str | Path | Policy = policies.DEFAULT,
                  window: int | None = None, max_output: int | None = None, extra_tools: Sequence[ToolSpec] = (),
                  on_event: EventSink | None = None, cancel: threading.Event | None = None,
-                 system: str | None = None, agent_type: type[A] | None = None) -> A:
+                 system: str | None = None, agent_type: None = None) -> Agent: ...
+
+
+@overload
+def create_agent(model: Model, *, session: SessionLog | None = None, workspace: Workspace | None = None,
+                 config: AgentConfig | None = None, policy: str | Path | Policy = policies.DEFAULT,
+                 window: int | None = None, max_output: int | None = None, extra_tools: Sequence[ToolSpec] = (),
+                 on_event: EventSink | None = None, cancel: threading.Event | None = None,
+                 system: str | None = None, agent_type: type[A]) -> A: ...
+
+
+def create_agent(model: Model, *, session: SessionLog | None = None, workspace: Workspace | None = None,
+                 config: AgentConfig | None = None, policy: str | Path | Policy = policies.DEFAULT,
+                 window: int | None = None, max_output: int | None = None, extra_tools: Sequence[ToolSpec] = (),
+                 on_event: EventSink | None = None, cancel: threading.Event | None = None,
+                 system: str | None = None, agent_type: type[Agent] | None = None) -> Agent:
     """An agent and its engine, built together so that the engine counts (and sends) exactly the tools
     the agent runs and its system prompt. `system` overrides `config.system`; `agent_type` is an
     `Agent` subclass to build (one that overrides a step of the loop)."""
@@ -473,7 +490,7 @@ def create_agent(model: Model, *, session: SessionLog | None = None, workspace: 
     built.append(agent)
     agent.sleep = sleep_time(workspace.roots[0] if workspace else None, config.consolidate,
                              sessions=getattr(getattr(session, "directory", None), "parent", None))
-    return agent  # type: ignore[return-value]
+    return agent
 
 
 def _describe_failure(error: BaseException) -> str:

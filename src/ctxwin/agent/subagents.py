@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,13 +51,16 @@ from ctxwin.errors import CtxwinError, Interrupted, SubagentError
 from ctxwin.memory.files import MEMORY_DIR
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.pipeline import bootstrap
-from ctxwin.policies.model import BootstrapPolicy
+from ctxwin.policies.model import BootstrapPolicy, Policy
 from ctxwin.store import Session
 from ctxwin.store.base import SessionLog
 from ctxwin.store.blobs import DIR_MODE
 from ctxwin.store.entries import CalibrationEntry, MessageEntry
 from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.tools import ToolError, ToolOutput, ToolSpec, Workspace
+
+if TYPE_CHECKING:  # the index loads SQLite and numpy: only a persistent child pays for them
+    from ctxwin.memory.index import MemoryIndex
 
 __all__ = ["AgentDefinition", "Background", "ChildResult", "SubAgents", "SubagentLimits"]
 
@@ -612,13 +615,13 @@ class SubAgents:
 
     def _open_session(self, parent: Agent, definition: AgentDefinition, label: str | None,
                       number: int) -> tuple[SessionLog, str]:
-        log: Any  # (the stores' `blobs` may be None where SessionLog says BlobStore: a store typing gap)
+        log: SessionLog
         if definition.persistent:
             assert self.state_root is not None  # (_plan refuses a persistent agent without one)
             folder = self.state_root / definition.name / "session"
             log = Session.open(folder, meta={"agent": definition.name, "persistent": True})
         elif self.sessions_root is None:
-            return MemorySessionLog(), f"memory:child-{number}"  # type: ignore[return-value]  # (see above)
+            return MemorySessionLog(), f"memory:child-{number}"
         else:
             parent_id = getattr(parent.engine.session, "session_id", "session")
             folder = _new_folder(self.sessions_root, f"{parent_id}.{label or 'task'}.{number}")
@@ -682,7 +685,7 @@ class SubAgents:
                          depth=self.depth + 1, is_fork=is_fork, tree=self.tree)
 
     def _isolated(self, parent: Agent, session: SessionLog, definition: AgentDefinition, task: str,
-                  model_name: str | None, cancel: Cancel, child_id: str) -> tuple[Agent, Any]:
+                  model_name: str | None, cancel: Cancel, child_id: str) -> tuple[Agent, MemoryIndex | None]:
         ws = parent.workspace
         if ws is not None and definition.permission_mode == "read-only" and ws.allow_shell:
             ws = replace(ws, allow_shell=False)
@@ -755,9 +758,9 @@ class SubAgents:
         envelope = Text(FORK_DIRECTIVE.format(tag=FORK_TAG, directive=directive))
         tail = [last, Message("tool", placeholders), Message("user", (envelope,))]
         for message in [*prepared.messages, *tail]:
-            session.append(MessageEntry.kind, MessageEntry(message).to_payload())  # type: ignore[arg-type]
+            session.append(MessageEntry.kind, MessageEntry(message).to_payload())
         calibration = CalibrationEntry(plan.calibration)
-        session.append(calibration.kind, calibration.to_payload())  # type: ignore[arg-type]
+        session.append(calibration.kind, calibration.to_payload())
         engine = ContextEngine(session, model=parent.engine.model, policy=parent.engine.policy,
                                window=parent.engine.window, max_output=parent.engine.max_output,
                                system=prepared.system, tools=prepared.tools)
@@ -793,7 +796,7 @@ class ForkAgent(Agent):
             self.engine.policy = policy
 
 
-def frozen_policy(policy: Any) -> Any:
+def frozen_policy(policy: Policy) -> Policy:
     """`policy` without the stages that revise what an earlier request already sent (masking, pruning)."""
     return policy.model_copy(update={"mask": policy.mask.model_copy(update={"enabled": False}),
                                      "prune": policy.prune.model_copy(update={"enabled": False})})
@@ -834,7 +837,7 @@ def memory_section(root: Path, policy: BootstrapPolicy) -> str:
     return "".join(out)
 
 
-def _memory_tools(folder: Path) -> tuple[Any, list[ToolSpec]]:
+def _memory_tools(folder: Path) -> tuple[MemoryIndex, list[ToolSpec]]:
     """The memory tools (`memory`, `memory_search`, `memory_get`) over a persistent agent's folder, as
     tool specs, and the index they search (closed when the call ends)."""
     from ctxwin.memory.index import MemoryIndex

@@ -6,30 +6,57 @@ library, and prints either rich output or, with `--json`, the library's result a
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from ctxwin.errors import CtxwinError
 
-app = typer.Typer(
-    name="ctxwin",
-    help="Manage, inspect and replay the context window of LLM agents.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+if TYPE_CHECKING:
+    from rich.console import Console
 
-console = Console()
-err_console = Console(stderr=True)
+HELP = "Manage, inspect and replay the context window of LLM agents."
+
+# The registry every command module adds its commands to (`ctxwin.cli.main` builds the root from it,
+# one command at a time). Help is plain text: rich's help panels showed `<bool>` after every flag.
+app = typer.Typer(name="ctxwin", help=HELP, no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_enable=False, rich_markup_mode=None)
+
+class _OnFirstUse:
+    """A rich `Console` made on first use: importing rich costs a tenth of a second, which `ctxwin --help`
+    and a command's `--json` output need not pay."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def made(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.made(), name)
+
+
+def real_console(console: Console) -> Console:
+    """The rich Console behind `console`, for code that uses it as more than a bag of methods (rich's
+    `Live` enters it with `with`, which Python looks up on the type, past `__getattr__`)."""
+    return console.made() if isinstance(console, _OnFirstUse) else console
+
+
+console = cast("Console", _OnFirstUse())
+err_console = cast("Console", _OnFirstUse(stderr=True))
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,11 +66,75 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
 
 
+# Control characters (C0, DEL, C1) and the bidirectional overrides: in a name read from a session they
+# would move the cursor, recolour or retitle the terminal, or reorder what is shown.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """Text from a session or a user (a restore point's name, a file name) as rich markup that prints
+    it literally: each control character shown as its escape (`\\x1b`), markup brackets escaped."""
+    from rich.markup import escape
+
+    return escape(_UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text))
+
+
+def print_table(table: Any, target: Console | None = None) -> None:
+    """Prints a rich table whole, never with a cell cut to `…` (rich cuts cells rather than exceed the
+    width). A table wider than the console goes to a pipe or a file at its full width, one line a row;
+    in a terminal it is printed in parts that fit, each repeating the first column."""
+    out = target or console
+    if _natural_width(out, table) <= out.width:
+        out.print(table)
+    elif not out.is_terminal:  # a console never prints wider than its own width: a wider twin on the same file
+        from rich.console import Console
+
+        Console(file=out.file, width=_natural_width(out, table), no_color=out.no_color,
+                color_system=out.color_system,  # type: ignore[arg-type]  # the name Console() takes, as str
+                ).print(table)
+    else:
+        for part in _column_parts(out, table):
+            out.print(part)
+
+
+def _natural_width(out: Console, table: Any) -> int:
+    from rich.measure import Measurement
+
+    return Measurement.get(out, out.options.update_width(UNBOUNDED_WIDTH), table).maximum
+
+
+def _column_parts(out: Console, table: Any) -> list[Any]:
+    """`table` as tables of consecutive columns that each fit the console, the first column in each
+    (a single column wider than the console is a part of its own)."""
+    from dataclasses import replace
+
+    from rich import box
+
+    def part(columns: list[Any], first: bool) -> Any:
+        piece = copy.copy(table)
+        piece.columns = [replace(column, _index=i) for i, column in enumerate(columns)]
+        piece.box, piece.padding, piece.pad_edge = box.SIMPLE_HEAD, (0, 1), False
+        if not first:
+            piece.title = None
+        return piece
+
+    key, *rest = table.columns
+    parts: list[Any] = []
+    current = [key]
+    for column in rest:
+        if len(current) > 1 and _natural_width(out, part([*current, column], not parts)) > out.width:
+            parts.append(part(current, not parts))
+            current = [key]
+        current.append(column)
+    parts.append(part(current, not parts))
+    return parts
+
+
 def fail(message: str, hint: str | None = None, code: int = 2) -> None:
     # soft_wrap: one line per message whatever the terminal's width, so it can be grepped
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {visible(message)}", highlight=False, soft_wrap=True)
     if hint:
-        err_console.print(f"  {escape(hint)}", highlight=False, soft_wrap=True)
+        err_console.print(f"  {visible(hint)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -75,9 +166,10 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt:
             fail("interrupted", code=130)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[return-value]  # functools.wraps keeps the signature typer reads
 
 
+UNBOUNDED_WIDTH = 100_000  # columns to measure a table's natural width in
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
 OS_ERROR_HINTS = {
     errno.ENOSPC: "free some disk space, or write somewhere else",

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from ctxwin.cli.app import app, console, handle_errors, print_json
 from ctxwin.cli.reads import SessionReads
@@ -43,7 +44,9 @@ def _print_result(result: dict[str, Any]) -> None:
     if not result["compacted"]:
         reasons = [e["reason"] for e in result["events"]
                    if kind_of(e).is_compaction_failure or kind_of(e).is_checkpoint_request]
-        console.print(f"Nothing compacted: {reasons[0] if reasons else 'the history is within the kept budget'}")
+        console.print(f"Nothing compacted ({result['strategy']}): the view is {result['tokens_before']:,} tokens of a "
+                      f"{result['window']:,}-token window, {result['kept_messages']:,} messages; "
+                      f"{escape(reasons[0] if reasons else 'the history is within the kept budget')}", highlight=False)
         return
     console.print(f"[bold]Compacted[/] with {result['strategy']}: {result['tokens_before']:,} -> "
                   f"{result['tokens_after']:,} tokens; the summary covers {result['covered_messages']:,} "

@@ -11,7 +11,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from ctxwin.cli.app import app, console, handle_errors, print_json
+from ctxwin.cli.app import app, console, handle_errors, print_json, print_table
 from ctxwin.cli.progress import progress_bars
 from ctxwin.cli.reads import SessionReads
 from ctxwin.cli.replay import split_names
@@ -24,7 +24,7 @@ from ctxwin.evaluation.retention import DEFAULT_POLICIES as RETENTION_POLICIES
 from ctxwin.evaluation.retention import retention as score_retention
 
 eval_app = typer.Typer(name="eval", help="Evaluate policies on real sessions: probe retention, needles.",
-                       no_args_is_help=True)
+                       no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(eval_app, name="eval")
 
 SHORT = {"modified_files": "modified", "read_files": "read", "errors": "errors", "commands": "commands",
@@ -88,7 +88,7 @@ def _print_point(session: dict[str, Any]) -> None:
         table.add_row(escape(name), *(_both(view["recall"][k], by_ref[k]) for k in PROBE_TYPES),
                       f"{view['view_tokens']:,}",
                       "" if view["compression_ratio"] is None else f"{view['compression_ratio']:.1f}x")
-    console.print(table)
+    print_table(table)
     console.print("recall in the view's text; in brackets, with what its refs return byte for byte where that "
                   "is more", highlight=False)
 
@@ -109,7 +109,7 @@ def _print_summary(summary: dict[str, dict[str, Any]]) -> None:
     for name, row in summary.items():
         by_ref = row["recoverable_by_ref"]
         table.add_row(escape(name), *(_both(row[k], by_ref[k]) for k in PROBE_TYPES), f"{row['view_tokens']:,}")
-    console.print(table)
+    print_table(table)
 
 
 @eval_app.command("needles")
@@ -158,7 +158,7 @@ def _print_needles(data: dict[str, Any]) -> None:
         for name, row in grid.items():
             cells = [_cell(row["by_age"].get(b), state) for b in buckets]
             table.add_row(escape(name), *cells, _cell(row["overall"], state))
-        console.print(table)
+        print_table(table)
     counts = "  ".join(f"{b}: {n}" for b, n in zip(buckets, (next(iter(grid.values()))["by_age"].get(b, {}).get("n", 0)
                                                           for b in buckets), strict=True)) if grid else ""
     console.print(f"{len(data['needles'])} needles at the start, middle and end of real tool outputs "

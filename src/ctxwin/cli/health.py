@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ctxwin.cli.app import app, console, handle_errors, print_json
+from ctxwin.cli.app import app, console, handle_errors, print_json, print_table
 from ctxwin.cli.reads import SessionReads
 from ctxwin.tokens.breakdown import LABELS
 from ctxwin.transcripts import FORMATS
@@ -50,7 +50,7 @@ def _print_health(report: HealthReport) -> None:
         table.add_column(column, justify="left" if column == "category" else "right")
     for category in b.categories:
         table.add_row(LABELS[category.name], f"{category.tokens:,}", f"{category.percent:.1f}%")
-    console.print(table)
+    print_table(table)
     counted = f"{b.model} · {b.counter}" + (" (exact)" if b.exact else " (estimate)")
     console.print(f"Counted for {escape(counted)}; {report.view_messages:,} of {report.total_messages:,} messages "
                   "in view", highlight=False)

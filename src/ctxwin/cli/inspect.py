@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ctxwin.cli.app import app, console, handle_errors, print_json
+from ctxwin.cli.app import app, console, handle_errors, print_json, print_table
 from ctxwin.cli.reads import SessionReads
 from ctxwin.transcripts import FORMATS, load_transcript
 from ctxwin.transcripts.inspect import inspect_transcript
@@ -65,7 +65,7 @@ def _print_report(report: dict[str, Any]) -> None:
         roles.add_column(column, justify="left" if column == "role" else "right")
     for role, count in tokens["by_role"].items():
         roles.add_row(role, f"{report['messages_by_role'].get(role, 0):,}", f"{count:,}", f"{count / total:.1%}")
-    console.print(roles)
+    print_table(roles)
 
     if report["tools"]:
         tools = Table(title="by tool", title_justify="left")
@@ -74,7 +74,7 @@ def _print_report(report: dict[str, Any]) -> None:
         for name, row in list(report["tools"].items())[:TOOLS_SHOWN]:
             tools.add_row(name, f"{row['calls']:,}", f"{row['results']:,}", f"{row['tokens']:,}",
                           f"{row['tokens'] / total:.1%}")
-        console.print(tools)
+        print_table(tools)
 
     if report["largest_tool_results"]:
         largest = Table(title="largest tool results", title_justify="left")
@@ -82,7 +82,7 @@ def _print_report(report: dict[str, Any]) -> None:
             largest.add_column(column, justify="left" if column == "tool" else "right")
         for row in report["largest_tool_results"]:
             largest.add_row(str(row["index"]), row["tool"], f"{row['tokens']:,}")
-        console.print(largest)
+        print_table(largest)
 
     if report["compactions"]:
         compactions = Table(title="recorded compactions", title_justify="left")
@@ -92,7 +92,7 @@ def _print_report(report: dict[str, Any]) -> None:
             before = f"{c['tokens_before']:,}" if c["tokens_before"] is not None else "?"
             compactions.add_row(str(c["index"]), str(c["first_kept_index"]), before, f"{c['summary_chars']:,}",
                                 c["trigger"] or "")
-        console.print(compactions)
+        print_table(compactions)
 
     usage = report["usage"]
     if usage:

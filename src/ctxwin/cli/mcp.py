@@ -12,8 +12,9 @@ from ctxwin.cli.app import app, handle_errors
 from ctxwin.errors import InputError
 
 HELP = (
-    "Serve ctxwin's tools to any MCP client (Claude Desktop, Cursor, an agent SDK), over stdio (default) or "
-    "streamable HTTP (--http HOST:PORT, at /mcp).\n\n"
+    "Serve ctxwin's tools, recall and memory to any MCP client, over stdio or streamable HTTP.\n\n"
+    "Any client: Claude Desktop, Cursor, an agent SDK; stdio by default, or streamable HTTP with --http "
+    "HOST:PORT (at /mcp).\n\n"
     "Served: read, grep, find, ls over the --root folders (shell with --allow-shell); read_spilled, grep_spilled, "
     "query_json and recall over the blob store (--blobs, or the session's); recall of entry refs and "
     "conversation_search over a stored session (--store, --session); memory_search, memory_get and memory over "

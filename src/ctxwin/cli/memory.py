@@ -4,7 +4,9 @@ library's return values."""
 
 from __future__ import annotations
 
-from datetime import date
+import re
+from dataclasses import replace
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from ctxwin.cli.app import app, console, handle_errors, print_json
+from ctxwin.cli.app import app, console, handle_errors, print_json, print_table
 from ctxwin.errors import InputError
 from ctxwin.files import read_text
 from ctxwin.memory import SearchResult, embedder_from_spec, memory_files, open_workspace_index, startup_context
@@ -21,7 +23,7 @@ from ctxwin.memory.index import index_path
 from ctxwin.memory.recall import ConversationHit, search_log
 
 memory_app = typer.Typer(name="memory", help="The workspace's memory: index it, show it, search it.",
-                         no_args_is_help=True)
+                         no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(memory_app, name="memory")
 
 WORKSPACE = typer.Option(Path("."), "--workspace", "-w", help="The folder holding MEMORY.md and memory/.")
@@ -120,12 +122,37 @@ def search_cmd(
     sources = ["memory", "files"] if files else ["memory"]
     with index:
         for line in lines:
-            results = index.search(line, k=k, mode=mode, sources=sources, hops=hops,  # type: ignore[arg-type]
+            results = index.search(line, k=k, mode=mode, sources=sources, hops=hops,  # type: ignore[arg-type]  # typer gives mode as str; search refuses others
                                    max_chars=max_chars)
             if queries is not None or as_json:
                 print_json({"query": line, "results": [r.to_dict() for r in results]})
             else:
                 console.print(_results_table(results) if results else "no matches")
+
+
+RELATIVE_DAY = re.compile(r"(\d{1,5})d")  # `7d`: seven days ago
+
+
+def parse_day(value: str | None, flag: str, today: date | None = None) -> str | None:
+    """A --since/--until value as the ISO date or time the search takes: YYYY-MM-DD, an ISO 8601
+    time, `today`, `yesterday` or `Nd` (N days ago). Raises `InputError` naming the flag."""
+    if value is None:
+        return None
+    text = value.strip().lower()
+    day = today or date.today()
+    relative = RELATIVE_DAY.fullmatch(text)
+    if text in ("today", "yesterday") or relative:
+        back = 0 if text == "today" else 1 if text == "yesterday" else int(relative.group(1)) if relative else 0
+        return (day - timedelta(days=back)).isoformat()
+    try:
+        if len(text) == 10:
+            date.fromisoformat(text)
+        else:
+            datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(f"{flag} {value!r} is not a date",
+                         f"write {flag} YYYY-MM-DD, an ISO 8601 time, today, yesterday or 7d (7 days ago)") from None
+    return value.strip()
 
 
 def _hits_table(hits: list[ConversationHit]) -> Table:
@@ -145,8 +172,9 @@ def search_session(
     query: str = typer.Argument(..., help="What to look for."),
     k: int = typer.Option(5, "-k", min=1, max=100, help="Results."),
     roles: list[str] | None = typer.Option(None, "--role", help="Only these roles (assistant, user, tool)."),
-    start_date: str | None = typer.Option(None, "--since", help="Only messages on or after this ISO date."),
-    end_date: str | None = typer.Option(None, "--until", help="Only messages on or before this ISO date."),
+    start_date: str | None = typer.Option(None, "--since", help="Only messages on or after this day: YYYY-MM-DD, "
+                                          "an ISO 8601 time, today, yesterday or Nd (N days ago)."),
+    end_date: str | None = typer.Option(None, "--until", help="Only messages on or before this day (the same forms)."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as one JSON object."),
 ) -> None:
     """Search every message of a session, the ones compaction or masking took out of the view included.
@@ -156,6 +184,7 @@ def search_session(
     from ctxwin.store.session import is_session_dir
     from ctxwin.transcripts import load_transcript
 
+    untimed: set[str] = set()  # entries of messages with no recorded time
     if is_session_dir(session):
         log: Any = Session.open(session, readonly=True)
         kind = "session"
@@ -166,19 +195,29 @@ def search_session(
         when = [0.0]  # each message logged at its recorded time, so --since/--until work on transcripts
         log = MemorySessionLog(session_id=transcript.session_id or session.stem, clock=lambda: when[0])
         for message in transcript.messages:
-            when[0] = timestamp(message) or when[0]
-            log.append("message", message.to_dict())
+            recorded = timestamp(message)
+            when[0] = recorded or when[0]
+            entry = log.append("message", message.to_dict())
+            if recorded is None:
+                untimed.add(entry.id)
         kind = "transcript"
     else:
         raise InputError(f"{session} is neither a session folder nor a file", "give a session folder or a transcript")
     try:
-        hits = search_log(log, query, limit=k, roles=roles or None, start_date=start_date, end_date=end_date)
+        hits = search_log(log, query, limit=k, roles=roles or None, start_date=parse_day(start_date, "--since"),
+                          end_date=parse_day(end_date, "--until"))
     finally:
         log.close()
+    # A message the file gave no time is shown without one (not as the epoch, or its neighbour's time).
+    hits = [replace(h, timestamp=None) if h.ref.removeprefix("entry:").partition("#")[0] in untimed else h
+            for h in hits]
     if as_json:
         print_json({"session": str(session), "kind": kind, "query": query, "results": [h.to_dict() for h in hits]})
         return
-    console.print(_hits_table(hits) if hits else "no matches")
+    if hits:
+        print_table(_hits_table(hits))
+    else:
+        console.print("no matches")
     if kind == "transcript" and hits:
         console.print("[dim]refs of a transcript file are positions in it; import it (ctxwin import) for "
                       "refs that recall resolves[/]")
@@ -209,7 +248,7 @@ def consolidate_cmd(
 
     extractor = None
     if model is not None or base_url is not None:
-        extractor = ModelExtractor(client_for(api, base_url, model, api_key=api_key))  # type: ignore[arg-type]
+        extractor = ModelExtractor(client_for(api, base_url, model, api_key=api_key))  # type: ignore[arg-type]  # client_for refuses an unknown api
     report = consolidate(workspace, sessions=sessions, since=since, dry_run=dry_run, max_chars=max_chars,
                          extractor=extractor)
     if as_json:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from ctxwin.cli.app import err_console
+from ctxwin.cli.app import err_console, real_console
 
 SHOW_AFTER_SECONDS = 1.0  # work that finishes sooner never shows a bar
 
@@ -23,7 +23,7 @@ def progress_bars(enabled: bool = True) -> Iterator[Callable[[str, int, int], No
     """A progress callback; with `enabled` False it does nothing."""
     started = time.monotonic()
     bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=err_console, transient=True)
+                    console=real_console(err_console), transient=True)
     tasks: dict[str, TaskID] = {}
     shown = False
 

@@ -51,7 +51,9 @@ class SessionReads:
             finally:
                 others: dict[str, None] = {}
                 for warning in caught:
-                    if isinstance(warning.message, DamagedInputWarning):
+                    if issubclass(warning.category, ResourceWarning):
+                        continue  # the collector's notes on objects of whatever ran before: not about the input
+                    if isinstance(warning.message, DamagedInputWarning) and warning.message.report is not None:
                         report = warning.message.report
                         self.reports.setdefault((report.source, report.format), report)
                     else:

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ctxwin import policies
-from ctxwin.cli.app import app, console, handle_errors, print_json
+from ctxwin.cli.app import app, console, handle_errors, print_json, print_table
 from ctxwin.cli.progress import progress_bars
 from ctxwin.cli.reads import SessionReads
 from ctxwin.errors import InputError
@@ -89,7 +89,8 @@ def _print_header(data: dict[str, Any]) -> None:
     calibration = data["calibration"]
     price = data["pricing"]
     console.print(f"[bold]{escape(data['file'] or '')}[/]", highlight=False)
-    console.print(f"format {data['format']} · model {escape(str(data['model']))} · window {data['window']:,} · "
+    model = escape(data["model"]) if data["model"] else "not recorded (the registry's default limits)"
+    console.print(f"format {data['format']} · model {model} · window {data['window']:,} · "
                   f"overhead {data['overhead_tokens']:,} tokens per call (system prompt and tools, measured on the "
                   f"first call) · counter x{calibration['factor']:.3f} ({calibration['pairs']} usage pairs)",
                   highlight=False)
@@ -113,14 +114,15 @@ def _print_calls(name: str, row: dict[str, Any]) -> None:
     for call in row["timeline"]:
         table.add_row(str(call["call"]), str(call["message_index"]), f"{call['tokens']:,}",
                       f"{call['cached_tokens']:,}", f"{call['cost_units']:,}", escape(_event_text(call["events"])))
-    console.print(table)
+    print_table(table)
 
 
 def _print_summary(data: dict[str, Any]) -> None:
     rows = data["policies"]
     table = Table(title="summary", title_justify="left")
+    recorded = any(row.get("share_of_recorded_tokens") is not None for row in rows.values())
     columns = ("policy", "calls", "cumulative", "peak", "compactions", "prefix kept", "cached $", "uncached $",
-               "% raw", "% recorded", "valid", "over budget")
+               "% raw", *(("% recorded",) if recorded else ()), "valid", "over budget")
     for column in columns:
         table.add_column(column, justify="left" if column == "policy" else "right")
     cheapest = data.get("cheapest_cached")
@@ -132,8 +134,9 @@ def _print_summary(data: dict[str, Any]) -> None:
             f"{row['calls']:,}", f"{row['cumulative_input_tokens']:,}", f"{row['peak_tokens']:,}",
             str(row["compactions"]), f"{row['prefix_kept_fraction']:.0%}", f"{row['cost_cached_usd']:.2f}",
             f"{row['cost_uncached_usd']:.2f}", "" if share_raw is None else f"{share_raw:.0%}",
-            "" if share_recorded is None else f"{share_recorded:.0%}", "yes" if row["valid"] else "[red]no[/]",
+            *(("" if share_recorded is None else f"{share_recorded:.0%}",) if recorded else ()),
+            "yes" if row["valid"] else "[red]no[/]",
             str(row["over_budget_calls"]) if not row["over_budget_calls"] else f"[red]{row['over_budget_calls']}[/]")
-    console.print(table)
+    print_table(table)
     if cheapest:
         console.print(f"Lowest cost with prompt caching: [bold]{escape(cheapest)}[/]", highlight=False)

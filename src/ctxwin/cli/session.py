@@ -1,19 +1,23 @@
-"""`ctxwin session mark|rewind|marks SESSION [NAME]`: restore points of a stored session."""
+"""`ctxwin session mark|rewind|marks SESSION [NAME]`: restore points of a stored session.
+
+`marks` only reads (the session is opened read-only: nothing is created, locked or changed); `mark` and
+`rewind` append to an existing session and refuse a folder that holds none (nothing is made there)."""
 
 from __future__ import annotations
 
 import typer
 
-from ctxwin.cli.app import app, console, handle_errors, print_json
+from ctxwin.cli.app import app, console, handle_errors, print_json, visible
 from ctxwin.engine import ContextEngine
 from ctxwin.store.session import Session
 
-session_app = typer.Typer(help="Restore points of a stored session: mark, list, rewind.", no_args_is_help=True)
+session_app = typer.Typer(help="Restore points of a stored session: mark, list, rewind.", no_args_is_help=True,
+                          rich_markup_mode=None)
 app.add_typer(session_app, name="session")
 
 
-def _engine(path: str, policy: str) -> ContextEngine:
-    return ContextEngine(Session.open(path), policy=policy)
+def _engine(path: str, policy: str, *, readonly: bool = False) -> ContextEngine:
+    return ContextEngine(Session.open(path, readonly=readonly, create=False), policy=policy)
 
 
 @session_app.command("mark")
@@ -30,7 +34,7 @@ def mark(session: str = typer.Argument(..., help="A stored session folder."),
     if json_output:
         print_json({"mark": name, "entry": target})
     else:
-        console.print(f"restore point [bold]{name}[/] at entry {target or '(the start)'}")
+        console.print(f"restore point [bold]{visible(name)}[/] at entry {target or '(the start)'}", highlight=False)
 
 
 @session_app.command("marks")
@@ -38,7 +42,7 @@ def mark(session: str = typer.Argument(..., help="A stored session folder."),
 def marks(session: str = typer.Argument(..., help="A stored session folder."),
           json_output: bool = typer.Option(False, "--json", help="One JSON object.")) -> None:
     """List the session's restore points (on every branch)."""
-    engine = _engine(session, "ctxwin")
+    engine = _engine(session, "ctxwin", readonly=True)
     try:
         found = engine.marks()
     finally:
@@ -47,9 +51,9 @@ def marks(session: str = typer.Argument(..., help="A stored session folder."),
         print_json({"marks": [{"mark": k, "entry": v} for k, v in found.items()]})
         return
     for name, target in found.items():
-        console.print(f"{name}\t{target or '(the start)'}")
+        console.print(f"{visible(name)}\t{target or '(the start)'}", highlight=False)
     if not found:
-        console.print("no restore points yet: ctxwin session mark SESSION NAME")
+        console.print("no restore points yet: ctxwin session mark SESSION NAME", highlight=False)
 
 
 @session_app.command("rewind")
@@ -68,4 +72,5 @@ def rewind(session: str = typer.Argument(..., help="A stored session folder."),
     if json_output:
         print_json({"mark": name, "messages": messages, "tokens": prepared.tokens})
     else:
-        console.print(f"rewound to [bold]{name}[/]: {messages} message(s), next request {prepared.tokens:,} tokens")
+        console.print(f"rewound to [bold]{visible(name)}[/]: {messages} message(s), next request "
+                      f"{prepared.tokens:,} tokens", highlight=False)

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ctxwin.cli.app import app, console, err_console, handle_errors, print_json
+from ctxwin.cli.app import app, console, err_console, handle_errors, print_json, print_table
 from ctxwin.cli.reads import SessionReads
 from ctxwin.store.session import DEFAULT_ROOT
 
@@ -66,8 +66,9 @@ def sessions(
     root: Path = typer.Argument(DEFAULT_ROOT, help="The folder that holds sessions (or one session folder)."),
     as_json: bool = typer.Option(False, "--json", help="Print the list as one JSON object."),
 ) -> None:
-    """List sessions with their size, entries and last activity, most recent first, and what is wrong
-    with any of them (damaged lines, orphans re-attached, bad payloads) on stderr."""
+    """List the stored sessions: size, entries, last activity, and what is wrong with any.
+
+    Most recent first; each problem (damaged lines, orphans re-attached, bad payloads) on stderr."""
     from ctxwin.store.session import list_sessions
 
     infos = list_sessions(root)
@@ -83,7 +84,7 @@ def sessions(
     for info in infos:
         table.add_row(escape(Path(info.path).name), f"{info.entries:,}", _size(info.size_bytes), f"{info.blobs:,}",
                       info.last_activity or "", str(info.problems) if info.problems else "")
-    console.print(table)
+    print_table(table)
     for info in infos:
         shown = info.problem_list[:PROBLEMS_SHOWN]
         for problem in shown:

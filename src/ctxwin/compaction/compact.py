@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ctxwin.compaction.base import Summarizer, Summary
+from ctxwin.compaction.base import RefBlindCounter, Summarizer, Summary
 from ctxwin.compaction.cuts import CutPlan
 from ctxwin.compaction.extractive import ExtractiveSummarizer, Facts, message_facts
 from ctxwin.compaction.identifiers import call_arguments, guard
@@ -142,6 +142,9 @@ def compact_view(
         raise CompactionFailed("nothing to compact: the recent history alone is within the kept budget", before)
     if memory_flush is not None and trigger != "manual":
         memory_flush([i.message for i in plan.summarized])
+    # From here on, the entry ids of recall refs (random in a durable log) weigh the same whatever
+    # they are: the summary, its guard and its index fit their budgets alike on every replay of a log.
+    ctx = replace(ctx, counter=RefBlindCounter.of(ctx.counter))
     chosen: Summarizer = summarizer or ExtractiveSummarizer()
     budget = strategy.summary_tokens(policy, ctx, factor)
     summarizer_budget = max(int(budget * (1 - GUARD_SHARE - INDEX_SHARE)), 1)

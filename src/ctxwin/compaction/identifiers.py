@@ -15,7 +15,7 @@ import json
 import re
 import shlex
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -29,7 +29,9 @@ MAX_ARG_SCAN_CHARS = 2_000  # tool-call string arguments longer than this are fi
 MAX_RESULT_SCAN_CHARS = 4_000  # only the head of a tool result is scanned for commit ids and URLs
 MIN_USER_NUMBER_DIGITS = 2  # a number in a user message is kept from this many digits
 MIN_OTHER_NUMBER_DIGITS = 6  # elsewhere only long numbers (ids, ports are caught as host:port)
+MAX_SHELL_SEGMENT_CHARS = 10_000  # a longer piece of a shell command (an inline script or file body): not parsed
 EXIT_SCAN_CHARS = 2_000  # an exit status is looked for in this many characters at each end of an output
+TEXT_SCAN_CHARS = 32_000  # of a longer user or assistant text, this much at each end is scanned for identifiers
 
 # Importance tiers, lower first: what the user gave, then error codes of failing results, then what
 # the agent used, then what tools printed.
@@ -176,7 +178,9 @@ def _shell_file_ops(command: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     writes: list[str] = []
     for segment in _SHELL_SPLIT.split(_strip_heredocs(command)):
         segment = segment.strip()
-        if not segment:
+        # shlex builds a token a character at a time, quadratic in its length: a 1 MB quoted argument
+        # took 20 s. A piece that long is a script or a file body, not where file names are read from.
+        if not segment or len(segment) > MAX_SHELL_SEGMENT_CHARS:
             continue
         try:
             tokens = shlex.split(segment, posix=True)
@@ -314,22 +318,29 @@ def _is_hash(token: str) -> bool:
     return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
 
 
-def _finder(pattern: re.Pattern[str], keep: Callable[[str], bool] | None = None,
-            group: int = 0) -> Callable[[str, list[str]], str]:
+@dataclass(frozen=True)
+class _Finder:
     """A pass that appends matches to `out` and blanks them in the text, so later, looser patterns
-    do not match inside them (the digits of a UUID are not a number)."""
+    do not match inside them (the digits of a UUID are not a number). `needs`: a piece of text every
+    match of `pattern` holds (a text without it is not scanned)."""
 
-    def run(text: str, out: list[str]) -> str:
+    pattern: re.Pattern[str]
+    keep: Callable[[str], bool] | None = None
+    group: int = 0
+    needs: str = ""
+
+    def __call__(self, text: str, out: list[str]) -> str:
+        if self.needs not in text:
+            return text
+
         def repl(match: re.Match[str]) -> str:
-            token = _clean(match.group(group))
-            if token and len(token) <= MAX_IDENTIFIER_CHARS and (keep is None or keep(token)):
+            token = _clean(match.group(self.group))
+            if token and len(token) <= MAX_IDENTIFIER_CHARS and (self.keep is None or self.keep(token)):
                 out.append(token)
                 return " " * len(match.group(0))
             return match.group(0)
 
-        return pattern.sub(repl, text)
-
-    return run
+        return self.pattern.sub(repl, text)
 
 
 def _is_path(token: str) -> bool:
@@ -345,34 +356,70 @@ def _number_keep(min_digits: int) -> Callable[[str], bool]:
     return lambda token: sum(c.isdigit() for c in token) >= min_digits
 
 
-_STRICT_PASSES = (
-    _finder(_URL),
-    _finder(_UUID),
-    _finder(_HOSTPORT),
-    _finder(_WIN_PATH),
-    _finder(_PATH, _is_path),
-    _finder(_HEX, _is_hash),
+_STRICT_PASSES: tuple[_Finder, ...] = (
+    _Finder(_URL, needs="://"),
+    _Finder(_UUID, needs="-"),
+    _Finder(_HOSTPORT, needs=":"),
+    _Finder(_WIN_PATH, needs=":\\"),
+    _Finder(_PATH, _is_path, needs="/"),
+    _Finder(_HEX, _is_hash),
 )
+_ERROR_CODES = _Finder(_ERROR_CODE)
+_USER_PASSES: tuple[_Finder, ...] = (
+    _Finder(_BACKTICK, group=1, needs="`"),
+    _Finder(_FILENAME, needs="."),
+    _Finder(_ISSUE, needs="#"),
+    _Finder(_DOTTED_ID, lambda t: any(c.isalpha() for c in t)),
+    _Finder(_SYMBOL),
+    _Finder(_NUMBER, _number_keep(MIN_USER_NUMBER_DIGITS)),
+)
+_OTHER_PASSES: tuple[_Finder, ...] = (
+    _Finder(_FILENAME, needs="."),
+    _Finder(_NUMBER, _number_keep(MIN_OTHER_NUMBER_DIGITS)),
+)
+_URLS = _Finder(_URL, needs="://")
+
+
+def scan_window(text: str) -> str:
+    """The part of a message text that is scanned for identifiers: all of it up to 2 * TEXT_SCAN_CHARS,
+    else its first and last TEXT_SCAN_CHARS joined by a line break. Each scan is some fourteen regex
+    passes, twice per compaction: on a pasted log of megabytes that froze the process for seconds, and
+    names deep in its middle are a fair loss. Each end is cut at a space when one is near, so that no
+    name is scanned in half."""
+    if len(text) <= 2 * TEXT_SCAN_CHARS:
+        return text
+    return _head(text, TEXT_SCAN_CHARS) + "\n" + _tail(text, TEXT_SCAN_CHARS)
+
+
+def _head(text: str, limit: int) -> str:
+    """`text[:limit]` less a word cut in two, looked back for as far as an identifier can be long
+    (`limit` < len(text))."""
+    for index in range(limit, max(limit - MAX_IDENTIFIER_CHARS, 0), -1):
+        if text[index].isspace():
+            return text[:index]
+    return text[:limit]
+
+
+def _tail(text: str, limit: int) -> str:
+    """`text[-limit:]` less a word cut in two, the same way (`limit` < len(text))."""
+    start = len(text) - limit
+    for index in range(start - 1, min(start - 1 + MAX_IDENTIFIER_CHARS, len(text))):
+        if text[index].isspace():
+            return text[index + 1:]
+    return text[start:]
 
 
 def _scan(text: str, *, user: bool, error: bool = False) -> list[str]:
-    """Identifiers in one text (decoded). User text also yields filenames, code names and any number."""
+    """Identifiers in one text (its `scan_window`, decoded). User text also yields filenames, code
+    names and any number."""
     out: list[str] = []
-    text = decoded(text)
+    text = decoded(scan_window(text))
     for run in _STRICT_PASSES:
         text = run(text, out)
     if user or error:
-        text = _finder(_ERROR_CODE)(text, out)
-    if user:
-        text = _finder(_BACKTICK, group=1)(text, out)
-        text = _finder(_FILENAME)(text, out)
-        text = _finder(_ISSUE)(text, out)
-        text = _finder(_DOTTED_ID, lambda t: any(c.isalpha() for c in t))(text, out)
-        text = _finder(_SYMBOL)(text, out)
-        _finder(_NUMBER, _number_keep(MIN_USER_NUMBER_DIGITS))(text, out)
-    else:
-        text = _finder(_FILENAME)(text, out)
-        _finder(_NUMBER, _number_keep(MIN_OTHER_NUMBER_DIGITS))(text, out)
+        text = _ERROR_CODES(text, out)
+    for run in _USER_PASSES if user else _OTHER_PASSES:
+        text = run(text, out)
     return out
 
 
@@ -399,7 +446,7 @@ def message_identifiers(message: Message) -> tuple[tuple[tuple[str, int], ...], 
         text = user_text(message)
         if text:
             tokens.extend((t, TIER_USER) for t in _scan(text, user=True))
-            kebab.extend(k for k in _KEBAB.findall(text) if k not in _STOPWORD_KEBAB)
+            kebab.extend(k for k in _KEBAB.findall(scan_window(text)) if k not in _STOPWORD_KEBAB)
     elif message.role == "assistant":
         for block in message.blocks:
             if isinstance(block, Text):
@@ -458,10 +505,10 @@ def _result_identifiers(result: ToolResult) -> list[str]:
     head = text[:MAX_RESULT_SCAN_CHARS]
     out = [m for m in _GIT_COMMIT.findall(head)]
     if is_failure(result):
-        _finder(_ERROR_CODE)(head, out)
+        _ERROR_CODES(head, out)
     if len(text) <= MAX_RESULT_SCAN_CHARS:
         urls: list[str] = []
-        _finder(_URL)(text, urls)
+        _URLS(text, urls)
         out.extend(urls)
     return out
 

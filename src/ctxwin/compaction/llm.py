@@ -34,7 +34,7 @@ from ctxwin.compaction.prompts import (
     strip_analysis,
 )
 from ctxwin.compaction.summary import fit_sections, merge_items, parse_sections, sections_as_items, serialize_message
-from ctxwin.errors import SummaryFailed
+from ctxwin.errors import ArgumentError, SummaryFailed
 from ctxwin.messages import Message, Text
 from ctxwin.tokens.base import TokenCounter
 
@@ -90,9 +90,9 @@ class LLMSummarizer:
         max_output_tokens: int | None = None,
     ) -> None:
         if style not in STYLES:
-            raise ValueError(f"unknown summary style {style!r}; expected one of {', '.join(STYLES)}")
+            raise ArgumentError(f"unknown summary style {style!r}; expected one of {', '.join(STYLES)}")
         if window_tokens <= 0:
-            raise ValueError("window_tokens must be positive (the summarizer model's context window)")
+            raise ArgumentError("window_tokens must be positive (the summarizer model's context window)")
         self.client = client
         self.style = style
         self.window_tokens = window_tokens

@@ -19,6 +19,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ctxwin.errors import ArgumentError
+
 STYLES = ("pi", "claude-code", "openclaw", "letta")
 LETTA_WORD_LIMIT = 300  # Letta's sliding-window summary limit (its "all" mode allows 500)
 WORDS_PER_TOKEN = 0.75  # to state a token budget as words
@@ -250,7 +252,7 @@ def build_prompt(style: str, conversation: str, *, previous: str | None = None, 
     """The request for one summarization call: `conversation` (serialized) merged into `previous`
     when given. `feedback` is the quality guard's complaint about a rejected attempt."""
     if style not in STYLES:
-        raise ValueError(f"unknown summary style {style!r}; expected one of {', '.join(STYLES)}")
+        raise ArgumentError(f"unknown summary style {style!r}; expected one of {', '.join(STYLES)}")
     length = f"Keep the whole summary under about {budget_tokens} tokens."
     if style == "pi":
         instructions = (PI_UPDATE if previous else PI_INITIAL) + "\n" + length

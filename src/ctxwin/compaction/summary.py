@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ctxwin.messages import Image, Message, Text, Thinking, ToolCall
 from ctxwin.pipeline.cut import CLIP_MARK, clip
@@ -144,9 +145,10 @@ def parse_sections(text: str, *, numbered_headings: bool = False) -> dict[str, l
         line = raw.rstrip()
         heading = _HEADING.match(line)
         numbered = _NUMBERED_HEADING.match(line) if numbered_headings else None
-        if heading or numbered:
+        title = heading.group(2) if heading else numbered.group(1) if numbered else None
+        if title is not None:
             close()
-            current = heading.group(2).strip() if heading else numbered.group(1).strip()  # type: ignore[union-attr]
+            current = title.strip()
             sections.setdefault(current, [])
             rest = numbered.group(2).strip() if numbered else ""
             if rest:
@@ -252,6 +254,12 @@ class Section:
         """How one item's variant reads in the summary."""
         return render_item(variant) if self.form == ITEMS else variant
 
+    @cached_property
+    def pieces(self) -> tuple[tuple[str, ...], ...]:
+        """Each item's variants as they read in the summary (`rendered`), made once: a fit weighs
+        them many times."""
+        return tuple(tuple(self.rendered(v) for v in item.variants) for item in self.items)
+
 
 def markdown_items(text: str) -> list[str]:
     """The bullets of pre-rendered markdown as items (`render_item` of each gives the text back)."""
@@ -313,7 +321,7 @@ def _fit_once(sections: Sequence[Section], budget: int, costs: _Costs) -> Fitted
     orders = {s.key: _order(s) for s in live}
 
     def item_cost(section: Section, index: int, variant: int) -> int:
-        return costs(section.rendered(section.items[index].variants[variant]))
+        return costs(section.pieces[index][variant])
 
     def add_min(section: Section, allowance: int) -> int:
         used = 0

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ctxwin.compaction.compact import summary_message
 from ctxwin.pipeline import fit
-from ctxwin.pipeline.view import Item
+from ctxwin.pipeline.view import Item, total_tokens
 from ctxwin.tokens.base import TokenCounter
 
 from .state import SessionState
@@ -27,6 +27,8 @@ class ViewCache:
     """Records the cached view covers."""
     lead: list[Item] = field(default_factory=list)
     """The summary and attachment items of the latest compaction, built once."""
+    tokens: int = 0
+    """The tokens of `items` (kept as they change, so a request does not add them up again)."""
     generation: int = 0
     """Counts rebuilds: a memo of a scan over the view (`mask.MaskScan`) holds while this is unchanged,
     since until then the view has only grown at its end."""
@@ -35,14 +37,16 @@ class ViewCache:
 def view(cache: ViewCache, state: SessionState, counter: TokenCounter) -> list[Item]:
     """The view: the summary of the latest compaction, pinned items it spared, re-attached files, a
     marker where rounds were dropped, then every kept record's current rendering. A copy: callers
-    and past `Prepared`s may keep it."""
+    and past `Prepared`s may keep it. `cache.tokens` is its total."""
     records = state.records
     if state.changed_from is not None and state.changed_from < cache.records:
         cache.items = None
         cache.lead = []
     state.changed_from = None
     if cache.items is not None:
-        cache.items.extend(r.item for r in records[cache.records:] if r.item is not None)
+        added = [r.item for r in records[cache.records:] if r.item is not None]
+        cache.items.extend(added)
+        cache.tokens += total_tokens(added)
         cache.records = len(records)
         return list(cache.items)
     compaction = state.compaction
@@ -68,6 +72,7 @@ def view(cache: ViewCache, state: SessionState, counter: TokenCounter) -> list[I
         out.append(Item(fit.MARKER_ID, marker, counter.count_message(marker), synthetic=True))
     out.extend(r.item for r in kept if r.item is not None)
     cache.items = out
+    cache.tokens = total_tokens(out)
     cache.records = len(records)
     cache.generation += 1
     return list(out)

@@ -27,7 +27,7 @@ from ctxwin.memory.files import bootstrap_files
 from ctxwin.messages import Message
 from ctxwin.pipeline import bootstrap
 from ctxwin.pipeline.events import Branched, BranchSwitched, Rewound, StoreDamaged
-from ctxwin.pipeline.view import Event, StageContext
+from ctxwin.pipeline.view import Event, Item, StageContext
 from ctxwin.policies.model import Policy
 from ctxwin.providers.overflow import is_overflow_error, reported_context_tokens
 from ctxwin.store.base import SessionLog, StoreProblem
@@ -45,7 +45,16 @@ from ctxwin.tokens.base import TokenCounter
 
 from . import restore
 from .budget import UNLIMITED_WINDOW, Budget
-from .inputs import as_messages, check_count, check_limit, short_tokens, tool_schema
+from .inputs import (
+    as_messages,
+    check_callable,
+    check_count,
+    check_limit,
+    check_provides,
+    check_text,
+    short_tokens,
+    tool_schemas,
+)
 from .observe import MAX_OBSERVER_FAILURES, Observation, Observer, Operation, failed_observer
 from .policy_file import PolicyFile
 from .prepared import Prepared
@@ -93,17 +102,26 @@ class ContextEngine:
         memory_index: Any = None,
         overhead_tokens: int = 0,
     ) -> None:
-        self.session: SessionLog = session if session is not None else MemorySessionLog()
-        self.model = model
-        info = model_info(model)
+        check_provides("session", session, ("append", "branch", "path", "get"),
+                       'a session log: Session.open("runs/abc"), Session.postgres(dsn, id)')
+        check_text("model", model)
+        check_text("system", system)
         check_limit("window", window)
         check_limit("max_output", max_output)
         check_count("overhead_tokens", overhead_tokens)
+        check_provides("counter", counter, ("count_text", "count_message"), "a TokenCounter: tokens.counter_for(model)")
+        check_provides("summarizer", summarizer, ("summarize",), "a Summarizer: LLMSummarizer(client)")
+        check_provides("memory_index", memory_index, ("add_entries",), "a ctxwin.memory.MemoryIndex")
+        check_callable("clock", clock, "a function giving seconds since the epoch")
+        check_callable("memory_flush", memory_flush, "a function taking the messages to flush")
+        self.session: SessionLog = session if session is not None else MemorySessionLog()
+        self.model = model
+        info = model_info(model)
         # Without an explicit max_output the registry's is a default, shrunk to fit a small explicit window.
         self._limits = (int(window or info.context_window), int(max_output or info.max_output), max_output is None)
         self.counter = counter if isinstance(counter, CachedCounter) else CachedCounter(counter or counter_for(model))
         self.summarizer = summarizer
-        self.tools = [tool_schema(t) for t in tools or ()]
+        self.tools = tool_schemas(tools)
         self._tools_json = tools_json(self.tools)
         if workspace is not None and not isinstance(workspace, str | Path):
             raise InputError(f"workspace is a folder path, not {type(workspace).__name__}", "pass a str or a Path")
@@ -335,12 +353,7 @@ class ContextEngine:
             return 0
         self._rt.last = None
         if len(path) > length and (length == 0 or path[length - 1].id == leaf):
-            branch = self._rt.branch
-            # What this engine knew of its own last requests is not what the other writer sent: start
-            # the prefix report, the breaker and the repair report afresh, as an engine opened now would.
-            branch.last_keys, branch.last_system_key = [], None
-            branch.breaker = type(branch.breaker)()
-            branch.repair = type(branch.repair)()
+            self._rt.branch.forget_own_requests()
             return self._pipeline.replay(path[length:], self._context)
         self._open(self.policy)
         return len(path)
@@ -359,14 +372,14 @@ class ContextEngine:
             return prepared, None
         return self._observed("compact", run)
 
-    def _triggered(self, items: list[Any], ctx: StageContext, events: list[Event], trigger: str) -> list[Any]:
+    def _triggered(self, items: list[Item], ctx: StageContext, events: list[Event], trigger: str) -> list[Item]:
         # A compaction that bounds turns is worth it whatever it saves in tokens.
         return self._compaction("threshold" if trigger in ("threshold", "budget") else trigger,
                                 force=trigger in BY_TURNS)(items, ctx, events)
 
     def _compaction(self, trigger: str, *, focus: str | None = None,
-                    force: bool = False) -> Callable[[list[Any], StageContext, list[Event]], list[Any]]:
-        def run(items: list[Any], ctx: StageContext, events: list[Event]) -> list[Any]:
+                    force: bool = False) -> Callable[[list[Item], StageContext, list[Event]], list[Item]]:
+        def run(items: list[Item], ctx: StageContext, events: list[Event]) -> list[Item]:
             return self._pipeline.compact(items, ctx, events, summarizer=self.summarizer, focus=focus,
                                           trigger=trigger, force=force, memory_flush=self.memory_flush)
         return run

@@ -7,7 +7,7 @@ from typing import Any
 
 from ctxwin.messages import Message
 from ctxwin.messages import system as system_message
-from ctxwin.messages.pairing import Problem, repair, validate
+from ctxwin.messages.pairing import Problem, Provider, repair, validate
 from ctxwin.messages.providers import to_anthropic, to_openai_chat, to_openai_responses
 from ctxwin.messages.tools import as_tool_schema, to_format
 from ctxwin.pipeline.view import Event, Item
@@ -92,14 +92,14 @@ class Prepared:
             body["tools"] = [to_format(as_tool_schema(t), "openai-responses") for t in self.tools]
         return body
 
-    def _for(self, provider: str) -> list[Message]:
+    def _for(self, provider: Provider) -> list[Message]:
         """The messages as the provider needs them. The engine keeps them valid for Anthropic; what
         another provider's rules add (OpenAI Chat answers each assistant turn of a run separately) is
         repaired here, deterministically, so the same request always converts to the same bytes."""
         messages = self.messages
-        return repair(messages, provider).messages if validate(messages, provider) else messages  # type: ignore[arg-type]
+        return repair(messages, provider).messages if validate(messages, provider) else messages
 
-    def _with_system(self, for_provider: str = "anthropic") -> list[Message]:
+    def _with_system(self, for_provider: Provider = "anthropic") -> list[Message]:
         messages = self._for(for_provider) if for_provider != "anthropic" else self.messages
         if not self.system:
             return messages

@@ -33,35 +33,39 @@ Collapse = Callable[[list[Item], StageContext], list[Item]]
 
 @dataclass
 class RepairCache:
-    repaired: tuple[list[str], list[Item], list[str]] | None = None
-    """(keys of the last unrepaired view, its repaired items, their keys): reused while views extend it."""
+    repaired: tuple[list[str], list[Item], list[str], int] | None = None
+    """(keys of the last unrepaired view, its repaired items, their keys, the tokens repair added): reused
+    while views extend it."""
     last_repairs: frozenset[tuple[str, str | None, str]] = frozenset()
     """What the last repair fixed: its event is emitted only when this changes."""
     validator: IncrementalValidator = field(default_factory=lambda: IncrementalValidator(PROVIDER_FOR_VALIDATION))
 
 
 def validate_and_repair(cache: RepairCache, items: list[Item], ctx: StageContext, events: list[Event],
-                        refit: Refit, collapse: Collapse, *, fit_enabled: bool,
-                        counter: TokenCounter) -> tuple[list[Item], list[str], list[Problem]]:
-    """The view made valid, its keys, and what is still wrong (nothing, unless repair failed).
+                        refit: Refit, collapse: Collapse, *, fit_enabled: bool, counter: TokenCounter,
+                        tokens: int | None = None) -> tuple[list[Item], list[str], list[Problem], int]:
+    """The view made valid, its keys, what is still wrong (nothing, unless repair failed), and its
+    tokens. `tokens`: those of `items`, when the caller has them.
 
     A request usually extends the previous one. Then the previous repair (say, error results for
     calls the history never answered) is reused for the unchanged prefix and only the new tail is
     validated; the full validation and repair run when the prefix changed or the tail needs it."""
     keys = keys_of(items)
+    tokens = total_tokens(items) if tokens is None else tokens
     cached = cache.repaired
     if cached is not None and len(keys) >= len(cached[0]) and keys[: len(cached[0])] == cached[0] \
             and not _continues_turn(cached, items):
         extended = cached[1] + items[len(cached[0]):]
         extended_keys = cached[2] + keys[len(cached[0]):]
-        fits = not fit_enabled or ctx.system_tokens + total_tokens(extended) <= ctx.budget
+        extended_tokens = tokens + cached[3]
+        fits = not fit_enabled or ctx.system_tokens + extended_tokens <= ctx.budget
         if fits and not cache.validator.check(MessagesView(extended), shapes_of(extended)):
-            cache.repaired = (keys, extended, extended_keys)
-            return extended, extended_keys, []
+            cache.repaired = (keys, extended, extended_keys, cached[3])
+            return extended, extended_keys, [], extended_tokens
     problems = cache.validator.check(MessagesView(items), shapes_of(items))
     if not problems and not cache.last_repairs:
-        cache.repaired = (keys, items, keys)
-        return items, keys, []
+        cache.repaired = (keys, items, keys, 0)
+        return items, keys, [], tokens
     repaired, repair_events = _repair(cache, items, counter)
     slack = 0
     for attempt in range(REPAIR_FIT_ROUNDS):
@@ -77,12 +81,14 @@ def validate_and_repair(cache: RepairCache, items: list[Item], ctx: StageContext
         repaired, repair_events = _repair(cache, items, counter)
     events.extend(repair_events)
     repaired_keys = keys_of(repaired)
+    repaired_tokens = total_tokens(repaired)
     problems = cache.validator.check(MessagesView(repaired), shapes_of(repaired))
-    cache.repaired = None if problems else (keys_of(items), repaired, repaired_keys)
-    return repaired, repaired_keys, problems
+    cache.repaired = None if problems else (keys_of(items), repaired, repaired_keys,
+                                            repaired_tokens - total_tokens(items))
+    return repaired, repaired_keys, problems, repaired_tokens
 
 
-def _continues_turn(cached: tuple[list[str], list[Item], list[str]], items: list[Item]) -> bool:
+def _continues_turn(cached: tuple[list[str], list[Item], list[str], int], items: list[Item]) -> bool:
     """Whether the view's new tail continues the cached view's last assistant turn after a repair that
     changed that view. Then the repair of the whole differs from the cached repair plus the tail (for
     Anthropic consecutive assistant messages are one turn, and a call it left unanswered is answered

@@ -46,7 +46,7 @@ def rewind(log: SessionLog, name: str) -> int:
     `RewindEntry`, so that a reopened session resumes on it (a reopen starts at the newest entry).
     Returns how many decisions about the kept history were carried onto the new branch."""
     marks = marks_of(log)
-    if name not in marks:
+    if not isinstance(name, str) or name not in marks:
         known = ", ".join(sorted(marks)) or "none yet"
         raise InputError(f"no restore point named {name!r}", f"known restore points: {known}")
     path = list(log.path())

@@ -135,49 +135,55 @@ class Pipeline:
                 started = time.time_ns()
                 result = run(new, ctx)
                 self.commit(name, result, events)
-                self.ran(name, started, result, new, result.items)
+                if result.events or result.decisions:
+                    self.ran(name, started, result, total_tokens(new), total_tokens(result.items))
                 new = [item for i in result.items if (item := state.records[state.index[i.entry_id]].item)]
         branch.processed = len(state.records)
 
-        # 2. View-wide stages.
+        # 2. View-wide stages. `total` follows the view's tokens: the stages that change it say so (events
+        # or decisions), so a view they pass on unchanged is not added up again (a pass over the view).
         items = self.view()
+        total = branch.view.tokens
         if new:  # only after the agent had a turn
-            items = self.request_agent_summary(items, ctx, events)
+            items, total = self.request_agent_summary(items, total, ctx, events)
         if policy.mask.enabled:
             scan = branch.mask_scan(policy.mask)  # after the view is current: a rebuilt view starts a new scan
-            items = self.view_stage("mask", lambda view, c: mask.stage(view, policy.mask, c, scan), items, ctx,
-                                    events)
+            items, total = self.view_stage("mask", lambda view, c: mask.stage(view, policy.mask, c, scan), items,
+                                           total, ctx, events)
         if policy.prune.enabled:
-            items = self.view_stage("prune", lambda view, c: prune.stage(view, policy.prune, c), items, ctx, events)
+            items, total = self.view_stage("prune", lambda view, c: prune.stage(view, policy.prune, c), items, total,
+                                           ctx, events)
         max_turns = policy.compaction.max_turns
         if policy.compaction.enabled and max_turns is not None and policy.compaction.summary_after is None:
-            items = self.view_stage("turns", lambda view, c: turns.stage(view, max_turns, c), items, ctx, events)
-        trigger = self.compaction_due(items, ctx) if policy.compaction.enabled else None
+            items, total = self.view_stage("turns", lambda view, c: turns.stage(view, max_turns, c), items, total,
+                                           ctx, events)
+        trigger = self.compaction_due(items, ctx, total) if policy.compaction.enabled else None
         if trigger is not None:
             items = compaction(items, ctx, events, trigger)
+            total = total_tokens(items)
 
         def fitted(view: list[Item], context: StageContext) -> StageResult:
             return fit.stage(view, policy.fit, context)
 
         if policy.fit.enabled:
-            items = self.view_stage("fit", fitted, items, ctx, events)
+            items, total = self.view_stage("fit", fitted, items, total, ctx, events)
 
         # 3. Validate (incrementally: usually only the new tail); repair what cuts left behind.
         def refit(view: list[Item], tighter: StageContext) -> list[Item]:
-            return self.view_stage("fit", fitted, view, tighter, events)
+            return self.view_stage("fit", fitted, view, total_tokens(view), tighter, events)[0]
 
         def collapse(view: list[Item], context: StageContext) -> list[Item]:
-            return self.view_stage("fit", fit.collapse_unanswered, view, context, events)
+            return self.view_stage("fit", fit.collapse_unanswered, view, total_tokens(view), context, events)[0]
 
-        started, emitted, unrepaired, at = time.time_ns(), len(events), items, len(branch.runs)
-        items, keys, problems = validate_and_repair(branch.repair, items, ctx, events, refit, collapse,
-                                                    fit_enabled=policy.fit.enabled, counter=self.counter)
+        started, emitted, unrepaired, at = time.time_ns(), len(events), total, len(branch.runs)
+        items, keys, problems, total = validate_and_repair(branch.repair, items, ctx, events, refit, collapse,
+                                                           fit_enabled=policy.fit.enabled, counter=self.counter,
+                                                           tokens=total)
         repairs = tuple(e for e in events[emitted:] if e.is_repair)
         if repairs:  # before the fit runs it made itself (refit, collapse): the runs stay in the order they started
-            branch.runs.insert(at, StageRun("repair", started, time.time_ns(), ctx.system_tokens
-                                            + total_tokens(unrepaired), ctx.system_tokens + total_tokens(items),
-                                            repairs))
-        tokens = ctx.system_tokens + total_tokens(items)
+            branch.runs.insert(at, StageRun("repair", started, time.time_ns(), ctx.system_tokens + unrepaired,
+                                            ctx.system_tokens + total, repairs))
+        tokens = ctx.system_tokens + total
         if tokens > ctx.budget and not policy.unlimited_window:
             # Without fit the policy promised nothing; with it, repair added more than fit took back.
             raise ContextBudgetError(
@@ -185,7 +191,7 @@ class Pipeline:
                 + ("" if policy.fit.enabled else ", and the policy's fit stage is off"),
                 tokens=tokens, budget=ctx.budget,
                 hint=None if policy.fit.enabled else "enable [fit] in the policy, or compaction")
-        return self.finish(items, keys, ctx, budget, events, problems, system, tools_json, tools)
+        return self.finish(items, keys, total, ctx, budget, events, problems, system, tools_json, tools)
 
     def view(self) -> list[Item]:
         """The current view (a copy)."""
@@ -218,23 +224,25 @@ class Pipeline:
             self.record(DecisionEntry(stage, {d.entry_id: d.message for d in result.decisions},
                                       [e.to_dict() for e in result.events]))
 
-    def view_stage(self, stage: str, run: Stage, items: list[Item], ctx: StageContext,
-                   events: list[Event]) -> list[Item]:
-        """Run a stage over the whole view, record what it decided, and return the new view."""
+    def view_stage(self, stage: str, run: Stage, items: list[Item], tokens: int, ctx: StageContext,
+                   events: list[Event]) -> tuple[list[Item], int]:
+        """Run a stage over the whole view (of `tokens` tokens), record what it decided, and return the
+        new view and its tokens."""
         started = time.time_ns()
         result = run(items, ctx)
+        if not result.events and not result.decisions:
+            return result.items, tokens  # a stage that changes nothing says nothing: the same view
         self.commit(stage, result, events)
         after = self.view() if result.decisions else result.items
-        self.ran(stage, started, result, items, after, ctx.system_tokens)
-        return after
+        after_tokens = self.rt.branch.view.tokens if result.decisions else total_tokens(after)
+        self.ran(stage, started, result, tokens, after_tokens, ctx.system_tokens)
+        return after, after_tokens
 
-    def ran(self, stage: str, started_ns: int, result: StageResult, before: Sequence[Item], after: Sequence[Item],
-            base: int = 0) -> None:
-        """Keep the run of a stage that acted (events or decisions) for the request being built; counted
-        only then (stages copy the view they are given, so `before` is intact)."""
-        if result.events or result.decisions:
-            self.rt.branch.runs.append(StageRun(stage, started_ns, time.time_ns(), base + total_tokens(before),
-                                                base + total_tokens(after), tuple(result.events)))
+    def ran(self, stage: str, started_ns: int, result: StageResult, before: int, after: int, base: int = 0) -> None:
+        """Keep the run of a stage that acted (events or decisions) for the request being built, with the
+        tokens of what it worked on before and after."""
+        self.rt.branch.runs.append(StageRun(stage, started_ns, time.time_ns(), base + before, base + after,
+                                            tuple(result.events)))
 
     def originals(self, items: Sequence[Item]) -> dict[str, Message]:
         state = self.rt.branch.state
@@ -245,8 +253,9 @@ class Pipeline:
         branch = self.rt.branch
         return {r.entry_id: r.item for r in branch.state.records[: branch.processed] if r.item is not None}
 
-    def finish(self, items: list[Item], keys: list[str], ctx: StageContext, budget: Budget, events: list[Event],
-               problems: list[Problem], system: str, tools_json: str, tools: list[dict[str, Any]]) -> Prepared:
+    def finish(self, items: list[Item], keys: list[str], total: int, ctx: StageContext, budget: Budget,
+               events: list[Event], problems: list[Problem], system: str, tools_json: str,
+               tools: list[dict[str, Any]]) -> Prepared:
         branch = self.rt.branch
         system_key = f"{system}\x00{tools_json}"
         same_system = system_key == branch.last_system_key
@@ -255,7 +264,6 @@ class Pipeline:
             # the whole prompt is new to the provider's cache.
             events.append(SystemChanged((), 0, ctx.system_tokens, "the system prompt or tool schemas changed"))
         stable = common_prefix(keys, branch.last_keys) if same_system else 0
-        total = total_tokens(items)
         raw = ctx.system_tokens + total
         calibrator = branch.state.calibrator
         factor = calibrator.factor if calibrator.factor > 0 else 1.0
@@ -277,9 +285,10 @@ class Pipeline:
     def factor(self) -> float:
         return self.rt.branch.state.calibrator.factor or 1.0
 
-    def compaction_due(self, items: Sequence[Item], ctx: StageContext) -> str | None:
-        """The trigger a compaction is due for now (`budget`: the view is past the request budget), or None."""
-        tokens = ctx.system_tokens + total_tokens(items)
+    def compaction_due(self, items: Sequence[Item], ctx: StageContext, total: int | None = None) -> str | None:
+        """The trigger a compaction is due for now (`budget`: the view is past the request budget), or None.
+        `total`: the view's tokens, when the caller has them."""
+        tokens = ctx.system_tokens + (total_tokens(items) if total is None else total)
         # Circuit breaker (Claude Code stops after 3 consecutive failures): it stays open until the
         # view has grown by a tenth of the window, so a stuck session does not retry on every call
         # (`compact` closes it again on the next attempt).
@@ -300,23 +309,25 @@ class Pipeline:
             return 0
         return len(turn_starts(items))
 
-    def request_agent_summary(self, items: list[Item], ctx: StageContext, events: list[Event]) -> list[Item]:
+    def request_agent_summary(self, items: list[Item], total: int, ctx: StageContext,
+                              events: list[Event]) -> tuple[list[Item], int]:
         """Ask the agent for its own state summary when its strategy wants one now (Alyx's checkpoint):
-        a user message, logged like any other (the model sees it), that the next compaction uses."""
+        a user message, logged like any other (the model sees it), that the next compaction uses.
+        Returns the view and its tokens."""
         policy, branch = self.policy.compaction, self.rt.branch
         state = branch.state
         if (not policy.enabled or state.summary_requested or state.agent_summary is not None or not items
                 or items[-1].message.tool_calls):
-            return items
-        tokens = ctx.system_tokens + total_tokens(items)
+            return items, total
+        tokens = ctx.system_tokens + total
         request = strategy_for(policy).summary_request(tokens, ctx.window, policy, self.factor())
         if request is None:
-            return items
+            return items, total
         entry_id = self.record(MessageEntry(request))
         branch.processed = len(state.records)
         events.append(CheckpointRequested((entry_id,), 0, 0, f"view at {round(tokens * self.factor()):,} tokens: "
                                           "the agent is asked to write its checkpoint"))
-        return self.view()
+        return self.view(), branch.view.tokens
 
     def compact(self, items: list[Item], ctx: StageContext, events: list[Event], *, summarizer: Summarizer | None,
                 focus: str | None, trigger: str, force: bool = False,

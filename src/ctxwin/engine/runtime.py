@@ -67,6 +67,14 @@ class Branch:
     mask: tuple[int, object, MaskScan] | None = None
     """(view generation, mask policy, scan): the mask stage's memo, valid while both are unchanged."""
 
+    def forget_own_requests(self) -> None:
+        """Another writer sent the requests since this engine's last: what it remembers of its own (the
+        previous request's prefix, the breaker, what repair last reported) starts afresh, as in an
+        engine opened on the log now."""
+        self.last_keys, self.last_system_key = [], None
+        self.breaker = Breaker()
+        self.repair = RepairCache()
+
     def mask_scan(self, policy: object) -> MaskScan:
         """The memo for a mask scan of the current view under `policy`: the same one while the view only
         grew and the policy stayed; a new one otherwise."""

@@ -11,6 +11,7 @@ the repair of its prefix) lives in `cache`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ctxwin.compaction.base import Summary
 from ctxwin.compaction.compact import attachment_message, summary_from_entry
@@ -83,7 +84,7 @@ class SessionState:
         self.changed_from = position if self.changed_from is None else min(self.changed_from, position)
 
 
-def apply(state: SessionState, entry_id: str, entry: LogEntry, *, counter: TokenCounter, strategy: Strategy,
+def apply(state: SessionState, entry_id: str, entry: LogEntry, *, counter: TokenCounter, strategy: Strategy[Any],
           policy: Policy) -> None:
     """Fold one log entry into `state`."""
     match entry:
@@ -123,7 +124,7 @@ def render(state: SessionState, entry_id: str, message: Message | None, stage: s
 
 
 def _add_message(state: SessionState, entry_id: str, message: Message, counter: TokenCounter,
-                 strategy: Strategy) -> None:
+                 strategy: Strategy[Any]) -> None:
     state.history.append((entry_id, message.content_key, "ctxwin" in message.meta))
     if message.role == "system":
         state.system_parts.append(message.text)

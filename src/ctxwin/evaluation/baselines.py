@@ -26,12 +26,12 @@ import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal, cast
 
 from ctxwin import policies
 from ctxwin.engine import ContextEngine, Prepared
 from ctxwin.engine.budget import Budget
-from ctxwin.errors import InputError
+from ctxwin.errors import InputError, MissingExtraError
 from ctxwin.evaluation.replay import iter_replay
 from ctxwin.messages import Message, Text, ToolResult, validate
 from ctxwin.pipeline.events import Compacted, ToolUsesCleared
@@ -57,7 +57,7 @@ Claude the result was removed, not its wording; this is the text of LangChain's 
 which states that it mirrors `clear_tool_uses_20250919`."""
 
 # --- LangChain's configuration (everything else is the middleware's own default)
-LANGCHAIN_TRIGGER = ("fraction", 0.8)
+LANGCHAIN_TRIGGER: tuple[Literal["fraction"], float] = ("fraction", 0.8)
 """`SummarizationMiddleware(trigger=...)` has no default (None never summarizes); 80 % of the model's
 window is the example its docstring gives."""
 SUMMARY_TOKENS = 2_000
@@ -122,7 +122,7 @@ def clear_tool_uses(messages: Sequence[Message], input_tokens: int, count: Calla
         for index, message in enumerate(out):
             if any(c.id in inputs for c in message.tool_calls):
                 out[index] = message.replace(blocks=tuple(
-                    replace(b, arguments={}) if b in message.tool_calls and b.id in inputs else b  # type: ignore[union-attr]
+                    replace(b, arguments={}) if b in message.tool_calls and b.id in inputs else b
                     for b in message.blocks))
     saved = sum(count(a) - count(b) for a, b in zip(messages, out, strict=True) if a is not b)
     if edit.clear_at_least is not None and saved < edit.clear_at_least:
@@ -221,8 +221,9 @@ def require(name: str) -> None:
         try:
             import langchain.agents.middleware  # noqa: F401
         except ImportError as error:
-            raise InputError(f"the `langchain` baseline runs LangChain's own middleware, and {error.name} "
-                             "is not installed", "pip install 'ctxwin[langchain]', or leave `langchain` out") from None
+            raise MissingExtraError(f"the `langchain` baseline runs LangChain's own middleware, and {error.name} "
+                                    "is not installed", "pip install 'ctxwin[langchain]', or leave `langchain` out"
+                                    ) from None
 
 
 def langchain_middleware(window: int, model_name: str | None = None) -> tuple[Any, Any]:
@@ -237,7 +238,7 @@ def langchain_middleware(window: int, model_name: str | None = None) -> tuple[An
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
 
-    class SummaryModel(GenericFakeChatModel):  # type: ignore[misc,valid-type]
+    class SummaryModel(GenericFakeChatModel):
         llm_type: str = "generic-fake-chat-model"
 
         @property
@@ -288,7 +289,7 @@ class LangChainStep:
         before = len(self.state)
         update = self.summarization.before_model({"messages": self.state}, None)
         if update:
-            self.state = self._add(self.state, update["messages"])
+            self.state = cast(list[Any], self._add(self.state, update["messages"]))  # lists in, a list out
             events.append(Compacted((), 0, 0,
                                     f"SummarizationMiddleware summarized {before - len(self.state) + 1} message(s)",
                                     strategy="langchain"))

@@ -262,9 +262,9 @@ def recorded_run(transcript: Transcript, setup: ReplaySetup, pricing: Pricing, *
         if after is not None:
             compaction_calls[after] = record
     window = setup.window or model_info(setup.model).context_window
-    calls = []
-    costs = []
-    kept = []
+    calls: list[dict[str, Any]] = []
+    costs: list[CallCost] = []
+    kept: list[bool] = []
     previous = None
     for n, u in enumerate(usage):
         tokens = u.context_tokens

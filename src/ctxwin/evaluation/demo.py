@@ -44,7 +44,10 @@ from ctxwin.evaluation.report import check_output, render_report, write_report
 from ctxwin.evaluation.retention import retention
 from ctxwin.messages import Message, Text, ToolCall, ToolResult, assign_ids
 from ctxwin.providers import Completion
+from ctxwin.store.base import BlobStore, SessionLog
 from ctxwin.store.blobs import FileBlobStore
+from ctxwin.store.jsonl import SESSION_FILE, JsonlSessionLog
+from ctxwin.store.session import Session
 from ctxwin.tokens import counter_for
 from ctxwin.tools import ToolOutput, ToolSpec, Workspace
 from ctxwin.tools.base import ToolError, refusals_as_output
@@ -92,10 +95,12 @@ def package_source() -> Path:
 
 
 @contextmanager
-def demo_workspace(source: Path | None = None) -> Iterator[tuple[Workspace, int, int]]:
+def demo_workspace(source: Path | None = None, *, blobs: BlobStore | None = None
+                   ) -> Iterator[tuple[Workspace, int, int]]:
     """A temporary folder holding `ctxwin/` (a copy of the package without bytecode), a blob store
-    for spilled output and a `python` that runs this interpreter; the workspace over it with the
-    shell allowed. Yields (workspace, source files, source bytes); removes everything afterwards."""
+    for spilled output (`blobs`, or one in the folder) and a `python` that runs this interpreter; the
+    workspace over it with the shell allowed. Yields (workspace, source files, source bytes); removes
+    the folder afterwards."""
     hint = "give the folder that holds ctxwin's __init__.py" if source else "reinstall ctxwin (pip install .)"
     source = source or package_source()
     if not (source / "__init__.py").is_file():
@@ -121,7 +126,7 @@ def demo_workspace(source: Path | None = None) -> Iterator[tuple[Workspace, int,
             "PYTHONPYCACHEPREFIX": str(base / "pycache"),  # bytecode outside the copy the listings show
             "PYTHONHASHSEED": "0",
         }
-        ws = Workspace([root], blobs=FileBlobStore(base / "blobs"), allow_shell=True, model=DEMO_MODEL,
+        ws = Workspace([root], blobs=blobs or FileBlobStore(base / "blobs"), allow_shell=True, model=DEMO_MODEL,
                        shell_env=env)
         yield ws, len(files), sum(p.stat().st_size for p in files)
 
@@ -178,7 +183,7 @@ class ScriptedAgent:
     session, and hands the outputs back to the script. The loop runs in a thread of its own, in lockstep
     with the script (one side waits while the other works), so the session is deterministic."""
 
-    def __init__(self, ws: Workspace, *, start: float = DEMO_START) -> None:
+    def __init__(self, ws: Workspace, *, start: float = DEMO_START, session: SessionLog | None = None) -> None:
         self.ws = ws
         self.clock = start
         self.model_calls = 0
@@ -190,7 +195,7 @@ class ScriptedAgent:
         self._replies: queue.Queue[Message | None] = queue.Queue()
         self._outputs: queue.Queue[list[ToolOutput] | BaseException] = queue.Queue()
         model = FunctionModel(self._respond, DEMO_MODEL)
-        self.loop = create_agent(model, workspace=ws, extra_tools=[EDIT_TOOL], agent_type=_DemoLoop,
+        self.loop = create_agent(model, session=session, workspace=ws, extra_tools=[EDIT_TOOL], agent_type=_DemoLoop,
                                  config=AgentConfig(system="You are working on the ctxwin repository.",
                                                     max_steps=10_000, max_repeats=100))
         self.loop.script = self
@@ -487,9 +492,11 @@ Progress = Callable[[str, int, int], None]
 """`progress(task, done, total)`, as in `ctxwin.evaluation.compare`."""
 
 
-def build_session(ws: Workspace, *, progress: Progress | None = None) -> ScriptedAgent:
-    """Runs the scripted agent in `ws` (from `demo_workspace`) and returns it with its messages."""
-    agent = ScriptedAgent(ws)
+def build_session(ws: Workspace, *, progress: Progress | None = None,
+                  session: SessionLog | None = None) -> ScriptedAgent:
+    """Runs the scripted agent in `ws` (from `demo_workspace`), logging to `session` (default: in
+    memory), and returns it with its messages."""
+    agent = ScriptedAgent(ws, session=session)
     sizes: dict[str, int] = {}
     try:
         for done, (_label, phase) in enumerate(PHASES, 1):
@@ -501,11 +508,18 @@ def build_session(ws: Workspace, *, progress: Progress | None = None) -> Scripte
     return agent
 
 
-def demo_session(source: Path | None = None, *, progress: Progress | None = None) -> DemoSession:
+def demo_session(source: Path | None = None, *, progress: Progress | None = None,
+                 keep: Path | None = None) -> DemoSession:
     """The scripted session over a fresh copy of the package source (`source`: default the installed
-    package), as a `Transcript`."""
-    with demo_workspace(source) as (ws, n_files, n_bytes):
-        agent = build_session(ws, progress=progress)
+    package), as a `Transcript`. With `keep`, the agent logs to a new ctxwin session in that folder
+    (its spilled output in the session's blobs), which stays for `ctxwin inspect`, `replay` and the rest."""
+    log = open_kept_session(keep) if keep is not None else None
+    try:
+        with demo_workspace(source, blobs=log.blobs if log is not None else None) as (ws, n_files, n_bytes):
+            agent = build_session(ws, progress=progress, session=log)
+    finally:
+        if log is not None:
+            log.close()
     messages = assign_ids(agent.messages)
     tool_calls = sum(agent.tools_used.values())
     transcript = Transcript(
@@ -521,6 +535,15 @@ def demo_session(source: Path | None = None, *, progress: Progress | None = None
     )
     return DemoSession(transcript, agent.model_calls, tool_calls, agent.tool_errors, agent.tokens, n_files, n_bytes,
                        dict(sorted(agent.tools_used.items())))
+
+
+def open_kept_session(folder: Path) -> JsonlSessionLog:
+    """A new session in `folder` for `demo(keep=...)`; a folder that already holds one is refused."""
+    if (folder / SESSION_FILE).exists():
+        raise InputError(f"{folder} already holds a session", "give --keep a new folder (the demo writes a whole "
+                         "session into it)")
+    return Session.open(folder, durability="batch", meta={"model": DEMO_MODEL, "demo": True,
+                                                          "ctxwin_version": ctxwin.__version__})
 
 
 def elapsed(started: float) -> float:
@@ -563,14 +586,16 @@ def demo(
     policies: Sequence[str] | None = None,
     window: int | None = None,
     progress: Progress | None = None,
+    keep: Path | None = None,
 ) -> DemoResult:
     """Build the scripted session over the package source, replay it under every policy (or
-    `policies`), score retention, and write the HTML report to `output`."""
+    `policies`), score retention, and write the HTML report to `output`. With `keep`, the session
+    is also written as a ctxwin session folder there."""
     check_output(output)
     names = list(policies or presets.names())
     seconds: dict[str, float] = {}
     started = time.perf_counter()
-    made = demo_session(source, progress=progress)
+    made = demo_session(source, progress=progress, keep=keep)
     seconds["session"] = elapsed(started)
     mark = time.perf_counter()
     comparison = compare(made.transcript, names, window=window, progress=progress).to_dict()

@@ -11,13 +11,14 @@ reference/measured-baselines.md):
   modified in the span.
 - `errors`: every distinct line of a tool result that reads as an error by its content, whatever the
   exit code (compiler and test-runner lines, exception lines, `error:`/`fatal:`/`FAILED`, `npm ERR!`,
-  a cross mark, "command not found", "N failures"); for a result that failed (flagged as an error, or a
-  non-zero exit) without such a line, its first substantial line. Text whose lines were escaped (a
-  literal `\\n`) is split there first. File reads are not scanned (source code says "error" often),
-  a declined call is a decision. An error with a location (`src/a.ts(12,5): error TS2304: ...`) is its
-  message and the file's name: it is found where the message follows the file's name closely (a
-  summary that groups the error's occurrences under one line keeps it; its line numbers are not
-  required).
+  a cross mark, "command not found", "N failures", "compilation error", a failed test's name as
+  ExUnit, Go and Jest print it: `1) test ...`, `--- FAIL:`, `● ...`); for a result that failed
+  (flagged as an error, or a non-zero exit) without such a line, its first substantial line. Text
+  whose lines were escaped (a literal `\\n`) is split there first. File reads are not scanned (source
+  code says "error" often), a declined call is a decision. An error with a location
+  (`src/a.ts(12,5): error TS2304: ...`) is its message and the file's name: it is found where the
+  message follows the file's name closely (a summary that groups the error's occurrences under one
+  line keeps it; its line numbers are not required).
 - `commands`: every shell command run, by its first line, with a leading `cd DIR &&` removed (the
   directory is the environment, not the command).
 - `identifiers`: what the user typed that names something exactly: URLs, UUIDs, hashes, numbers of
@@ -90,9 +91,11 @@ _DIAGNOSTIC_START = re.compile(
     r"^(?:error\b|fatal\b|failed\b|panic(?:ked)?\b|npm err!|npm error\b|uncaught\b|unhandled\b|"
     r"traceback\b(?! \(most recent call last\):?$))", re.I)
 _DIAGNOSTIC_MARK = re.compile(r"^(?:FAIL(?:ED)?\b|ERROR\b|E {2,}\S|[A-Z][\w.]*(?:Error|Exception)\b(?::|$|\s)|"
-                              r"\*\* \(|[✗×✘❌]\s?\S)")
+                              r"\*\* \(|[✗×✘❌✕]\s?\S|\d+\) test\b|--- FAIL\b|● \S)")
+"""... or a test runner naming the test that failed (ExUnit's `1) test ...`, Go's `--- FAIL:`, Jest's `●`)."""
 _DIAGNOSTIC_ANYWHERE = re.compile(r"command not found|no such file or directory|permission denied|"
-                                  r"(?<!\b0 )\bfailed\b|\b[1-9]\d* (?:failures?|errors?)\b", re.I)
+                                  r"(?<!\b0 )\bfailed\b|\b[1-9]\d* (?:failures?|errors?|failing)\b|"
+                                  r"compilation error|panicked at|segmentation fault", re.I)
 _GENERIC_ERROR_LINE = re.compile(r"^(exit code \d+|traceback \(most recent call last\):?|error:?|errors?)$", re.I)
 _NONZERO_EXIT = re.compile(r"\b(?:exit(?:ed)?(?: with)? (?:code|status)|exit code|error code) [1-9]\d*\b", re.I)
 _URL = re.compile(r"https?://[^\s<>\"'`)\]}]+", re.I)
@@ -305,8 +308,9 @@ def _lines(text: str) -> list[str]:
 def error_lines(text: str) -> list[tuple[str, str]]:
     """(file, message) of every line that reads as an error: after a leading location (`path(12,5): `,
     `path:12:5: `) it starts with an error word (error, fatal, failed, panic, npm ERR!, Uncaught) or
-    mark (FAIL, ERROR, pytest's `E  `, an exception name, Elixir's `** (`, a cross), or it says
-    command not found, no such file or directory, permission denied, failed, N failures."""
+    mark (FAIL, ERROR, pytest's `E  `, an exception name, Elixir's `** (`, a cross, a failed test's
+    name), or it says command not found, no such file or directory, permission denied, failed,
+    N failures, compilation error, panicked at, segmentation fault."""
     out = []
     for line in _lines(text):
         if len(line) < MIN_ERROR_LINE_CHARS or len(line) > MAX_DIAGNOSTIC_CHARS or _GENERIC_ERROR_LINE.match(line):

@@ -197,9 +197,9 @@ def timeline_svg(name: str, timeline: Sequence[Mapping[str, Any]], top: float, w
             top_pts = " ".join(f"{_f(x)},{_f(scale.y(u))}" for x, u in zip(xs, upper, strict=True))
             bottom_pts = " ".join(f"{_f(x)},{_f(scale.y(b))}" for x, b in reversed(list(zip(xs, base, strict=True))))
             if len(xs) == 1:  # one call: a bar, not a degenerate polygon
-                x0, x1 = MARGIN_L, CHART_W - MARGIN_R
-                top_pts = f"{x0},{_f(scale.y(upper[0]))} {x1},{_f(scale.y(upper[0]))}"
-                bottom_pts = f"{x1},{_f(scale.y(base[0]))} {x0},{_f(scale.y(base[0]))}"
+                left, right = MARGIN_L, CHART_W - MARGIN_R
+                top_pts = f"{left},{_f(scale.y(upper[0]))} {right},{_f(scale.y(upper[0]))}"
+                bottom_pts = f"{right},{_f(scale.y(base[0]))} {left},{_f(scale.y(base[0]))}"
             parts.append(f'<polygon class="layer layer-{esc(key)}" fill="{COLORS[key]}" '
                          f'points="{top_pts} {bottom_pts}"><title>{esc(legend)}</title></polygon>')
         base = upper
@@ -232,8 +232,8 @@ def timeline_svg(name: str, timeline: Sequence[Mapping[str, Any]], top: float, w
                          f'L{_f(x)},{MARGIN_T - 1} Z"/>'
                          "</g>")
         elif breaks:
-            stages = ", ".join(sorted({str(e.get("stage", "?")) for e in breaks}))
-            parts.append(f'<g class="marker break"><title>{esc(f"call {i + 1}: prefix broken by {stages}")}</title>'
+            broken_by = ", ".join(sorted({str(e.get("stage", "?")) for e in breaks}))
+            parts.append(f'<g class="marker break"><title>{esc(f"call {i + 1}: prefix broken by {broken_by}")}</title>'
                          f'<line x1="{_f(x)}" x2="{_f(x)}" y1="{bottom - 7}" y2="{bottom}"/></g>')
 
     # The cache strip: the share of each call a prompt cache could reuse, run-length merged.
@@ -259,9 +259,9 @@ def timeline_svg(name: str, timeline: Sequence[Mapping[str, Any]], top: float, w
                  "cache</text>")
 
     for k in range(0, 5):
-        call = round(k * (n - 1) / 4) if n > 1 else 0
-        parts.append(f'<text class="axis" x="{_f(scale.x(call))}" y="{height - 1}" text-anchor="middle">'
-                     f"{call + 1}</text>")
+        at = round(k * (n - 1) / 4) if n > 1 else 0
+        parts.append(f'<text class="axis" x="{_f(scale.x(at))}" y="{height - 1}" text-anchor="middle">'
+                     f"{at + 1}</text>")
         if n == 1:
             break
 
@@ -300,7 +300,7 @@ def _cache_level(share: float, index: int) -> str:
 def _best(rows: Mapping[str, Mapping[str, Any]], key: str) -> set[str]:
     """Names of the rows holding the best value of `key` (ties all win)."""
     direction = BETTER[key]
-    values = {n: r.get(key) for n, r in rows.items() if isinstance(r.get(key), int | float)}
+    values = {n: v for n, r in rows.items() if isinstance(v := r.get(key), int | float)}
     if len(values) < 2:
         return set()
     best = (min if direction < 0 else max)(values.values())
@@ -381,7 +381,7 @@ def totals(sessions: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
 def retention_table(summary: Mapping[str, Mapping[str, Any]], probe_types: Sequence[str]) -> str:
     """Recall per policy and probe type as bars coloured by level; the smallest view highlighted."""
     policies = list(summary)
-    views = {p: summary[p].get("view_tokens") for p in policies if isinstance(summary[p].get("view_tokens"), int)}
+    views = {p: v for p in policies if isinstance(v := summary[p].get("view_tokens"), int)}
     smallest = min(views.values(), default=None)
     out = ['<div class="table-wrap"><table class="retention"><thead><tr><th scope="col">policy</th>',
            "".join(f'<th scope="col">{esc(k.replace("_", " "))}</th>' for k in probe_types),
@@ -496,8 +496,8 @@ def session_section(data: Mapping[str, Any], number: int) -> str:
                     f"million input tokens")
     peaks = [int(c.get("tokens", 0) or 0) for r in rows.values() for c in r.get("timeline") or ()]
     # The scale shows the window when the session comes near it; a short session gets its own scale.
-    near_window = window and max(peaks, default=0) * WINDOW_IN_SCALE >= window
-    top_value = max([*peaks, int(window) if near_window else 0, 1])
+    near_window = int(window) if window and max(peaks, default=0) * WINDOW_IN_SCALE >= window else 0
+    top_value = max([*peaks, near_window, 1])
     step = nice_step(top_value, 5)
     top = step * math.ceil(top_value / step)
     charts = []

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxwin.errors import CtxwinError, InputError
+from ctxwin.errors import ArgumentError, CtxwinError, InputError
+from ctxwin.files import as_path
 from ctxwin.tools.base import ToolError, ToolOutput
 from ctxwin.tools.registry import default_registry
 from ctxwin.tools.spec import ToolSpec, validate_args
@@ -66,6 +67,17 @@ class McpConfig:
     memory: Path | None = None
     embedder: str = "default"
     model: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("blobs", "session", "sessions_root", "memory"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, as_path(value, f"McpConfig.{name}"))
+        for name in ("embedder", "model"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise ArgumentError(f"McpConfig.{name} is text, not {type(value).__name__}",
+                                    "pass a name (see `ctxwin mcp --help`)")
 
 
 @dataclass(frozen=True, slots=True)

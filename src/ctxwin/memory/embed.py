@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 import numpy as np
 
-from ctxwin.errors import EmbedderError
+from ctxwin.errors import EmbedderError, InputError
 
 EMBED_MAX_CHARS = 2_000
 """Characters of a text that are embedded (a chunk is ~400 tokens, so this is all of a normal chunk;
@@ -134,7 +134,7 @@ class WordLlamaEmbedder:
             if ids is None:
                 ids = cache[pieces[number]] = tuple(t.id for t in self._bpe.tokenize(pieces[number]))
                 parts[number] = ids
-        return np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64)  # type: ignore[arg-type]
+        return np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64)  # type: ignore[arg-type]  # the loop filled every None
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
@@ -329,6 +329,6 @@ def embedder_from_spec(spec: str | None) -> Embedder:
     if spec.startswith("openai:"):
         url, _, model = spec.removeprefix("openai:").partition("#")
         if not url or not model:
-            raise EmbedderError(f"embedder {spec!r} needs a URL and a model", "write openai:<base_url>#<model>")
+            raise InputError(f"embedder {spec!r} needs a URL and a model", "write openai:<base_url>#<model>")
         return HttpEmbedder(url, model)
-    raise EmbedderError(f"unknown embedder {spec!r}", "use default, wordllama, hash, minilm or openai:<url>#<model>")
+    raise InputError(f"unknown embedder {spec!r}", "use default, wordllama, hash, minilm or openai:<url>#<model>")

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import re2
 
-from ctxwin.errors import InputError, MemoryIndexError
+from ctxwin.errors import InputError, MemoryIndexError, MissingExtraError
 from ctxwin.memory.backend import FIELDS_WEIGHT, SCHEMA_VERSION, Filters, cjk_runs, whole_identifiers
 from ctxwin.memory.chunks import IDENTIFIER, Chunk
 from ctxwin.memory.vectors import VectorScan
@@ -88,7 +88,7 @@ class PostgresBackend:
         try:
             import psycopg
         except ImportError:
-            raise InputError("the PostgreSQL index needs psycopg 3", "pip install 'ctxwin[postgres]'") from None
+            raise MissingExtraError("the PostgreSQL index needs psycopg 3", "pip install 'ctxwin[postgres]'") from None
         try:
             self.conn = psycopg.connect(dsn, autocommit=True)
         except psycopg.OperationalError as error:
@@ -149,6 +149,12 @@ class PostgresBackend:
         return "[" + ",".join(f"{x:.7g}" for x in vector.tolist()) + "]"
 
     # -- meta and files
+
+    def _scalar(self, sql: str, params: Sequence[Any]) -> Any:
+        """The one value of an aggregate query (which always answers one row)."""
+        row = self.conn.execute(sql, params).fetchone()
+        assert row is not None, "an aggregate query answers one row"
+        return row[0]
 
     def get_meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM ctxwin_memory_meta WHERE name = %s AND key = %s",
@@ -300,8 +306,7 @@ class PostgresBackend:
 
     def _refresh_scan(self) -> None:
         deletions = self.get_meta("deletions") or "0"
-        top = self.conn.execute("SELECT coalesce(max(key), 0) FROM ctxwin_memory_chunks WHERE name = %s",
-                                (self.name,)).fetchone()[0]
+        top = self._scalar("SELECT coalesce(max(key), 0) FROM ctxwin_memory_chunks WHERE name = %s", (self.name,))
         version = (int(top), deletions)
         if self._scan_version == version:
             return
@@ -366,10 +371,10 @@ class PostgresBackend:
             last = rows[-1][0]
 
     def stats(self) -> dict[str, Any]:
-        by_source = dict(self.conn.execute("SELECT source, count(*) FROM ctxwin_memory_chunks WHERE name = %s "
-                                           "GROUP BY source", (self.name,)).fetchall())
-        files = self.conn.execute("SELECT count(*) FROM ctxwin_memory_files WHERE name = %s",
-                                  (self.name,)).fetchone()[0]
+        by_source: dict[str, int] = dict(self.conn.execute(
+            "SELECT source, count(*) FROM ctxwin_memory_chunks WHERE name = %s GROUP BY source",
+            (self.name,)).fetchall())
+        files = self._scalar("SELECT count(*) FROM ctxwin_memory_files WHERE name = %s", (self.name,))
         return {"backend": self.kind, "name": self.name, "chunks": sum(by_source.values()),
                 "chunks_by_source": by_source, "files": files, "vectors": "pgvector" if self.pgvector else "numpy"}
 

@@ -325,8 +325,8 @@ class MemoryTools:
 
         entry = parse_entry(args["path"])  # a consolidated memory's ref to an entry of a stored session
         if entry is not None:
-            text = resolve_entry(self.sessions_root or self.workspace / ".ctxwin" / "sessions", entry)
-            return MemoryToolOutput(text, False, {"text": text, "ref": args["path"]})
+            recalled = resolve_entry(self.sessions_root or self.workspace / ".ctxwin" / "sessions", entry)
+            return MemoryToolOutput(recalled, False, {"text": recalled, "ref": args["path"]})
         path, first_ref, count_ref = parse_file_ref(args["path"])
         rel = self._memory_path(path)
         text = self.files.read(rel)

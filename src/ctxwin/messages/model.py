@@ -15,8 +15,10 @@ import binascii
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, TypeAlias, final, get_args
+
+from ctxwin.errors import MessageFormatError
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
@@ -24,6 +26,7 @@ ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
 _EMPTY: Mapping[str, Any] = {}
 
 
+@final  # readers dispatch on the exact type (`type(block) is Text`), so no subclass may stand in
 @dataclass(frozen=True, slots=True)
 class Text:
     text: str
@@ -31,6 +34,7 @@ class Text:
     type: Literal["text"] = field(default="text", init=False, repr=False)
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Thinking:
     """Model reasoning. `signature` is the provider's integrity token; when `redacted` is true the
@@ -43,6 +47,7 @@ class Thinking:
     type: Literal["thinking"] = field(default="thinking", init=False, repr=False)
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Image:
     """An image, inline (`data`, base64) or by `url`. Width and height, when known, let the token
@@ -136,6 +141,7 @@ def image_placeholder(problem: str) -> Text:
     return Text(IMAGE_PLACEHOLDER.format(problem=problem))
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A call the assistant asked for. `arguments` is the decoded JSON object; when a provider sent
@@ -148,6 +154,7 @@ class ToolCall:
     type: Literal["tool_call"] = field(default="tool_call", init=False, repr=False)
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """The answer to one `ToolCall`. `content` holds text and image parts; `name` is the tool's name
@@ -168,6 +175,13 @@ class ToolResult:
 
 Block: TypeAlias = Text | Thinking | Image | ToolCall | ToolResult
 Part: TypeAlias = Text | Image
+# the `type` each block class writes (its field's fixed default), so a new block kind is known at once
+BLOCK_TYPES: frozenset[str] = frozenset(
+    str(f.default) for cls in get_args(Block) for f in fields(cls) if f.name == "type")
+PART_TYPES: frozenset[str] = frozenset({"text", "image"})  # what a tool result may hold
+# The fields each block type's reader (`block_from_dict`) cannot do without.
+REQUIRED_FIELDS: Mapping[str, tuple[str, ...]] = {"text": ("text",), "thinking": ("thinking",), "image": (),
+                                                  "tool_call": ("id", "name"), "tool_result": ("call_id",)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,20 +209,21 @@ class Message:
     def content_key(self) -> str:
         """A digest of role and blocks (not id or meta): equal content, equal key. Token counts and
         other per-message caches are keyed by it. Computed once per message object."""
-        if self._key is None:
+        key = self._key
+        if key is None:
             payload = json.dumps(
                 [self.role, [block_to_dict(b) for b in self.blocks]],
                 ensure_ascii=False,
                 sort_keys=True,
                 separators=(",", ":"),
             )
-            digest = hashlib.blake2b(payload.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-            object.__setattr__(self, "_key", digest)  # a cache, not state: frozen is about content
-        return self._key
+            key = hashlib.blake2b(payload.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+            object.__setattr__(self, "_key", key)  # a cache, not state: frozen is about content
+        return key
 
     def replace(self, **changes: Any) -> Message:
         """A copy with some fields changed (and a fresh content key)."""
-        fields = {"role": self.role, "blocks": self.blocks, "id": self.id, "meta": self.meta}
+        fields: dict[str, Any] = {"role": self.role, "blocks": self.blocks, "id": self.id, "meta": self.meta}
         fields.update(changes)
         return Message(**fields)
 
@@ -276,13 +291,25 @@ def block_to_dict(block: Block) -> dict[str, Any]:
             if name is not None:
                 out["name"] = name
         case _:
-            raise TypeError(f"not a block: {block!r}")
+            raise MessageFormatError(f"not a block: {block!r}",
+                                     "blocks are Text, Thinking, Image, ToolCall or ToolResult")
     if block.extra:
         out["extra"] = dict(block.extra)
     return out
 
 
 def block_from_dict(data: Mapping[str, Any]) -> Block:
+    """The block `block_to_dict` wrote; anything else is a `MessageFormatError` saying what is wrong."""
+    try:
+        return _read_block(data)
+    except MessageFormatError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError, RecursionError) as error:
+        problem = _block_problem(data, BLOCK_TYPES) or f"{type(error).__name__}: {error}"
+        raise MessageFormatError(f"not a block: {problem}", "pass what block_to_dict() writes") from None
+
+
+def _read_block(data: Mapping[str, Any]) -> Block:
     kind = data.get("type")
     extra = dict(data.get("extra") or _EMPTY)
     if kind == "text":
@@ -297,13 +324,13 @@ def block_from_dict(data: Mapping[str, Any]) -> Block:
     if kind == "tool_result":
         parts = tuple(_part_from_dict(p) for p in data.get("content", ()))
         return ToolResult(str(data["call_id"]), parts, bool(data.get("is_error", False)), data.get("name"), extra)
-    raise ValueError(f"unknown block type {kind!r}; expected text, thinking, image, tool_call or tool_result")
+    raise MessageFormatError(f"unknown block type {kind!r}; expected text, thinking, image, tool_call or tool_result")
 
 
 def _part_from_dict(data: Mapping[str, Any]) -> Part:
-    block = block_from_dict(data)
+    block = _read_block(data)
     if not isinstance(block, Text | Image):
-        raise ValueError(f"a tool result may hold only text and image parts, not {block.type!r}")
+        raise MessageFormatError(f"a tool result may hold only text and image parts, not {block.type!r}")
     return block
 
 
@@ -317,11 +344,63 @@ def message_to_dict(message: Message) -> dict[str, Any]:
 
 
 def message_from_dict(data: Mapping[str, Any]) -> Message:
+    """The message `message_to_dict` wrote. Anything else is a `MessageFormatError` saying what is wrong
+    (see `message_problem`)."""
+    try:
+        role = data.get("role")
+        if role not in ROLES:
+            raise MessageFormatError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+        blocks = tuple(_read_block(b) for b in data.get("blocks", ()))
+        return Message(role=role, blocks=blocks, id=str(data.get("id", "")), meta=dict(data.get("meta") or _EMPTY))
+    except MessageFormatError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError, RecursionError) as error:
+        # the success path pays nothing for the check; a failure says what is wrong instead of what tripped
+        problem = message_problem(data) or f"{type(error).__name__}: {error}"
+        raise MessageFormatError(f"not a message: {problem}", "pass what Message.to_dict() writes") from None
+
+
+def message_problem(data: Any) -> str | None:
+    """Why `data` cannot be read as a message (`message_from_dict`), or None: an object with a known
+    role, `blocks` a list of objects each of a known type with the fields its reader needs (a tool
+    result's content a list of text and image parts), `meta` and each block's `extra` objects. Cheap
+    enough to run on every append."""
+    if not isinstance(data, Mapping):
+        return f"a message is an object, not {type(data).__name__}"
     role = data.get("role")
-    if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
-    blocks = tuple(block_from_dict(b) for b in data.get("blocks", ()))
-    return Message(role=role, blocks=blocks, id=str(data.get("id", "")), meta=dict(data.get("meta") or _EMPTY))
+    if not isinstance(role, str) or role not in ROLES:  # (a list is unhashable: no set look-up for it)
+        return f"unknown role {role!r}; expected one of {', '.join(ROLES)}"
+    meta = data.get("meta")
+    if meta is not None and not isinstance(meta, Mapping):
+        return f"'meta' is a {type(meta).__name__}, not an object"
+    blocks = data.get("blocks", ())
+    if not isinstance(blocks, list | tuple):
+        return f"'blocks' is a {type(blocks).__name__}, not a list"
+    for index, block in enumerate(blocks):
+        problem = _block_problem(block, BLOCK_TYPES)
+        if problem is None and block["type"] == "tool_result":
+            parts = block.get("content", ())
+            if not isinstance(parts, list | tuple):
+                problem = f"'content' is a {type(parts).__name__}, not a list"
+            for at, part in enumerate(parts if problem is None else ()):
+                problem = problem or _block_problem(part, PART_TYPES, f"content[{at}] ")
+        if problem is not None:
+            return f"blocks[{index}] {problem}"
+    return None
+
+
+def _block_problem(block: Any, types: frozenset[str], where: str = "") -> str | None:
+    if not isinstance(block, Mapping):
+        return f"{where}is a {type(block).__name__}, not an object"
+    kind = block.get("type")
+    if not isinstance(kind, str) or kind not in types:
+        return f"{where}has unknown type {kind!r}"
+    missing = [name for name in REQUIRED_FIELDS.get(kind, ()) if name not in block]
+    if missing:
+        return f"{where}({kind}) has no {', '.join(repr(m) for m in missing)}"
+    extra = block.get("extra")
+    return f"{where}({kind}) 'extra' is a {type(extra).__name__}, not an object" \
+        if extra is not None and not isinstance(extra, Mapping) else None
 
 
 def dumps(messages: Iterable[Message]) -> str:

@@ -75,8 +75,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
+from ctxwin.errors import ArgumentError
 from ctxwin.messages.model import Block, Image, Message, Text, Thinking, ToolCall, ToolResult, stable_id
 from ctxwin.messages.providers._common import OPENAI_RESPONSES, thinking_written
 
@@ -121,7 +122,7 @@ class RepairResult:
 
 def _check(provider: str) -> None:
     if provider not in PROVIDERS:
-        raise ValueError(f"unknown provider {provider!r}; expected one of {', '.join(PROVIDERS)}")
+        raise ArgumentError(f"unknown provider {provider!r}; expected one of {', '.join(PROVIDERS)}")
 
 
 def _empty_text(text: str) -> bool:
@@ -197,18 +198,17 @@ def validate(messages: Sequence[Message], provider: Provider = "anthropic", *, r
                     add(Problem("first_not_user", index, None, "the first message must be a user message"))
                 started = True
             for block in message.blocks:
-                kind = type(block)
-                if kind is Text:
+                if type(block) is Text:
                     if _empty_text(block.text):
                         add(Problem("empty_text", index, None, "an empty text block"))
                     else:
                         written += 1
-                elif kind is Image:
+                elif type(block) is Image:
                     if _empty_image(block):
                         add(Problem("empty_block", index, None, "an image without data or URL"))
                     else:
                         written += 1
-                elif kind is ToolCall and role == "assistant":
+                elif type(block) is ToolCall and role == "assistant":
                     written += 1
                     call_id = block.id
                     if call_id in call_turn:
@@ -218,7 +218,7 @@ def validate(messages: Sequence[Message], provider: Provider = "anthropic", *, r
                         add(Problem("invalid_call_id", index, call_id, "the provider rejects this call id"))
                     call_turn[call_id] = turn
                     call_index[call_id] = index
-                elif kind is Thinking and role == "assistant":
+                elif type(block) is Thinking and role == "assistant":
                     if thinking_written(block, provider):
                         written += 1
                 else:
@@ -295,14 +295,13 @@ def _writes(message: Message, provider: Provider) -> bool:
     """Whether the writer sends anything for this (already cleaned) message."""
     role = message.role
     for block in message.blocks:
-        kind = type(block)
-        if kind is Thinking:
+        if type(block) is Thinking:
             if role == "assistant" and thinking_written(block, provider):
                 return True
-        elif kind is ToolCall:
+        elif type(block) is ToolCall:
             if role == "assistant":
                 return True
-        elif kind is ToolResult:
+        elif type(block) is ToolResult:
             if role == "tool":
                 return True
         elif role != "tool":
@@ -339,25 +338,24 @@ def _needs_cleaning(message: Message, provider: Provider) -> bool:
     role = message.role
     written = False
     for block in message.blocks:
-        kind = type(block)
-        if kind is ToolResult:
+        if type(block) is ToolResult:
             if role != "tool" or any(_empty_part(p) for p in block.content):
                 return True
             written = True
         elif role == "tool":
             return True
-        elif kind is Text:
+        elif type(block) is Text:
             text = block.text
             if not text or text.isspace():
                 return True
             written = True
-        elif kind is Image:
+        elif type(block) is Image:
             if _empty_image(block):
                 return True
             written = True
         elif role != "assistant":
             return True  # a call or thinking outside an assistant message
-        elif kind is ToolCall or thinking_written(block, provider):
+        elif type(block) is ToolCall or thinking_written(block, provider):
             written = True
     return not written
 
@@ -388,21 +386,20 @@ def _split_misplaced(index: int, message: Message, note: Note) -> list[Message]:
             break
     if not bad:
         return [message]
-    results = []
+    moved: list[ToolResult] = []
     kept: list[Block] = []
     for block in blocks:
-        kind = type(block)
-        if kind is ToolResult:
-            results.append(block)
-        elif role != "assistant" and kind in (ToolCall, Thinking):
+        if type(block) is ToolResult:
+            moved.append(block)
+        elif role != "assistant" and type(block) in (ToolCall, Thinking):
             note(RepairChange("drop_misplaced_block", getattr(block, "id", None), index,
                               f"a {block.type} block in a {role} message"))
         else:
             kept.append(block)
     out = []
-    if results:
+    if moved:
         note(RepairChange("split_misplaced", None, index, f"tool results in a {role} message moved to a tool message"))
-        out.append(Message("tool", tuple(results), id=f"{message.id}-results" if message.id else ""))
+        out.append(Message("tool", tuple(moved), id=f"{message.id}-results" if message.id else ""))
     if kept:
         out.append(message.replace(blocks=tuple(kept)))
     return out
@@ -410,10 +407,9 @@ def _split_misplaced(index: int, message: Message, note: Note) -> list[Message]:
 
 def _drop_empty_blocks(index: int, message: Message, note: Note) -> Message:
     for block in message.blocks:
-        kind = type(block)
-        if (kind is Text and _empty_text(block.text)) or (kind is Image and _empty_image(block)):
+        if (type(block) is Text and _empty_text(block.text)) or (type(block) is Image and _empty_image(block)):
             break
-        if kind is ToolResult and any(_empty_part(p) for p in block.content):
+        if type(block) is ToolResult and any(_empty_part(p) for p in block.content):
             break
     else:
         return message
@@ -502,9 +498,9 @@ def _pair(staged: Staged, provider: Provider, note: Note) -> Staged:
             kept: list[Block] = []
             changed = False
             for block in message.blocks:
-                result: ToolResult = block
-                call = _match(pending.get(result.call_id), zone)
-                if call is None:
+                result = cast(ToolResult, block)  # _clean left nothing but results in a tool message
+                owner = _match(pending.get(result.call_id), zone)
+                if owner is None:
                     changed = True
                     if result.call_id in seen:
                         note(RepairChange("drop_duplicate_result", result.call_id, index,
@@ -512,13 +508,13 @@ def _pair(staged: Staged, provider: Provider, note: Note) -> Staged:
                     else:
                         note(RepairChange("drop_orphan_result", result.call_id, index, "no call of this id before it"))
                     continue
-                call.answered = True
-                if call.id != result.call_id:
-                    result = ToolResult(call.id, result.content, result.is_error, result.name, result.extra)
-                if zoned and call.turn != zone:
-                    call.moved = result
+                owner.answered = True
+                if owner.id != result.call_id:
+                    result = ToolResult(owner.id, result.content, result.is_error, result.name, result.extra)
+                if zoned and owner.turn != zone:
+                    owner.moved = result
                     changed = True
-                    note(RepairChange("move_result", call.id, index, "moved to directly after its call"))
+                    note(RepairChange("move_result", owner.id, index, "moved to directly after its call"))
                     continue
                 changed = changed or result is not block
                 kept.append(result)

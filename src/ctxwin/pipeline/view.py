@@ -13,10 +13,11 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import Any, overload
 
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.pipeline.events import Event
+from ctxwin.store.base import BlobStore
 from ctxwin.tokens.base import TokenCounter
 
 
@@ -75,7 +76,7 @@ class StageContext:
     system_tokens: int = 0
     now: float | None = None
     last_call_at: float | None = None
-    blobs: Any = None  # a BlobStore, when the session has one
+    blobs: BlobStore | None = None  # when the session has one
     calls: Mapping[str, ToolCall] = field(default_factory=dict)
     """Every tool call of the session by id (results name their call only by id)."""
     pins: frozenset[str] = frozenset()
@@ -138,7 +139,13 @@ class MessagesView(Sequence[Message]):
     def __len__(self) -> int:
         return len(self._items)
 
-    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
         if isinstance(index, slice):
             return [item.message for item in self._items[index]]
         return self._items[index].message

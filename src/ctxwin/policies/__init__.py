@@ -1,20 +1,20 @@
 """Policies: what each pipeline stage does, as data. `get("ctxwin")` gives a preset; `load(path)`
 reads a TOML file (any subset of fields; `base = "pi"` starts from a preset). The compaction section
 is one model per strategy, chosen by its `strategy` field. Imports: errors and files (the guarded
-reader); YAML through PyYAML for OpenClaw configs."""
+reader); YAML through PyYAML for OpenClaw configs, on first use."""
 
 from __future__ import annotations
 
+import os
 import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from ctxwin import files
-from ctxwin.errors import InputError
+from ctxwin.errors import ArgumentError, InputError
 from ctxwin.policies.levels import LEVELS, at_level
 from ctxwin.policies.model import (
     COMPACTION_MODELS,
@@ -56,15 +56,18 @@ def get(name: str | Path | Policy = DEFAULT) -> Policy:
     file by path, or the policy itself."""
     if isinstance(name, Policy):
         return name
+    if not isinstance(name, str | os.PathLike):
+        raise ArgumentError(f"a policy is a preset name, a TOML file or a Policy, not {type(name).__name__}",
+                            f"choose one of {', '.join(names())}, or give a .toml file")
     text = str(name)
     base, _, level = text.rpartition(":")
     if base and level in LEVELS:
         return at_level(get(base), level)
     if text.endswith(".toml") or "/" in text:
-        return load(Path(text))
-    resource = resources.files(__package__).joinpath("presets", f"{text}.toml")
-    if not resource.is_file():
+        return load(files.as_path(text, "a policy file"))
+    if text not in names():  # (a look-up by name, not a file probe: a name is no path)
         raise InputError(f"unknown policy {text!r}", f"choose one of {', '.join(names())}, or give a .toml file")
+    resource = resources.files(__package__).joinpath("presets", f"{text}.toml")
     return from_dict(tomllib.loads(resource.read_text("utf-8")), source=f"preset {text}")
 
 
@@ -125,12 +128,16 @@ def from_dict(data: dict[str, Any], *, source: str = "policy", _seen: tuple[str,
 def openclaw_file(path: str | Path) -> Imported:
     """An OpenClaw config file (JSON, or YAML by its `.yaml`/`.yml` name) as a policy on top of the
     `openclaw` preset, with every key it could not map."""
+    import yaml  # only OpenClaw configs are YAML: the policies themselves never need it
+
     text = files.read_text(path)
     try:
         data = yaml.safe_load(text) if str(path).endswith((".yaml", ".yml")) else files.loads_json(text)
     except (yaml.YAMLError, RecursionError, InputError) as error:
-        raise InputError(f"{path}: not valid {'YAML' if str(path).endswith(('.yaml', '.yml')) else 'JSON'}: "
-                         f"{error}", "fix the file; the keys read are listed in ctxwin.policies.openclaw") from None
+        what = "YAML" if str(path).endswith((".yaml", ".yml")) else "JSON"
+        detail = error.message.removeprefix("not valid JSON: ") if isinstance(error, InputError) else str(error)
+        raise InputError(f"{path}: not valid {what}: {detail}",
+                         "fix the file; the keys read are listed in ctxwin.policies.openclaw") from None
     return from_openclaw(data, get("openclaw"))
 
 

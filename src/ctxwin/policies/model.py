@@ -20,7 +20,7 @@ Share = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 class _Stage(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, defer_build=True)
 
 
 class BootstrapPolicy(_Stage):
@@ -316,7 +316,7 @@ class FitPolicy(_Stage):
 class Policy(BaseModel):
     """Everything the pipeline does, stage by stage. Unset stages are off, except `fit`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, defer_build=True)
 
     name: str = "custom"
     """Name shown in reports."""

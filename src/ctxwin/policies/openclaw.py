@@ -2,7 +2,8 @@
 
 Accepted shapes (JSON or YAML, any subset): the `compaction` block (also under `agents.defaults`),
 top-level `context_window`, `max_turns`, `summary_after`, `strategy` (aggressive | balanced |
-conservative) and `preserveRecent`, and `session.compact.autoTrigger {tokenThreshold, turnThreshold}`.
+conservative: the level is applied to the preset first, so values the config sets explicitly are kept
+as written) and `preserveRecent`, and `session.compact.autoTrigger {tokenThreshold, turnThreshold}`.
 The result starts from ctxwin's `openclaw` preset. Every key that has no ctxwin counterpart is
 reported by its dotted path with the reason, never dropped silently.
 """
@@ -104,14 +105,18 @@ def from_openclaw(config: Mapping[str, Any], base: Policy) -> Imported:
         unmapped[key] = f"not a knob of the {strategy} strategy (the config's mode)"
         del section[key]
     try:
-        compaction = compaction_for(strategy, base.compaction, **section)
-        policy = base.model_copy(update={"name": "openclaw-import", "compaction": compaction,
-                                         "description": "Imported from an OpenClaw config."})
+        # The level moves the preset's knobs; the values the config gives explicitly then win over it.
+        plain = base.model_copy(update={"compaction": compaction_for(strategy, base.compaction)})
+        leveled = at_level(plain, level) if level else plain
+        compaction = compaction_for(strategy, leveled.compaction, **section)
+        policy = leveled.model_copy(update={"name": "openclaw-import" + (f":{level}" if level else ""),
+                                            "compaction": compaction,
+                                            "description": "Imported from an OpenClaw config."})
         policy = Policy.model_validate(policy.model_dump())
     except (ValueError, TypeError) as error:
         raise InputError(f"the OpenClaw settings do not make a valid policy: {error}",
                          "check the values of the keys named") from None
-    return Imported(at_level(policy, level) if level else policy, unmapped)
+    return Imported(policy, unmapped)
 
 
 def _session(value: Mapping[str, Any], section: dict[str, Any], unmapped: dict[str, str]) -> None:

@@ -20,22 +20,23 @@ _EXPORTS = {
     "OpenAIResponsesClient": "openai",
     "APIS": "factory",
     "client_for": "factory",
-    **{name: "base" for name in (
-        "NO_RETRY", "Completion", "Done", "ModelClient", "ProviderError", "RetryPolicy", "Retrying", "Stream",
-        "StreamEvent", "StreamingClient", "TextDelta", "ThinkingDelta", "ToolCallDelta", "ToolCallStarted",
-        "ToolDef", "Usage", "UsageReported")},
+    "NO_RETRY": "retry",
+    "RetryPolicy": "retry",
+    "ProviderError": "parsing",
+    **{name: "interface" for name in (
+        "Completion", "Done", "ModelClient", "Retrying", "Stream", "StreamEvent", "StreamingClient", "TextDelta",
+        "ThinkingDelta", "ToolCallDelta", "ToolCallStarted", "ToolDef", "Usage", "UsageReported")},
 }
 
 if TYPE_CHECKING:
+    from ctxwin.errors import ProviderError
     from ctxwin.providers.anthropic import AnthropicClient
-    from ctxwin.providers.base import (
-        NO_RETRY,
+    from ctxwin.providers.factory import APIS, client_for
+    from ctxwin.providers.interface import (
         Completion,
         Done,
         ModelClient,
-        ProviderError,
         Retrying,
-        RetryPolicy,
         Stream,
         StreamEvent,
         StreamingClient,
@@ -47,8 +48,8 @@ if TYPE_CHECKING:
         Usage,
         UsageReported,
     )
-    from ctxwin.providers.factory import APIS, client_for
     from ctxwin.providers.openai import OpenAIChatClient, OpenAIResponsesClient
+    from ctxwin.providers.retry import NO_RETRY, RetryPolicy
 
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

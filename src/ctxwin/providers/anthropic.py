@@ -14,9 +14,23 @@ from typing import Any
 import httpx
 
 from ctxwin.messages import Message, Text
-from ctxwin.messages.providers import from_anthropic, to_anthropic
-from ctxwin.providers import base
-from ctxwin.providers.base import SSE, Completion, HttpClient, StreamEvent, ToolChoice, Tools, Usage
+from ctxwin.messages.providers import canonical, from_anthropic, to_anthropic
+from ctxwin.providers import parsing
+from ctxwin.providers.client import HttpClient
+from ctxwin.providers.interface import (
+    SSE,
+    Completion,
+    Done,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallStarted,
+    ToolChoice,
+    Tools,
+    Usage,
+    UsageReported,
+)
 from ctxwin.providers.tools import add_tools
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"  # the SDK convention: the base URL excludes /v1
@@ -53,6 +67,7 @@ class AnthropicClient(HttpClient):
                       max_tokens: int | None = 4096, tools: Tools = None, tool_choice: ToolChoice | None = None,
                       stream: bool = False) -> dict[str, Any]:
         head = [Message("system", (Text(system),))] if system else []
+        messages = canonical(messages, "the messages of a model call")
         converted = to_anthropic([*head, *messages])
         payload: dict[str, Any] = {"model": self.model, "messages": converted["messages"]}
         if converted.get("system"):
@@ -79,7 +94,7 @@ class AnthropicClient(HttpClient):
         data = self._post_to(self.base_url + "/v1/messages/count_tokens", payload, timeout)
         count = data.get("input_tokens")
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise base.malformed(PROVIDER, 200, data, "input_tokens is not a count")
+            raise parsing.malformed(PROVIDER, 200, data, "input_tokens is not a count")
         return count
 
 
@@ -115,11 +130,11 @@ def with_cache_breakpoints(payload: Mapping[str, Any]) -> dict[str, Any]:
 def parse_anthropic_message(data: Mapping[str, Any]) -> Completion:
     """A Messages API response as a `Completion`; one that is not what the API documents (content not a
     list of blocks, usage counts that are not numbers) is a `ProviderError`."""
-    return base.guarded_parse(PROVIDER, data, _parse_message)
+    return parsing.guarded_parse(PROVIDER, data, _parse_message)
 
 
 def _parse_message(data: Mapping[str, Any]) -> Completion:
-    content = base.object_list(PROVIDER, data, "content", "blocks")
+    content = parsing.object_list(PROVIDER, data, "content", "blocks")
     converted = from_anthropic([{"role": "assistant", "content": content}]) if content else []
     blocks = tuple(b for m in converted if m.role == "assistant" for b in m.blocks)
     stop = data.get("stop_reason")
@@ -130,10 +145,10 @@ def _parse_message(data: Mapping[str, Any]) -> Completion:
 def usage_from_anthropic(usage: Any) -> Usage | None:
     if not isinstance(usage, Mapping):
         return None
-    return Usage(input_tokens=base.token_count(usage, "input_tokens"),
-                 output_tokens=base.token_count(usage, "output_tokens"),
-                 cache_read_tokens=base.token_count(usage, "cache_read_input_tokens"),
-                 cache_write_tokens=base.token_count(usage, "cache_creation_input_tokens"))
+    return Usage(input_tokens=parsing.token_count(usage, "input_tokens"),
+                 output_tokens=parsing.token_count(usage, "output_tokens"),
+                 cache_read_tokens=parsing.token_count(usage, "cache_read_input_tokens"),
+                 cache_write_tokens=parsing.token_count(usage, "cache_creation_input_tokens"))
 
 
 def anthropic_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
@@ -141,7 +156,7 @@ def anthropic_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     message_stop, ping, error) as typed events, ending with `Done`; the completion is built from the
     accumulated message exactly as a non-streamed answer is parsed. A stream that is not what the API
     documents is a `ProviderError`."""
-    return base.guarded_events(PROVIDER, _anthropic_events(source))
+    return parsing.guarded_events(PROVIDER, _anthropic_events(source))
 
 
 def _anthropic_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
@@ -151,44 +166,44 @@ def _anthropic_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     calls: dict[int, int] = {}  # content index -> tool call index
     stopped = False
     for sse in source:
-        data = base.event_json(PROVIDER, sse)
+        data = parsing.event_json(PROVIDER, sse)
         kind = data.get("type", sse.event)
-        with base.malformed_inside(PROVIDER, data):
+        with parsing.malformed_inside(PROVIDER, data):
             if kind == "error":
-                raise base.stream_error(PROVIDER, data)
+                raise parsing.stream_error(PROVIDER, data)
             if kind == "message_start":
                 message = dict(data["message"])
                 usage = usage_from_anthropic(message.get("usage"))
                 if usage is not None:
-                    yield base.UsageReported(usage)
+                    yield UsageReported(usage)
             elif kind == "content_block_start":
                 index, block = int(data["index"]), dict(data["content_block"])
                 blocks[index] = block
                 if block.get("type") == "tool_use":
                     calls[index] = len(calls)
                     partial[index] = []
-                    yield base.ToolCallStarted(calls[index], base.text_field(block["id"], "tool_use.id"),
-                                          base.text_field(block["name"], "tool_use.name"))
+                    yield ToolCallStarted(calls[index], parsing.text_field(block["id"], "tool_use.id"),
+                                          parsing.text_field(block["name"], "tool_use.name"))
                 elif block.get("type") == "text" and block.get("text"):
-                    yield base.TextDelta(base.text_field(block["text"], "text"))
+                    yield TextDelta(parsing.text_field(block["text"], "text"))
             elif kind == "content_block_delta":
                 index, delta = int(data["index"]), data["delta"]
                 block = blocks[index]
                 if delta["type"] == "text_delta":
-                    piece = base.text_field(delta["text"], "text_delta.text")
-                    block["text"] = base.text_field(block.get("text", ""), "text") + piece
-                    yield base.TextDelta(piece)
+                    piece = parsing.text_field(delta["text"], "text_delta.text")
+                    block["text"] = parsing.text_field(block.get("text", ""), "text") + piece
+                    yield TextDelta(piece)
                 elif delta["type"] == "input_json_delta":
-                    piece = base.text_field(delta["partial_json"], "input_json_delta.partial_json")
+                    piece = parsing.text_field(delta["partial_json"], "input_json_delta.partial_json")
                     partial[index].append(piece)
-                    yield base.ToolCallDelta(calls[index], piece)
+                    yield ToolCallDelta(calls[index], piece)
                 elif delta["type"] == "thinking_delta":
-                    piece = base.text_field(delta["thinking"], "thinking_delta.thinking")
-                    block["thinking"] = base.text_field(block.get("thinking", ""), "thinking") + piece
-                    yield base.ThinkingDelta(piece)
+                    piece = parsing.text_field(delta["thinking"], "thinking_delta.thinking")
+                    block["thinking"] = parsing.text_field(block.get("thinking", ""), "thinking") + piece
+                    yield ThinkingDelta(piece)
                 elif delta["type"] == "signature_delta":
-                    block["signature"] = base.text_field(block.get("signature", ""), "signature") + \
-                        base.text_field(delta["signature"], "signature_delta.signature")
+                    block["signature"] = parsing.text_field(block.get("signature", ""), "signature") + \
+                        parsing.text_field(delta["signature"], "signature_delta.signature")
                 elif delta["type"] == "citations_delta":
                     block.setdefault("citations", []).append(delta["citation"])
             elif kind == "content_block_stop":
@@ -199,19 +214,19 @@ def _anthropic_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
             elif kind == "message_delta":
                 delta = data.get("delta") or {}
                 message.update({k: v for k, v in delta.items() if k in ("stop_reason", "stop_sequence")})
-                usage = {**(message.get("usage") or {}), **{k: v for k, v in (data.get("usage") or {}).items()
-                                                            if v is not None}}
-                message["usage"] = usage
-                reported = usage_from_anthropic(usage)
+                counts = {**(message.get("usage") or {}), **{k: v for k, v in (data.get("usage") or {}).items()
+                                                             if v is not None}}
+                message["usage"] = counts
+                reported = usage_from_anthropic(counts)
                 if reported is not None:
-                    yield base.UsageReported(reported)
+                    yield UsageReported(reported)
             elif kind == "message_stop":
                 stopped = True
                 break
     if not message or not stopped:
-        raise base.malformed(PROVIDER, 200, message or None, "the stream ended before message_stop")
+        raise parsing.malformed(PROVIDER, 200, message or None, "the stream ended before message_stop")
     message["content"] = [blocks[i] for i in sorted(blocks)]
-    yield base.Done(parse_anthropic_message(message))
+    yield Done(parse_anthropic_message(message))
 
 
 __all__ = ["ANTHROPIC_BASE_URL", "ANTHROPIC_VERSION", "AnthropicClient", "anthropic_stream_events",

@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from ctxwin.errors import InputError
 from ctxwin.providers.anthropic import ANTHROPIC_BASE_URL, AnthropicClient
-from ctxwin.providers.base import RetryPolicy
 from ctxwin.providers.openai import OPENAI_BASE_URL, OpenAIChatClient, OpenAIResponsesClient
+from ctxwin.providers.retry import RetryPolicy
 
 ApiName = Literal["anthropic", "openai", "openai-responses"]
 APIS: tuple[ApiName, ...] = ("anthropic", "openai", "openai-responses")
@@ -24,7 +24,7 @@ def client_for(api: ApiName, base_url: str | None = None, model: str | None = No
     "openai") go to the client."""
     if api not in APIS:
         raise InputError(f"unknown API {api!r}", f"use one of: {', '.join(APIS)}")
-    if base_url is not None and not base_url.startswith(("http://", "https://")):
+    if base_url is not None and not (isinstance(base_url, str) and base_url.startswith(("http://", "https://"))):
         raise InputError(f"base URL {base_url!r} is not an http(s) URL", "pass e.g. http://127.0.0.1:8000/v1")
     common: dict[str, Any] = {"api_key": api_key, "retry": RetryPolicy() if retry is None else retry, **options}
     if model is not None:

@@ -15,9 +15,29 @@ from typing import Any
 import httpx
 
 from ctxwin.messages import Message, Text
-from ctxwin.messages.providers import from_openai_chat, from_openai_responses, to_openai_chat, to_openai_responses
-from ctxwin.providers import base
-from ctxwin.providers.base import SSE, Completion, HttpClient, StreamEvent, ToolChoice, Tools, Usage
+from ctxwin.messages.providers import (
+    canonical,
+    from_openai_chat,
+    from_openai_responses,
+    to_openai_chat,
+    to_openai_responses,
+)
+from ctxwin.providers import parsing
+from ctxwin.providers.client import HttpClient
+from ctxwin.providers.interface import (
+    SSE,
+    Completion,
+    Done,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallStarted,
+    ToolChoice,
+    Tools,
+    Usage,
+    UsageReported,
+)
 from ctxwin.providers.tools import add_tools
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"  # the SDK convention: the base URL includes the version
@@ -51,12 +71,14 @@ class OpenAIChatClient(_OpenAIClient):
         super().__init__(base_url, api_key, model, http_client, **options)
         self.max_tokens_field = max_tokens_field
 
-    def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
+    def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int | None = 4096,
                       tools: Tools = None, tool_choice: ToolChoice | None = None,
                       stream: bool = False) -> dict[str, Any]:
         head = [Message("system", (Text(system),))] if system else []
-        payload: dict[str, Any] = {"model": self.model, "messages": to_openai_chat([*head, *messages]),
-                                   self.max_tokens_field: max_tokens}
+        messages = canonical(messages, "the messages of a model call")
+        payload: dict[str, Any] = {"model": self.model, "messages": to_openai_chat([*head, *messages])}
+        if max_tokens is not None:  # None: the model's own limit, as the Anthropic client reads it
+            payload[self.max_tokens_field] = max_tokens
         add_tools("chat", payload, tools, tool_choice)
         if stream:
             payload["stream"] = True
@@ -76,11 +98,13 @@ class OpenAIResponsesClient(_OpenAIClient):
 
     path = "/responses"
 
-    def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int = 4096,
+    def build_request(self, messages: Sequence[Message], *, system: str | None = None, max_tokens: int | None = 4096,
                       tools: Tools = None, tool_choice: ToolChoice | None = None,
                       stream: bool = False) -> dict[str, Any]:
-        payload: dict[str, Any] = {"model": self.model, "input": to_openai_responses(list(messages)),
-                                   "max_output_tokens": max_tokens, "store": False}
+        messages = canonical(messages, "the messages of a model call")
+        payload: dict[str, Any] = {"model": self.model, "input": to_openai_responses(list(messages)), "store": False}
+        if max_tokens is not None:
+            payload["max_output_tokens"] = max_tokens
         if system:
             payload["instructions"] = system
         add_tools("responses", payload, tools, tool_choice)
@@ -102,7 +126,7 @@ class OpenAIResponsesClient(_OpenAIClient):
 def parse_chat_completion(data: Mapping[str, Any]) -> Completion:
     """A Chat Completions response as a `Completion` (the first choice); one that is not what the API
     documents (choices not a list of objects, usage counts that are not numbers) is a `ProviderError`."""
-    return base.guarded_parse(PROVIDER, data, _parse_chat)
+    return parsing.guarded_parse(PROVIDER, data, _parse_chat)
 
 
 def _parse_chat(data: Mapping[str, Any]) -> Completion:
@@ -110,11 +134,11 @@ def _parse_chat(data: Mapping[str, Any]) -> Completion:
     if choices is None or choices == []:
         choices = [{}]
     if not isinstance(choices, list) or not isinstance(choices[0], Mapping):
-        raise base.malformed(PROVIDER, 200, dict(data), "choices is not a list of objects")
+        raise parsing.malformed(PROVIDER, 200, dict(data), "choices is not a list of objects")
     choice = choices[0]
     raw_message = choice.get("message") or {"role": "assistant", "content": ""}
     if not isinstance(raw_message, Mapping):
-        raise base.malformed(PROVIDER, 200, dict(data), "choices[0].message is not an object")
+        raise parsing.malformed(PROVIDER, 200, dict(data), "choices[0].message is not an object")
     messages = from_openai_chat([{**raw_message, "role": "assistant"}])
     message = messages[0] if messages else Message("assistant", ())
     stop = choice.get("finish_reason")
@@ -125,11 +149,11 @@ def _parse_chat(data: Mapping[str, Any]) -> Completion:
 def parse_responses_response(data: Mapping[str, Any]) -> Completion:
     """A Responses API response as a `Completion`: every assistant item of `output` (reasoning, text,
     function calls) in one assistant message."""
-    return base.guarded_parse(PROVIDER, data, _parse_responses)
+    return parsing.guarded_parse(PROVIDER, data, _parse_responses)
 
 
 def _parse_responses(data: Mapping[str, Any]) -> Completion:
-    output = base.object_list(PROVIDER, data, "output", "items")
+    output = parsing.object_list(PROVIDER, data, "output", "items")
     blocks = tuple(b for m in from_openai_responses(output) if m.role == "assistant" for b in m.blocks)
     details = data.get("incomplete_details")
     stop = details.get("reason") if isinstance(details, Mapping) else None
@@ -144,9 +168,9 @@ def usage_from_openai(usage: Any) -> Usage | None:
     if not isinstance(usage, Mapping):
         return None
     details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
-    cached = base.token_count(details, "cached_tokens") if isinstance(details, Mapping) else 0
-    prompt = base.token_count(usage, "prompt_tokens" if "prompt_tokens" in usage else "input_tokens")
-    output = base.token_count(usage, "completion_tokens" if "completion_tokens" in usage else "output_tokens")
+    cached = parsing.token_count(details, "cached_tokens") if isinstance(details, Mapping) else 0
+    prompt = parsing.token_count(usage, "prompt_tokens" if "prompt_tokens" in usage else "input_tokens")
+    output = parsing.token_count(usage, "completion_tokens" if "completion_tokens" in usage else "output_tokens")
     return Usage(input_tokens=max(0, prompt - cached), output_tokens=output, cache_read_tokens=cached)
 
 
@@ -158,7 +182,7 @@ def chat_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     """Chat Completions chunks (`delta.content`, `delta.tool_calls` by index, `finish_reason`, the final
     usage chunk, `[DONE]`, an `{"error": ...}` chunk) as typed events, ending with `Done`. A stream that
     is not what the API documents is a `ProviderError`."""
-    return base.guarded_events(PROVIDER, _chat_events(source))
+    return parsing.guarded_events(PROVIDER, _chat_events(source))
 
 
 def _chat_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
@@ -172,48 +196,48 @@ def _chat_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
         if sse.data.strip() == "[DONE]":
             done = True
             break
-        data = base.event_json(PROVIDER, sse)
-        with base.malformed_inside(PROVIDER, data):
+        data = parsing.event_json(PROVIDER, sse)
+        with parsing.malformed_inside(PROVIDER, data):
             if data.get("error") is not None:
-                raise base.stream_error(PROVIDER, data)
+                raise parsing.stream_error(PROVIDER, data)
             head = head or {k: data.get(k) for k in ("id", "model", "created", "system_fingerprint")}
             if data.get("usage") is not None:
                 usage = data["usage"]
                 reported = usage_from_openai(usage)
                 if reported is not None:
-                    yield base.UsageReported(reported)
+                    yield UsageReported(reported)
             for choice in data.get("choices") or ():
                 if choice.get("index", 0) != 0:
                     continue
                 delta = choice.get("delta") or {}
                 if delta.get("content"):
-                    text.append(base.text_field(delta["content"], "delta.content"))
-                    yield base.TextDelta(delta["content"])
+                    text.append(parsing.text_field(delta["content"], "delta.content"))
+                    yield TextDelta(delta["content"])
                 if delta.get("reasoning_content"):  # DeepSeek, vLLM, llama.cpp
-                    yield base.ThinkingDelta(base.text_field(delta["reasoning_content"], "delta.reasoning_content"))
+                    yield ThinkingDelta(parsing.text_field(delta["reasoning_content"], "delta.reasoning_content"))
                 for piece in delta.get("tool_calls") or ():
                     index = int(piece.get("index", len(calls)))
                     function = piece.get("function") or {}
                     call = calls.get(index)
                     if call is None:
                         call = calls[index] = {
-                            "id": base.text_field(piece.get("id") or "", "tool_calls.id"), "type": "function",
-                            "function": {"name": base.text_field(function.get("name") or "", "function.name"),
+                            "id": parsing.text_field(piece.get("id") or "", "tool_calls.id"), "type": "function",
+                            "function": {"name": parsing.text_field(function.get("name") or "", "function.name"),
                                          "arguments": ""}}
-                        yield base.ToolCallStarted(index, call["id"], call["function"]["name"])
+                        yield ToolCallStarted(index, call["id"], call["function"]["name"])
                     if function.get("arguments"):
-                        call["function"]["arguments"] += base.text_field(function["arguments"], "function.arguments")
-                        yield base.ToolCallDelta(index, function["arguments"])
+                        call["function"]["arguments"] += parsing.text_field(function["arguments"], "function.arguments")
+                        yield ToolCallDelta(index, function["arguments"])
                 if choice.get("finish_reason"):
                     finish = choice["finish_reason"]
     if not done and finish is None:
-        raise base.malformed(PROVIDER, 200, None, "the stream ended before its last chunk")
+        raise parsing.malformed(PROVIDER, 200, None, "the stream ended before its last chunk")
     message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
     if calls:
         message["tool_calls"] = [calls[i] for i in sorted(calls)]
     completion = {**head, "object": "chat.completion",
                   "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
-    yield base.Done(parse_chat_completion(completion))
+    yield Done(parse_chat_completion(completion))
 
 
 def responses_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
@@ -221,7 +245,7 @@ def responses_stream_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     response.output_text.delta, response.function_call_arguments.delta, response.completed /
     incomplete / failed, error) as typed events, ending with `Done` built from the final response. A
     stream that is not what the API documents is a `ProviderError`."""
-    return base.guarded_events(PROVIDER, _responses_events(source))
+    return parsing.guarded_events(PROVIDER, _responses_events(source))
 
 
 def _responses_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
@@ -229,45 +253,45 @@ def _responses_events(source: Iterator[SSE]) -> Iterator[StreamEvent]:
     calls: dict[int, int] = {}  # output index -> tool call index
     final: Mapping[str, Any] | None = None
     for sse in source:
-        data = base.event_json(PROVIDER, sse)
+        data = parsing.event_json(PROVIDER, sse)
         kind = data.get("type", sse.event)
-        with base.malformed_inside(PROVIDER, data):
+        with parsing.malformed_inside(PROVIDER, data):
             if kind == "error":
-                raise base.stream_error(PROVIDER, {"error": {"type": data.get("code") or "server_error",
+                raise parsing.stream_error(PROVIDER, {"error": {"type": data.get("code") or "server_error",
                                                         "message": data.get("message") or "stream error",
                                                         "param": data.get("param")}})
             if kind == "response.failed":
                 error = (data.get("response") or {}).get("error") or {}
-                raise base.stream_error(PROVIDER, {"error": {"type": error.get("code") or "server_error",
+                raise parsing.stream_error(PROVIDER, {"error": {"type": error.get("code") or "server_error",
                                                         "message": error.get("message") or "the response failed"}})
             if kind == "response.output_item.added":
                 index, item = int(data["output_index"]), dict(data["item"])
                 items[index] = item
                 if item.get("type") == "function_call":
                     calls[index] = len(calls)
-                    yield base.ToolCallStarted(calls[index],
-                                               base.text_field(item.get("call_id"), "function_call.call_id"),
-                                               base.text_field(item.get("name"), "function_call.name"))
+                    yield ToolCallStarted(calls[index],
+                                               parsing.text_field(item.get("call_id"), "function_call.call_id"),
+                                               parsing.text_field(item.get("name"), "function_call.name"))
             elif kind == "response.output_text.delta":
-                yield base.TextDelta(base.text_field(data["delta"], "output_text.delta"))
+                yield TextDelta(parsing.text_field(data["delta"], "output_text.delta"))
             elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-                yield base.ThinkingDelta(base.text_field(data["delta"], "reasoning delta"))
+                yield ThinkingDelta(parsing.text_field(data["delta"], "reasoning delta"))
             elif kind == "response.function_call_arguments.delta":
                 index = int(data["output_index"])
-                yield base.ToolCallDelta(calls[index], base.text_field(data["delta"], "function_call_arguments.delta"))
+                yield ToolCallDelta(calls[index], parsing.text_field(data["delta"], "function_call_arguments.delta"))
             elif kind == "response.output_item.done":
                 items[int(data["output_index"])] = dict(data["item"])
             elif kind in ("response.completed", "response.incomplete"):
                 final = dict(data["response"])
                 reported = usage_from_openai(final.get("usage"))
                 if reported is not None:
-                    yield base.UsageReported(reported)
+                    yield UsageReported(reported)
                 break
     if final is None:
-        raise base.malformed(PROVIDER, 200, None, "the stream ended before response.completed")
+        raise parsing.malformed(PROVIDER, 200, None, "the stream ended before response.completed")
     if not final.get("output") and items:  # some servers leave the final output empty: use what streamed
         final = {**final, "output": [items[i] for i in sorted(items)]}
-    yield base.Done(parse_responses_response(final))
+    yield Done(parse_responses_response(final))
 
 
 __all__ = [

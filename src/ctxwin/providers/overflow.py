@@ -390,8 +390,8 @@ def _collect(error: object, ev: _Evidence, depth: int) -> None:
         _collect_exception(error, ev, depth)
     elif _is_response(error):
         _collect_response(error, ev)
-    elif callable(getattr(error, "model_dump", None)):  # an SDK's pydantic response or usage object
-        dumped = error.model_dump()
+    elif callable(model_dump := getattr(error, "model_dump", None)):  # an SDK's pydantic response or usage object
+        dumped = model_dump()
         if isinstance(dumped, Mapping):
             _collect_mapping(dumped, ev)
     elif hasattr(error, "stop_reason") and hasattr(error, "usage"):  # ctxwin Completion

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from ctxwin.errors import InputError
 from ctxwin.messages.tools import SchemaFormat, as_tool_schema, to_format
-from ctxwin.providers.base import ToolChoice, ToolDef
+from ctxwin.providers.interface import ToolChoice, ToolDef
 
 Api = Literal["anthropic", "chat", "responses"]
 

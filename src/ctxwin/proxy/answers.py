@@ -5,10 +5,11 @@ driven by `Turn.send`.
 A streamed answer is served by `TurnResponse`, an ASGI response that runs the whole turn while it
 streams: until the first event is relayed nothing has been sent, so an error before it (an overflow
 that cannot be recovered, any other status, an unreachable upstream) is an ordinary response in the
-API's shape; from the first event on, an upstream that breaks off, sends an event that is not JSON
-or more than `max_body_bytes` gets the caller an error event in its API's shape and the entry a
-502. A caller that goes away mid-stream cancels the upstream request (entry status 499); what was
-synced stays logged. The response holds the session's lease until the stream ends, however it ends.
+API's shape; from the first event on, an upstream that breaks off, ends its stream before its
+answer's end, sends an event that is not JSON or more than `max_body_bytes` gets the caller an
+error event in its API's shape and the entry a 502. A caller that goes away mid-stream cancels the
+upstream request (entry status 499); what was synced stays logged. The response holds the session's
+lease until the stream ends, however it ends.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from ctxwin.errors import CtxwinError, ProxyRefusal, SessionLockedError
+from ctxwin.errors import CtxwinError, ProxyError, SessionLockedError, UpstreamError
 from ctxwin.providers.base import SSE, Completion
 
 from .body import refuse_json
@@ -40,6 +41,7 @@ from .upstream import over_limit, response_headers
 
 log = logging.getLogger("ctxwin.proxy")
 NOT_JSON = "the upstream sent a stream event that is not the API's JSON"
+CUT_SHORT = "the upstream's stream ended before its answer did"
 STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
@@ -47,7 +49,7 @@ def failure_response(api: str, error: BaseException) -> Response | None:
     """What the caller gets when serving its request raised `error` before its answer started: the
     proxy's refusal, or what went wrong in ctxwin, in the API's error shape (an SDK raises its own
     typed error), never a plain-text 500; None for what is not ours to answer."""
-    if isinstance(error, ProxyRefusal):
+    if isinstance(error, ProxyError):
         return refusal_response(api, error)
     if isinstance(error, ClientDisconnect):
         return Response(status_code=499)
@@ -88,7 +90,7 @@ class WholeAnswer:
         data = orjson.dumps(self.turn.api.without_recall(orjson.loads(self.raw))) if recall_dropped else self.raw
         return await self._end(data, self.response)
 
-    async def fail(self, refusal: ProxyRefusal) -> Response:
+    async def fail(self, refusal: ProxyError) -> Response:
         raise refusal  # answered in the API's shape by the handler's guard, the entry written on the way
 
     def next_round(self) -> None:
@@ -137,10 +139,14 @@ class StreamedAnswer:
                     for chunk in self.editor.feed(sse):
                         await self._write(chunk)
         except (ValueError, KeyError, TypeError, AttributeError):  # orjson.JSONDecodeError is a ValueError
-            raise ProxyRefusal(502, NOT_JSON) from None
+            raise UpstreamError(502, NOT_JSON) from None
         completion: Completion | None = completion_of(self.turn.api, events)
         if completion is None and any(is_error(sse) for sse in events):
             exchange.status = 502  # the caller got the upstream's error event: not a success
+        elif completion is None:
+            # The HTTP stream ended (cleanly, or a close-delimited one cut) before the answer's own end:
+            # half an answer must not pass for a whole one, to the caller or in the entry.
+            raise UpstreamError(502, CUT_SHORT, "try again")
         return completion
 
     async def as_it_came(self, response: httpx.Response, raw: bytes) -> None:
@@ -162,7 +168,7 @@ class StreamedAnswer:
             await self._write(chunk)
         self.ended = True
 
-    async def fail(self, refusal: ProxyRefusal) -> None:
+    async def fail(self, refusal: ProxyError) -> None:
         if not self.started:
             await self.turn.conclude()
             await self.whole_response(refusal_response(self.turn.api.name, refusal))
@@ -227,14 +233,14 @@ class TurnResponse(Response):
             response = failure_response(api, error)
             if response is None:
                 raise error
-            if isinstance(error, ProxyRefusal):
+            if isinstance(error, ProxyError):
                 self.turn.exchange.status = error.status
             await self.turn.conclude()
             await answer.whole_response(response)
             return
         if not isinstance(error, CtxwinError):
             log.exception("serving a streamed answer failed")  # a bug: the caller gets an error event
-        self.turn.exchange.status = error.status if isinstance(error, ProxyRefusal) else 500
+        self.turn.exchange.status = error.status if isinstance(error, ProxyError) else 500
         await answer.error(f"ctxwin proxy: {error}")
 
 

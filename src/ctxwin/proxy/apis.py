@@ -23,11 +23,12 @@ import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
 from ctxwin.engine import Prepared
+from ctxwin.errors import MessageFormatError, ProxyRefusal
 from ctxwin.messages import Message
 from ctxwin.messages.model import ToolCall
 from ctxwin.messages.providers import (
@@ -122,12 +123,13 @@ class Api:
     # ---------------------------------------------------------------------------------- requests
 
     def split(self, body: Body) -> Conversation:
-        """The request's conversation; `ValueError` when the history is not a list of objects."""
+        """The request's conversation; a `MessageFormatError` when the history is not a list of
+        messages the converters read."""
         raw = body.raw_list(self.history_key)
         if raw is None and self.name == OPENAI_RESPONSES and isinstance(body.get("input"), str):
             raw = RawList.of([{"role": "user", "content": body["input"]}])
         if raw is None:
-            raise ValueError(f"`{self.history_key}` must be a list of messages")
+            raise MessageFormatError(f"`{self.history_key}` must be a list of messages")
         if self.name == ANTHROPIC:
             system = body.get("system")
             overhead = body.bytes_of("system") + b"\x00" + body.bytes_of("tools")
@@ -213,13 +215,17 @@ class Api:
             if prepared.system:  # system messages inside the history, which ctxwin lifted: after the agent's
                 changes["system"] = orjson.dumps(_join_system(body.get("system"), prepared.system))
         else:
-            fmt = "openai_chat" if self.name == OPENAI_CHAT else "openai_responses"
+            fmt: Literal["openai_chat", "openai_responses"] = \
+                "openai_chat" if self.name == OPENAI_CHAT else "openai_responses"
             written = openai_items(prepared.messages, fmt, rendered if rendered is not None else Rendered())
             lifted = [orjson.dumps({"role": "system", "content": prepared.system})] if prepared.system else []
             changes[self.history_key] = json_array([*conversation.lead.encoded(), *lifted,
                                                     *(data for data in written.encoded if data)])
         if recall:
-            changes["tools"] = append_to_array(body.bytes_of("tools"), self.recall_bytes)
+            tools = append_to_array(body.bytes_of("tools"), self.recall_bytes)
+            if tools is None:  # what the API itself would refuse, before the recall tool is added to it
+                raise ProxyRefusal(400, "`tools` is not a list of tool definitions", "send tools as a JSON array")
+            changes["tools"] = tools
         return body.encode(changes), written
 
     @property
@@ -358,12 +364,13 @@ def _never_joins(a: Message, b: Message) -> bool:
     return False
 
 
-def openai_items(messages: Sequence[Message], fmt: str, previous: Rendered) -> Rendered:
+def openai_items(messages: Sequence[Message], fmt: Literal["openai_chat", "openai_responses"],
+                 previous: Rendered) -> Rendered:
     """`to_openai_chat` / `to_openai_responses` of the prepared messages, incrementally, after the
     repair those APIs' own rules may need (as `Prepared.to_openai_chat` does it)."""
     from ctxwin.messages.pairing import repair, validate
 
-    fixed: Sequence[Message] = repair(messages, fmt).messages if validate(messages, fmt) else messages  # type: ignore[arg-type]
+    fixed: Sequence[Message] = repair(messages, fmt).messages if validate(messages, fmt) else messages
     if fmt == "openai_chat":
         return render(fixed, previous, _chat_joins, to_openai_chat)
     return render(fixed, previous, _never_joins, to_openai_responses)
@@ -486,7 +493,7 @@ def _responses_assistant(item: Any) -> bool:
     kind = item.get("type")
     if kind in (None, "message"):
         return item.get("role") == "assistant"
-    return kind in _RESPONSES_ASSISTANT or (isinstance(kind, str) and kind.endswith("_call"))
+    return isinstance(kind, str) and (kind in _RESPONSES_ASSISTANT or kind.endswith("_call"))
 
 
 def _responses_start(history: Sequence[Any], index: int) -> bool:

@@ -28,7 +28,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ctxwin import telemetry
-from ctxwin.errors import ContextBudgetError, ProxyRefusal
+from ctxwin.errors import ContextBudgetError, InputError, ProxyError, ProxyRefusal
 
 from .answers import TurnResponse, WholeAnswer, failure_response
 from .apis import APIS, Api, Conversation
@@ -70,8 +70,10 @@ def managed(proxy: Proxy, api: Api) -> Callable[[Request], Any]:
         body = Body(await proxy.read_body(request))
         try:
             conversation = api.split(body)
-        except ValueError as error:
-            raise ProxyRefusal(400, str(error), "send the conversation as the API documents it") from None
+        except ProxyRefusal:
+            raise  # already the caller's answer (a ProxyRefusal is an InputError too): not wrapped twice
+        except InputError as error:  # a history the converters cannot read (a MessageFormatError)
+            raise ProxyRefusal(400, error.message, "send the conversation as the API documents it") from None
         exchange = Exchange(api, str(body.get("model") or ""), started, streamed=body.get("stream") is True)
         response = await handle(proxy, request, body, conversation, exchange)
         if proxy.sleep is not None:
@@ -121,7 +123,7 @@ async def handle(proxy: Proxy, request: Request, body: Body, conversation: Conve
             return TurnResponse(turn, outgoing, lease)
         response: Response = await turn.send(WholeAnswer(turn), outgoing)
         return response
-    except ProxyRefusal as refusal:
+    except ProxyError as refusal:
         exchange.status = refusal.status
         raise
     finally:
@@ -152,8 +154,10 @@ def count_tokens(proxy: Proxy) -> Callable[[Request], Any]:
         if not proxy.config.passthrough:
             try:
                 conversation = api.split(body)
-            except ValueError as error:
-                raise ProxyRefusal(400, str(error), "send the conversation as the API documents it") from None
+            except ProxyRefusal:
+                raise
+            except InputError as error:
+                raise ProxyRefusal(400, error.message, "send the conversation as the API documents it") from None
             if not conversation.untouched:
                 key = session_key(request.headers, body, conversation.system_text,
                                   api.first_user_text(conversation.history))
@@ -174,7 +178,9 @@ def prepared(turn: Turn) -> Outgoing:
     refused as the caller's 400."""
     try:
         return turn.prepare()
-    except ValueError as error:
+    except ProxyRefusal:
+        raise
+    except InputError as error:  # what the converters and the engine refuse in a history
         raise ProxyRefusal(400, f"cannot read the conversation: {error}", "send it as the API documents it") from None
     except ContextBudgetError as error:
         raise ProxyRefusal(400, f"the request cannot be made to fit: {error}") from None

@@ -138,10 +138,10 @@ def json_array(items: Sequence[bytes]) -> bytes:
     return b"[" + b",".join(items) + b"]"
 
 
-def append_to_array(array: bytes, item: bytes) -> bytes:
-    """A JSON array's bytes with one more item at the end."""
+def append_to_array(array: bytes, item: bytes) -> bytes | None:
+    """A JSON array's bytes with one more item at the end (None: `array` is not a JSON array)."""
     body = array.rstrip()
     if not body.endswith(b"]"):
-        raise ValueError("not a JSON array")
+        return None
     inner = body[:-1].rstrip()
     return inner + (b"" if inner.endswith(b"[") else b",") + item + b"]"

@@ -42,7 +42,7 @@ from starlette.routing import BaseRoute, Route
 from ctxwin.errors import CtxwinError, InputError
 from ctxwin.proxy.config import ProxyConfig
 from ctxwin.proxy.session_stats import Record, SessionSummary, kept_for_summary, records_of, session_report, summarize
-from ctxwin.store.base import Entry
+from ctxwin.store.base import Entry, SessionLog
 from ctxwin.store.entries import KINDS
 from ctxwin.store.jsonl import SESSION_FILE
 from ctxwin.store.session import Session, is_session_dir
@@ -88,7 +88,7 @@ READ_KINDS = tuple(kind for kind in KINDS if kind != "message")
 """What the page reads of a log: everything but the conversation."""
 
 
-def _entries_from(log: Any, start: int) -> Iterator[Entry]:
+def _entries_from(log: SessionLog, start: int) -> Iterator[Entry]:
     """The log's entries from position `start` on; the durable logs skip the messages' bytes by their
     index (an in-memory log is a list, read as it is)."""
     if hasattr(log, "entries_of_kinds"):

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from ctxwin.errors import ProviderError, ProxyRefusal
+from ctxwin.errors import ProviderError, ProxyError
 from ctxwin.providers.base import SSE, Done
 
 from .apis import RECALL_TOOL, Api
@@ -281,7 +281,7 @@ def completion_of(api: Api, events: list[SSE]) -> Any:
         for event in api.stream_events(iter(events)):
             if isinstance(event, Done):
                 return event.completion
-    except (ProviderError, ProxyRefusal, ValueError, KeyError, TypeError):
+    except (ProviderError, ProxyError, ValueError, KeyError, TypeError):
         return None
     return None
 

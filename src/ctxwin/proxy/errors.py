@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import orjson
 from starlette.responses import Response
 
-from ctxwin.errors import ProxyRefusal
+from ctxwin.errors import ProxyError
 
 ANTHROPIC = "anthropic"
 OPENAI_CHAT = "openai-chat"
@@ -60,6 +60,6 @@ def error_response(api: str, status: int, message: str) -> Response:
                     headers=headers)
 
 
-def refusal_response(api: str, refusal: ProxyRefusal) -> Response:
+def refusal_response(api: str, refusal: ProxyError) -> Response:
     text = f"{refusal.message} ({refusal.hint})" if refusal.hint else refusal.message
     return error_response(api, refusal.status, text)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from ctxwin.engine import ContextEngine, Prepared
+from ctxwin.providers.base import Usage
 from ctxwin.store.entries import ProxyRequestEntry
 from ctxwin.telemetry.proxy_spans import ProxySpan
 
@@ -60,8 +60,8 @@ class Exchange:
     recall_calls: int = 0
     invalid: bool = False
     streamed: bool = False
-    usage: Any = None
-    pending_usage: Any = None  # usage of the final answer, recorded with the entry before the caller has it
+    usage: Usage | None = None
+    pending_usage: Usage | None = None  # usage of the final answer, recorded with the entry before the caller has it
     status: int = 200
     ended: float | None = None  # when the answer was ready for the caller (None: now)
     span: ProxySpan = field(default_factory=ProxySpan)  # the request's telemetry span (off: does nothing)

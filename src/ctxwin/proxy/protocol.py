@@ -6,6 +6,14 @@ body, would hold its connection (and a file descriptor) forever, and no limit on
 it accepts. `LimitedProtocol` is uvicorn's own protocol (httptools when installed, else h11, as
 uvicorn's "auto" picks) with those limits added where they can be seen whatever the parser: a
 connection opening, bytes arriving, and the parser starting or finishing a request.
+
+At the cap, a connection that is only waiting for its next request (uvicorn's keep-alive timer is
+running) gives its place to the new one, the one idle longest first, as nginx reuses idle keep-alive
+connections; else one request per keep-alive timeout and connection, no token needed, would keep
+every caller out. Only when none is idle is the new connection refused: a 503, and then, as nginx's
+lingering close, what the caller sends is read and dropped for `REFUSED_LINGER_S` before the socket
+is closed (closing a socket with unread bytes sends a reset, which destroys the 503 in the caller's
+receive buffer before it reads it).
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ from typing import Any, ClassVar
 
 from .limits import Limits
 
+REFUSED_LINGER_S = 1.0
+"""How long a refused connection is kept (reading and dropping) so that its 503 is not destroyed by a reset."""
 OVERLOADED = (b'{"type":"error","error":{"type":"overloaded_error","message":"ctxwin proxy: too many connections '
               b'open (try again shortly, or run more --workers)"}}')
 
@@ -42,19 +52,40 @@ class LimitedProtocol(_uvicorn_protocol()):  # type: ignore[misc]  # the base is
 
     _deadline: asyncio.TimerHandle | None = None
     _header_bytes = 0
+    _refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
         limits = self.limits
-        if limits is not None and len(self.connections) > limits.max_connections:
-            transport.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
-                            b"connection: close\r\nretry-after: 1\r\ncontent-length: %d\r\n\r\n%s"
-                            % (len(OVERLOADED), OVERLOADED))
-            transport.close()
+        if limits is not None and len(self.connections) > limits.max_connections and not self._make_room():
+            self._refuse(transport)
             return
         self._arm_headers()
 
+    def _make_room(self) -> bool:
+        """Closes the connection idle longest between two requests (False: none is)."""
+        idle = [c for c in self.connections if c is not self and c.timeout_keep_alive_task is not None]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda c: c.timeout_keep_alive_task.when())
+        oldest.timeout_keep_alive_task.cancel()
+        oldest.timeout_keep_alive_task = None  # not chosen again before it is gone
+        self.connections.discard(oldest)
+        oldest.timeout_keep_alive_handler()  # what uvicorn does when the keep-alive timeout runs out
+        return True
+
+    def _refuse(self, transport: asyncio.Transport) -> None:
+        self._refused = True
+        transport.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+                        b"connection: close\r\nretry-after: 1\r\ncontent-length: %d\r\n\r\n%s"
+                        % (len(OVERLOADED), OVERLOADED))
+        if transport.can_write_eof():
+            transport.write_eof()  # the caller reads the 503, then the end; its close ends this one
+        self._arm(REFUSED_LINGER_S)
+
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # a refused caller's request: read and dropped (see the module docstring)
         limits = self.limits
         cycle = self.cycle
         heading = limits is not None and (cycle is None or cycle.response_complete)  # a request's head is coming

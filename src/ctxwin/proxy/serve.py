@@ -8,7 +8,8 @@ sessions live in PostgreSQL (`proxy/shared.py`), which is why N > 1 demands `--p
 
 What is refused before anything listens, with what to do instead:
 - a non-loopback address without an auth token (anyone on the network could spend the caller's key),
-  and a token shorter than `MIN_TOKEN_CHARS` or with blanks at its ends (which HTTP drops from headers);
+  and a token shorter than `MIN_TOKEN_CHARS`, with blanks at its ends (which HTTP drops from headers) or
+  with a character that is not printable ASCII (which no client can put in a header);
 - several workers without PostgreSQL (a JSONL or in-memory session cannot be shared by processes);
 - an upstream that is not an http(s) URL, a listen address that does not parse.
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ctxwin.errors import InputError
+from ctxwin.errors import InputError, MissingExtraError
 from ctxwin.proxy.config import DEFAULT_LISTEN, MIN_TOKEN_CHARS, ProxyConfig
 from ctxwin.proxy.limits import Limits
 from ctxwin.tokens.registry import UnknownModelWarning
@@ -37,6 +38,7 @@ CONFIG_ENV = "CTXWIN_PROXY_CONFIG"
 PATH_FIELDS = ("store_dir", "memory_workspace")  # ProxyConfig's paths, strings in its JSON
 TOKEN_ENV = "CTXWIN_PROXY_TOKEN"
 """Where `ctxwin proxy` also reads the auth token, so it need not appear on the command line."""
+TOKEN_EXAMPLE = "`python -c 'import secrets; print(secrets.token_urlsafe(24))'`"
 FACTORY = "ctxwin.proxy.serve:app_from_env"
 PROTOCOL = "ctxwin.proxy.protocol:LimitedProtocol"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
@@ -112,7 +114,8 @@ def check_serving(config: ProxyConfig, listen: Listen, workers: int) -> None:
 
 def check_token(token: str | None) -> None:
     """Refuses a token that could be guessed (shorter than `MIN_TOKEN_CHARS` once stripped) or that no
-    client could send (blanks at its ends, which HTTP drops from header values)."""
+    client could send (blanks at its ends, which HTTP drops from header values; anything but printable
+    ASCII)."""
     if token is None:
         return
     if token != token.strip():
@@ -120,7 +123,14 @@ def check_token(token: str | None) -> None:
                          "pass the token without surrounding blanks")
     if len(token) < MIN_TOKEN_CHARS:
         raise InputError(f"the auth token has {len(token)} character(s); it must have at least {MIN_TOKEN_CHARS}",
-                         "use a long random one, e.g. `python -c 'import secrets; print(secrets.token_urlsafe(24))'`")
+                         f"use a long random one, e.g. {TOKEN_EXAMPLE}")
+    # A header value is bytes: clients encode it as ASCII and the server reads Latin-1, so any other
+    # character (or a control one) would make the token impossible to send in x-ctxwin-token.
+    odd = next((c for c in token if not " " <= c <= "~"), None)
+    if odd is not None:
+        raise InputError(f"the auth token holds {odd!r}, which is not printable ASCII (an HTTP header cannot carry "
+                         "it, so no client could send the token)", f"use letters, digits and punctuation, e.g. "
+                         f"{TOKEN_EXAMPLE}")
 
 
 def config_json(config: ProxyConfig) -> str:
@@ -216,7 +226,7 @@ def serve(config: ProxyConfig, listen: Listen, workers: int = 1, *, log_level: s
     try:
         import uvicorn
     except ImportError:
-        raise InputError("the proxy needs uvicorn and starlette", "pip install 'ctxwin[proxy]'") from None
+        raise MissingExtraError("the proxy needs uvicorn and starlette", "pip install 'ctxwin[proxy]'") from None
     check_serving(config, listen, workers)
     preflight(config, listen)
     if announce is not None:

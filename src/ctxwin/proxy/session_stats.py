@@ -265,8 +265,8 @@ def session_report(session: str, records: Sequence[Record], *, url: str = "") ->
     context (compactions, decisions with the refs that recall what they masked, recoveries), newest
     last, each list capped (the totals say how many there were)."""
     requests, compactions, decisions, recoveries = [], [], [], []
-    for number, record in enumerate(r for r in records if isinstance(r.entry, ProxyRequestEntry)):
-        row = {"n": number + 1, "time": record.timestamp, "entry": record.entry_id, **record.entry.to_payload()}
+    for number, (record, sent) in enumerate((r, r.entry) for r in records if isinstance(r.entry, ProxyRequestEntry)):
+        row = {"n": number + 1, "time": record.timestamp, "entry": record.entry_id, **sent.to_payload()}
         del row["type"]
         requests.append(row)
     for record in records:

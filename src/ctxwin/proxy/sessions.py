@@ -152,7 +152,7 @@ def session_policy(policy: Policy, *, reread_hint: bool) -> Policy:
 
 def build_engine(log: SessionLog, spec: EngineSpec) -> ContextEngine:
     """The engine every store builds for a session log (one recipe, so workers agree)."""
-    policy: Any = spec.policy
+    policy: str | Policy = spec.policy
     if spec.reread_hint:
         policy = session_policy(policies.get(spec.policy), reread_hint=True)
     engine = ContextEngine(log, model=spec.model, policy=policy, window=spec.window, max_output=spec.max_output)

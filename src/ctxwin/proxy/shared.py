@@ -38,7 +38,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from ctxwin.engine import ContextEngine
-from ctxwin.errors import SessionLockedError
+from ctxwin.errors import ArgumentError, SessionLockedError
 from ctxwin.store.postgres import (
     LOCK_POLL_MAX_S,
     LOCK_POLL_S,
@@ -89,7 +89,7 @@ class PostgresSessionStore:
     @classmethod
     def for_config(cls, config: ProxyConfig) -> PostgresSessionStore:
         if not config.postgres:
-            raise ValueError("PostgresSessionStore needs config.postgres")
+            raise ArgumentError("PostgresSessionStore needs config.postgres", "give the PostgreSQL DSN (--postgres)")
         return cls(config.postgres)
 
     @asynccontextmanager

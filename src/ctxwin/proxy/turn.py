@@ -25,9 +25,10 @@ import orjson
 from starlette.requests import Request
 
 from ctxwin.engine import ContextEngine, Prepared
-from ctxwin.errors import ContextBudgetError, ContextOverflowError, ProviderError, ProxyRefusal
+from ctxwin.errors import ContextBudgetError, ContextOverflowError, ProviderError, ProxyError
 from ctxwin.messages import Message, ToolCall
 from ctxwin.providers.base import Completion
+from ctxwin.tokens.base import TokenCounter
 
 from . import recall as recall_tool
 from .apis import Api, Conversation, overhead_key
@@ -65,7 +66,7 @@ class Answer(Protocol):
         """Ends the caller's answer (`recall_dropped`: its recall calls go unanswered)."""
         ...
 
-    async def fail(self, refusal: ProxyRefusal) -> Any:
+    async def fail(self, refusal: ProxyError) -> Any:
         """Ends the caller's answer with the proxy's own error."""
         ...
 
@@ -74,14 +75,14 @@ class Answer(Protocol):
         ...
 
 
-def overhead_tokens(conversation: Conversation, counter: Any) -> int:
+def overhead_tokens(conversation: Conversation, counter: TokenCounter) -> int:
     """The raw token count of what goes with every request besides the history: the system prompt and
     the tools, as the agent sent them."""
     text = conversation.overhead.decode("utf-8", "surrogatepass")
     return int(counter.count_text(text)) if text else 0
 
 
-def recall_overhead(api: Api, counter: Any) -> int:
+def recall_overhead(api: Api, counter: TokenCounter) -> int:
     return int(counter.count_text(api.recall_bytes.decode()))
 
 
@@ -233,7 +234,7 @@ class Turn:
                     outgoing = retry
                     continue
                 completion = await answer.relay(response)
-            except ProxyRefusal as refusal:
+            except ProxyError as refusal:
                 exchange.status = refusal.status
                 return await answer.fail(refusal)
             ours: list[ToolCall] = []

@@ -2,7 +2,7 @@
 read (whole, or as server-sent events), each bounded by `max_body_bytes` and timed as upstream time.
 
 Everything here is plumbing the request's turn (`proxy.turn`) uses without knowing HTTP: a
-connection failure is a 502 `ProxyRefusal`, a timeout a 504, an answer over the limit a 502, all
+connection failure is a 502 `UpstreamError`, a timeout a 504, an answer over the limit a 502, all
 in words the caller can act on. The stream is parsed by `httpx-sse`, the parser the provider
 clients use (`ctxwin.providers`), over the answer's bytes counted as they arrive: an upstream
 cannot make the proxy buffer more than the limit, however it frames its events.
@@ -20,7 +20,7 @@ import httpx
 from httpx_sse import EventSource, SSEError
 from starlette.requests import Request
 
-from ctxwin.errors import ProxyRefusal
+from ctxwin.errors import UpstreamError
 from ctxwin.providers.base import SSE
 
 from .config import ProxyConfig
@@ -68,9 +68,9 @@ def response_headers(response: httpx.Response) -> dict[str, str]:
     return {k: v for k, v in response.headers.items() if k not in RESPONSE_DROP}
 
 
-def over_limit(limit: int, what: str = "answer") -> ProxyRefusal:
-    return ProxyRefusal(502, f"the upstream's {what} is over the proxy's limit of {limit:,} bytes",
-                        "raise --max-body-bytes if the provider really sends answers that large")
+def over_limit(limit: int, what: str = "answer") -> UpstreamError:
+    return UpstreamError(502, f"the upstream's {what} is over the proxy's limit of {limit:,} bytes",
+                         "raise --max-body-bytes if the provider really sends answers that large")
 
 
 class Upstream:
@@ -110,11 +110,11 @@ class Upstream:
         try:
             return await self.client.send(outgoing, stream=stream)
         except httpx.TimeoutException:
-            raise ProxyRefusal(504, f"the upstream {self.base} did not answer within {self.timeout:g} s",
-                               "try again, or raise --upstream-timeout") from None
+            raise UpstreamError(504, f"the upstream {self.base} did not answer within {self.timeout:g} s",
+                                "try again, or raise --upstream-timeout") from None
         except httpx.HTTPError as error:
-            raise ProxyRefusal(502, f"the upstream {self.base} is unreachable: {type(error).__name__}",
-                               "check --upstream and that the provider is up") from None
+            raise UpstreamError(502, f"the upstream {self.base} is unreachable: {type(error).__name__}",
+                                "check --upstream and that the provider is up") from None
         finally:
             timing.upstream_s += time.perf_counter() - started
 
@@ -147,9 +147,10 @@ class Upstream:
                     raise over_limit(self.limit)
                 yield chunk
         except httpx.TimeoutException:
-            raise ProxyRefusal(504, "the upstream stopped answering mid-response", "try again") from None
+            raise UpstreamError(504, "the upstream stopped answering mid-response", "try again") from None
         except httpx.HTTPError as error:
-            raise ProxyRefusal(502, f"the upstream broke off its answer: {type(error).__name__}", "try again") from None
+            raise UpstreamError(502, f"the upstream broke off its answer: {type(error).__name__}",
+                                "try again") from None
         finally:
             await source.aclose()  # type: ignore[attr-defined]  # httpx's aiter_bytes is an async generator
             await response.aclose()
@@ -179,7 +180,7 @@ class Upstream:
                     # event for a browser, but relayed as it came, without an `event:` line.
                     yield SSE("" if sse.event == "message" else sse.event, sse.data)
         except SSEError as error:
-            raise ProxyRefusal(502, f"the upstream's stream is not server-sent events: {error}", "try again") from None
+            raise UpstreamError(502, f"the upstream's stream is not server-sent events: {error}", "try again") from None
         finally:
             await counted.aclose()
             await response.aclose()

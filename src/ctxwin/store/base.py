@@ -110,7 +110,12 @@ class SessionLog(Protocol):
     moves the leaf back to any entry, so the next append forks there."""
 
     session_id: str
-    blobs: BlobStore
+
+    @property
+    def blobs(self) -> BlobStore | None:
+        """Where spilled bytes go; None for a log that keeps none (a `MemorySessionLog` given no store).
+        Read-only here so each backend may hold its own store class."""
+        ...
 
     @property
     def leaf_id(self) -> str | None: ...
@@ -122,7 +127,9 @@ class SessionLog(Protocol):
 
     def append(self, kind: EntryKind, payload: dict[str, Any], *, parent_id: str | None = None) -> Entry: ...
 
-    def branch(self, entry_id: str) -> None: ...
+    def branch(self, entry_id: str | None) -> None:
+        """Move the leaf to `entry_id`; None makes the next append a new root."""
+        ...
 
     def path(self, leaf_id: str | None = None) -> Sequence[Entry]:
         """Root first. The durable backends return a lazy `EntryPath` (read as entries are looked at);
@@ -132,5 +139,9 @@ class SessionLog(Protocol):
     def get(self, entry_id: str) -> Entry: ...
 
     def __iter__(self) -> Iterator[Entry]: ...
+
+    def __len__(self) -> int:
+        """How many entries the log holds, on every branch."""
+        ...
 
     def close(self) -> None: ...

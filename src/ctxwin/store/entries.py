@@ -14,17 +14,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from ctxwin.errors import EntryFormatError
 from ctxwin.messages import Message
+from ctxwin.store.base import EntryKind
 
 
 @dataclass(frozen=True)
 class MessageEntry:
     """A message of the conversation, as it happened (the payload is `Message.to_dict()`)."""
 
-    kind: ClassVar[str] = "message"
+    kind: ClassVar[EntryKind] = "message"
     message: Message
 
     def to_payload(self) -> dict[str, Any]:
@@ -40,7 +41,7 @@ class DecisionEntry:
     """A request-time decision of one stage run: from now on each entry id renders as the message
     given (None: it leaves the view). Replayed on every later request, so the prefix stays stable."""
 
-    kind: ClassVar[str] = "decision"
+    kind: ClassVar[EntryKind] = "decision"
     stage: str
     renders: dict[str, Message | None]
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -61,7 +62,7 @@ class CompactionEntry:
     """A compaction: the summary that stands for `covered_ids`, where the kept history starts
     (`first_kept_id`), and what is needed to audit it and merge the next summary into it."""
 
-    kind: ClassVar[str] = "compaction"
+    kind: ClassVar[EntryKind] = "compaction"
     summary: str
     first_kept_id: str | None
     tokens_before: int
@@ -130,7 +131,7 @@ class CompactionEntry:
 class PinEntry:
     """The user pinned a message entry: never summarized away, masked or dropped."""
 
-    kind: ClassVar[str] = "pin"
+    kind: ClassVar[EntryKind] = "pin"
     target: str
 
     def to_payload(self) -> dict[str, Any]:
@@ -145,7 +146,7 @@ class PinEntry:
 class LabelEntry:
     """A name for an entry of the log (a restore point)."""
 
-    kind: ClassVar[str] = "label"
+    kind: ClassVar[EntryKind] = "label"
     label: str
     target: str | None
 
@@ -162,7 +163,7 @@ class ModelChangeEntry:
     """From here on the session talks to `model` (`source`: who said so, e.g. `import` for the model a
     transcript recorded)."""
 
-    kind: ClassVar[str] = "model_change"
+    kind: ClassVar[EntryKind] = "model_change"
     model: str
     source: str = ""
 
@@ -179,7 +180,7 @@ class RewindEntry:
     """The session went back to restore point `mark` (entry `target`): this entry is the first of the
     branch that continues from there, so a reopened session resumes on it."""
 
-    kind: ClassVar[str] = "custom"
+    kind: ClassVar[EntryKind] = "custom"
     type: ClassVar[str] = "rewind"
     mark: str
     target: str | None
@@ -196,7 +197,7 @@ class RewindEntry:
 class CalibrationEntry:
     """The token calibration learned from the provider's usage numbers (the calibrator's state)."""
 
-    kind: ClassVar[str] = "custom"
+    kind: ClassVar[EntryKind] = "custom"
     type: ClassVar[str] = "calibration"
     state: dict[str, Any]
 
@@ -213,7 +214,7 @@ class RecoveryEntry:
     """An overflow recovery: what the provider's error taught (its real window, its count) and the
     budget the engine keeps from then on."""
 
-    kind: ClassVar[str] = "custom"
+    kind: ClassVar[EntryKind] = "custom"
     type: ClassVar[str] = "recovery"
     window: int
     max_output: int
@@ -240,7 +241,7 @@ class ProxyRequestEntry:
     how it went. Written after the upstream answered (or failed), so the dashboard and the benchmarks
     read the proxy's work from the log the session already has, whichever worker served it."""
 
-    kind: ClassVar[str] = "custom"
+    kind: ClassVar[EntryKind] = "custom"
     type: ClassVar[str] = "proxy_request"
     api: str  # "anthropic" | "openai-chat" | "openai-responses"
     model: str
@@ -275,27 +276,45 @@ _PROXY_FIELDS = ("api", "model", "status", "tokens_received", "tokens_forwarded"
 
 @dataclass(frozen=True)
 class CustomEntry:
-    """Anything else: an application's own record (`type` names it), or a kind this release does not
-    know. Kept and passed through, never interpreted."""
+    """Anything else: an application's own record (`type` names it), or a `custom` type this release
+    does not know. Kept and passed through, never interpreted."""
 
-    kind: str
+    kind: EntryKind
     payload: dict[str, Any]
 
     def to_payload(self) -> dict[str, Any]:
         return self.payload
 
 
+class KnownEntry(Protocol):
+    """What every typed entry class above offers: the kind it is stored as and its payload both ways."""
+
+    kind: ClassVar[EntryKind]
+
+    def to_payload(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> LogEntry: ...
+
+
+class KnownCustomEntry(KnownEntry, Protocol):
+    """A typed entry stored as a `custom` one: its payload's `type` names it."""
+
+    type: ClassVar[str]
+
+
 LogEntry = (MessageEntry | DecisionEntry | CompactionEntry | PinEntry | LabelEntry | ModelChangeEntry | RewindEntry
             | CalibrationEntry | RecoveryEntry | ProxyRequestEntry | CustomEntry)
-ENTRY_TYPES: tuple[type, ...] = (MessageEntry, DecisionEntry, CompactionEntry, PinEntry, LabelEntry, ModelChangeEntry,
-                                 RewindEntry, CalibrationEntry, RecoveryEntry, ProxyRequestEntry)
+_CUSTOM_TYPES: tuple[type[KnownCustomEntry], ...] = (RewindEntry, CalibrationEntry, RecoveryEntry, ProxyRequestEntry)
+ENTRY_TYPES: tuple[type[KnownEntry], ...] = (MessageEntry, DecisionEntry, CompactionEntry, PinEntry, LabelEntry,
+                                             ModelChangeEntry, *_CUSTOM_TYPES)
 KINDS: tuple[str, ...] = tuple(dict.fromkeys(t.kind for t in ENTRY_TYPES))
 """Every entry kind a log may hold."""
-_BY_KIND = {t.kind: t for t in ENTRY_TYPES if t.kind != "custom"}
-_BY_CUSTOM_TYPE = {t.type: t for t in ENTRY_TYPES if t.kind == "custom"}
+_BY_KIND: dict[str, type[KnownEntry]] = {t.kind: t for t in ENTRY_TYPES if t.kind != "custom"}
+_BY_CUSTOM_TYPE: dict[str, type[KnownCustomEntry]] = {t.type: t for t in _CUSTOM_TYPES}
 
 
-def parse(kind: str, payload: Mapping[str, Any], *, entry_id: str = "?") -> LogEntry:
+def parse(kind: EntryKind, payload: Mapping[str, Any], *, entry_id: str = "?") -> LogEntry:
     """The typed form of a stored entry. Raises `EntryFormatError` naming the entry when the payload
     does not have its kind's shape."""
     try:

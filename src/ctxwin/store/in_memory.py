@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import itertools
 import marshal
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from ctxwin.errors import InputError
 from ctxwin.store.base import BlobStore, Entry, EntryKind, StoreProblem
 from ctxwin.store.tree import CHUNK, ROOT, Jumps, TreeReads
 
-Row = tuple[str, str | None, str, str, bytes | dict[str, Any]]
+Row = tuple[str, str | None, EntryKind, str, bytes | dict[str, Any]]
 """(id, parent id, kind, timestamp, payload): packed by `marshal`, or the dict itself when it holds
 something marshal cannot pack (no JSON payload does; kept as given rather than refused, as before)."""
 
@@ -39,7 +40,7 @@ class MemorySessionLog(TreeReads):
     _chunk = CHUNK
 
     def __init__(self, session_id: str = "memory", blobs: BlobStore | None = None,
-                 clock: Any = None) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         self.session_id = session_id
         self.blobs = blobs
         self._rows: list[Row] = []
@@ -84,6 +85,11 @@ class MemorySessionLog(TreeReads):
         rows = self._rows
         return iter([_entry(rows[seq]) for seq in range(max(0, start), self._count) if rows[seq][2] in wanted])
 
+    def leaves(self) -> list[str]:
+        """The tips of every branch, oldest first (read from the rows: no payload is unpacked)."""
+        parents = {row[1] for row in self._rows}
+        return [row[0] for row in self._rows if row[0] not in parents]
+
     def __contains__(self, entry_id: object) -> bool:
         return entry_id in self._seqs
 
@@ -107,7 +113,7 @@ class MemorySessionLog(TreeReads):
     def _seq_of(self, entry_id: str) -> int:
         seq = self._seqs.get(entry_id)
         if seq is None:
-            raise KeyError(f"no entry {entry_id!r} in session {self.session_id}")
+            raise InputError(f"no entry {entry_id!r} in session {self.session_id}", "check the entry id")
         return seq
 
     def _load(self, first: int, last: int) -> list[Entry]:
@@ -116,4 +122,4 @@ class MemorySessionLog(TreeReads):
 
 def _entry(row: Row) -> Entry:
     entry_id, parent_id, kind, timestamp, packed = row
-    return Entry(entry_id, parent_id, kind, timestamp, _unpack(packed))  # type: ignore[arg-type]
+    return Entry(entry_id, parent_id, kind, timestamp, _unpack(packed))

@@ -33,34 +33,33 @@ is a regular file (a FIFO never blocks an open). Lines that are not usable entri
 reported, and the entries hanging under them are re-attached (see `jsonl_index.py`); everything found
 is in `problems`, a list of `StoreProblem`.
 
-(Long on purpose: the writer's locking, durability modes, torn-line recovery and index upkeep share
-one file handle and one mutex; split apart their invariants would be harder to see.)
+The locks themselves (`FileLock`, the writer's and the compaction's) live in `locks.py`; durability,
+torn-line recovery and index upkeep stay here: they share one file handle and one mutex.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
-import fcntl
 import json
 import os
 import sqlite3
-import stat
 import threading
 import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal, NoReturn
 
-from ctxwin.errors import CtxwinError, EntryFormatError, InputError
+from ctxwin.errors import EntryFormatError, InputError
+from ctxwin.files import as_path
 from ctxwin.store import jsonl_index as ix
 from ctxwin.store.base import Entry, EntryKind, SessionFormatError, SessionLockedError, StoreProblem
-from ctxwin.store.blobs import DIR_MODE, FILE_MODE, FileBlobStore, open_store_file, read_store_file, write_atomic
+from ctxwin.store.blobs import DIR_MODE, FileBlobStore, open_store_file, read_store_file, write_atomic
+from ctxwin.store.locks import COMPACTION_LOCK, WRITER_LOCK, FileLock, lock_error, writer_lock
 from ctxwin.store.tree import (
     ROOT,
-    TreeReads,
+    ClosableReads,
     check_append,
     decode_entry,
     dumps,
@@ -74,19 +73,13 @@ FORMAT_VERSION = 1  # the header's "version"; files with a newer version are ref
 SESSION_FILE = "session.jsonl"
 INDEX_FILE = "index.sqlite"
 BLOB_DIR = "blobs"
-WRITER_LOCK = "writer.lock"
-COMPACTION_LOCK = "compaction.lock"
 TORN_SUFFIX = ".torn-"  # side files holding the bytes of a torn last line
 BATCH_MAX_ENTRIES = 256  # batch mode: the background thread syncs once this many appends are unsynced
 BATCH_MAX_DELAY_S = 0.05  # batch mode: ... or this long after an append
 BATCH_HARD_LIMIT = 1024  # batch mode: past this many unsynced appends (a slow disk), append syncs itself
 INDEX_FLUSH_ROWS = 4096  # index rows kept in memory before they are written to SQLite
 ITER_CHUNK = 1024  # entries read at once when iterating
-LOCK_POLL_S = 0.005  # how often a waiting writer retries the lock (doubling up to LOCK_POLL_MAX_S)
-LOCK_POLL_MAX_S = 0.05
-LOCK_ATTEMPTS = 3  # times the folder lock is taken again when the folder was replaced while waiting
 LOG_MAX_BYTES = 1 << 62  # the log is read by offset, never whole: no cap on its size
-HOLDER_MAX_BYTES = 64  # writer.lock holds one pid
 
 Durability = Literal["fsync", "batch"]
 DURABILITIES: tuple[str, ...] = ("fsync", "batch")
@@ -125,210 +118,6 @@ class OpenReport:
             out.append(f"index rebuilt: {self.index_reason}")
         out.extend(p.message for p in self.problems)
         return out
-
-
-# --------------------------------------------------------------------------------------------------
-# Locks
-
-
-def open_lock_file(path: Path) -> int:
-    """An fd on the lock file `path`, created if missing, never through a symbolic link and never on
-    a FIFO or device (one in its place is replaced: a lock file holds nothing worth keeping). A folder
-    in its place is refused, not removed: it may hold something. Raises OSError for what it cannot open."""
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    for _ in range(2):
-        try:
-            fd = os.open(path, flags, FILE_MODE)
-        except IsADirectoryError:
-            raise SessionFormatError(f"{path} is a directory, not ctxwin's lock file",
-                                     "remove it (ctxwin keeps only a pid there), then open the session again") from None
-        except OSError as error:
-            if error.errno not in (errno.ELOOP, errno.ENXIO):
-                raise
-        else:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                return fd
-            os.close(fd)
-        os.unlink(path)  # a symlink, FIFO, socket or device where our lock file belongs
-    raise SessionFormatError(f"{path} keeps being replaced by something that is not a file", "check the folder")
-
-
-def holder_of(path: Path) -> str:
-    """The pid written in a lock file, or "" (never blocks, never follows a link)."""
-    try:
-        return read_store_file(path, HOLDER_MAX_BYTES).decode(errors="replace").strip()
-    except (OSError, InputError):
-        return ""
-
-
-def lock_error(path: Path, error: OSError, hint: str) -> CtxwinError:
-    """An OSError met while opening or locking `path`, as the typed error a user can act on."""
-    reason = error.strerror or str(error)
-    if error.errno in (errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):  # NFS, some FUSE mounts
-        return SessionLockedError(f"cannot lock {path}: {reason} (this file system does not lock files)",
-                                  "open the session read-only, or keep sessions on a local disk")
-    if error.errno in (errno.EMFILE, errno.ENFILE):  # passes once descriptors are given back: like a busy lock
-        return SessionLockedError(f"cannot open {path}: {reason}",
-                                  "try again once fewer sessions are open, or raise the limit (ulimit -n)")
-    if error.errno == errno.EROFS:
-        return SessionFormatError(f"cannot write in {path}: the file system is read-only",
-                                  "open the session read-only (readonly=True, or --readonly)")
-    if error.errno in (errno.EACCES, errno.EPERM):
-        return SessionFormatError(f"permission denied opening {path} for writing",
-                                  "check the folder's owner and permissions, or open the session read-only")
-    if error.errno in (errno.ENOTDIR, errno.EEXIST):
-        return SessionFormatError(f"cannot open {path}: a part of the path is a file, not a folder", "check the path")
-    if error.errno == errno.ENOENT:
-        return SessionFormatError(f"{path} was removed while it was being opened", "open the session again")
-    return SessionFormatError(f"cannot open {path}: {reason}", hint)
-
-
-class FileLock:
-    """An exclusive flock, held from `acquire` to `release`. `path` is the lock file, holding the
-    holder's pid. With `on` (the session folder) the flock is on `on` first, which nobody can delete
-    while a writer holds it, so the lock survives the deletion of `path`; and then on `path` as well,
-    without waiting, because older ctxwin writers lock only `path` and must still be kept out (and
-    keep this one out). Locks belong to the open file, so two opens in one process exclude each other
-    just as two processes do."""
-
-    def __init__(self, path: Path, on: Path | None = None) -> None:
-        self.path = path
-        self.on = on
-        self._fd: int | None = None  # the folder (with `on`), or the lock file
-        self._file_fd: int | None = None  # the lock file, when `_fd` is the folder
-        self._file_id: tuple[int, int] | None = None
-
-    def acquire(self, timeout: float | None, what: str, hint: str) -> None:
-        """Raises SessionLockedError when another holds the lock (after `timeout` seconds; None waits
-        forever), SessionFormatError (or SessionLockedError, for a file system without locks) for
-        every OSError met on the way."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        target = self.path if self.on is None else self.on
-        try:
-            if self.on is None:
-                self._fd = self._wait(open_lock_file(self.path), deadline, timeout, what, hint)
-                os.ftruncate(self._fd, 0)
-                os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
-                return
-            self._fd = self._lock_folder(self.on, deadline, timeout, what, hint)
-            target = self.path
-            self._lock_file(what, hint)
-        except BaseException as error:
-            self.release()
-            if isinstance(error, OSError):
-                raise lock_error(target, error, hint) from None
-            raise
-
-    def _lock_folder(self, folder: Path, deadline: float | None, timeout: float | None, what: str, hint: str) -> int:
-        """The folder's fd, flocked, and still the folder named `folder`: one deleted and made again
-        while this waited is another session's folder, so the lock is taken again on that one."""
-        for _ in range(LOCK_ATTEMPTS):
-            self._fd = self._wait(os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), deadline, timeout,
-                                  what, hint)
-            if self._folder_is_ours():
-                return self._fd
-            os.close(self._fd)  # closing drops the flock on the old folder
-            self._fd = None
-            if not folder.exists():
-                raise SessionFormatError(f"{folder} was removed while it was being opened", "open the session again")
-        raise SessionLockedError(f"{folder} keeps being removed and made again while it is being opened",
-                                 "stop whatever is replacing the folder, then open the session again")
-
-    def _wait(self, fd: int, deadline: float | None, timeout: float | None, what: str, hint: str) -> int:
-        """`fd`, once flocked; closed, and SessionLockedError naming the holder, at the deadline."""
-        pause = LOCK_POLL_S
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return fd
-                except BlockingIOError:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        waited = f" after waiting {timeout:g} s" if timeout else ""
-                        raise self._locked(what, hint, waited) from None
-                    time.sleep(pause)
-                    pause = min(pause * 2, LOCK_POLL_MAX_S)
-        except BaseException:
-            os.close(fd)
-            raise
-
-    def _locked(self, what: str, hint: str, why: str = "") -> SessionLockedError:
-        holder = holder_of(self.path)
-        by = f" (by process {holder})" if holder else ""
-        return SessionLockedError(f"{what}{by}{why}", hint)
-
-    def _lock_file(self, what: str, hint: str) -> None:
-        """Opens, flocks (never waiting: whoever holds it is an older writer inside the session) and
-        writes the pid file of a folder lock."""
-        fd = open_lock_file(self.path)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise self._locked(what, hint, f", holding {WRITER_LOCK} (an older ctxwin)") from None
-        except BaseException:
-            os.close(fd)
-            raise
-        self._file_fd = fd
-        info = os.fstat(fd)
-        self._file_id = (info.st_dev, info.st_ino)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-
-    def file_lost(self) -> bool:
-        """Whether the pid file was deleted or replaced since it was written; if so it is made, locked
-        and written again (the lock on the folder was never lost). Only for locks with `on`. Raises
-        SessionLockedError when an older ctxwin writer locked the new file first, OSError when it
-        cannot be made."""
-        if self._file_id is None and self._file_fd is None:
-            return False
-        try:
-            named = os.lstat(self.path)
-            if (named.st_dev, named.st_ino) == self._file_id:
-                return False
-        except FileNotFoundError:
-            pass
-        if self._file_fd is not None:
-            os.close(self._file_fd)
-            self._file_fd = self._file_id = None
-        if not self._folder_is_ours():  # then the path names another folder: never lock a file in it
-            raise OSError(errno.ENOENT, "the session folder was deleted or replaced", str(self.on))
-        self._lock_file(f"{self.path} was made again and locked by another process", "close the other writer")
-        return True
-
-    def _folder_is_ours(self) -> bool:
-        """Whether the folder at `on` is still the one this lock holds."""
-        if self._fd is None or self.on is None:
-            return False
-        try:
-            named = os.stat(self.on)
-        except FileNotFoundError:
-            return False
-        held = os.fstat(self._fd)
-        return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
-
-    def release(self) -> None:
-        # The pid file first: a writer waiting on the folder then finds it free at once.
-        if self._file_fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._file_fd, 0)
-            os.close(self._file_fd)  # closing drops its flock
-            self._file_fd = self._file_id = None
-        if self._fd is not None:
-            if self.on is None:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(self._fd, 0)
-            os.close(self._fd)
-            self._fd = None
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-
-def writer_lock(directory: Path) -> FileLock:
-    """The lock every writer of the session in `directory` takes (and `delete_session`)."""
-    return FileLock(directory / WRITER_LOCK, on=directory)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -373,27 +162,29 @@ def last_newline_end(fd: int, size: int) -> int:
 # The log
 
 
-class JsonlSessionLog(TreeReads):
+class JsonlSessionLog(ClosableReads):
     """A `SessionLog` in a folder (see the module docstring). Use `Session.open` to get one."""
 
     _chunk = ITER_CHUNK
 
     def __init__(self, directory: str | Path, *, durability: Durability = "fsync", lock_timeout: float | None = 0,
-                 readonly: bool = False, session_id: str | None = None, meta: dict[str, Any] | None = None) -> None:
+                 readonly: bool = False, create: bool = True, session_id: str | None = None,
+                 meta: dict[str, Any] | None = None) -> None:
         started = time.perf_counter()
         if durability not in DURABILITIES:
             raise InputError(f"unknown durability {durability!r}", f"use one of: {', '.join(DURABILITIES)}")
         if meta:
             dumps(meta, "meta")  # refused before anything is created (NaN, objects JSON cannot hold)
-        self.directory = Path(directory)
+        self.directory = as_path(directory, "a session folder")
         self.durability = durability
         self.readonly = readonly
+        self._create = create and not readonly
         self.report = OpenReport()
         self._file = self.directory / SESSION_FILE
         self._writer_lock = writer_lock(self.directory)
         self._mutex = threading.RLock()  # appends vs. the group-commit thread
         self._runtime_problems: list[StoreProblem] = []  # found while open (the lock file deleted)
-        self._read_handle: Any = None
+        self._read_handle: BinaryIO | None = None
         self._read_fd = -1
         self._write_fd = -1
         self._closed = False
@@ -424,10 +215,10 @@ class JsonlSessionLog(TreeReads):
         if self.directory.is_file():
             raise InputError(f"{self.directory} is a file; a session is a folder holding {SESSION_FILE}",
                              "give the session's folder (to import a transcript file, use `ctxwin import`)")
-        if self.readonly:
-            if not os.path.lexists(self._file):
-                raise InputError(f"no session at {self.directory} (no {SESSION_FILE})", "check the path")
-        else:
+        if not self._create and not os.path.lexists(self._file):
+            raise InputError(f"no session at {self.directory} (no {SESSION_FILE})",
+                             "check the path (`ctxwin sessions` lists the sessions of a folder)")
+        if not self.readonly:
             hint = "close the other writer first, wait for it (lock_timeout=SECONDS), or open the session read-only"
             try:
                 self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
@@ -720,7 +511,7 @@ class JsonlSessionLog(TreeReads):
     def _flush_index(self) -> None:
         if not self._pending:
             return
-        conn = self._index
+        conn = self._db
         conn.execute("BEGIN")
         try:
             ix.insert_rows(conn, self._pending, self._pending_jumps)
@@ -755,7 +546,7 @@ class JsonlSessionLog(TreeReads):
         seq = self._pending_ids.get(entry_id)
         if seq is not None:
             return seq
-        row = self._index.execute("SELECT seq FROM entries WHERE id = ?", (entry_id,)).fetchone()
+        row = self._db.execute("SELECT seq FROM entries WHERE id = ?", (entry_id,)).fetchone()
         if row is None:
             raise InputError(f"no entry {entry_id!r} in session {self.session_id}", "check the entry id")
         return int(row[0])
@@ -763,15 +554,15 @@ class JsonlSessionLog(TreeReads):
     def _id_taken(self, entry_id: str) -> bool:
         if entry_id in self._pending_ids:
             return True
-        return self._index.execute("SELECT 1 FROM entries WHERE id = ?", (entry_id,)).fetchone() is not None
+        return self._db.execute("SELECT 1 FROM entries WHERE id = ?", (entry_id,)).fetchone() is not None
 
     def _new_id(self) -> str:
         """A fresh id, unique in the session. The writer keeps every id in memory (loaded on its
         first append): an index query per append would cost more than the append."""
         if self._ids is None:
-            self._ids = {row[0] for row in self._index.execute("SELECT id FROM entries")}
+            self._ids = {row[0] for row in self._db.execute("SELECT id FROM entries")}
             self._ids.update(self._pending_ids)
-            self._ids.update(ix.damaged_ids(self._index))
+            self._ids.update(ix.damaged_ids(self._db))
         entry_id = new_id(self._ids.__contains__)
         self._ids.add(entry_id)
         return entry_id
@@ -780,7 +571,7 @@ class JsonlSessionLog(TreeReads):
         """Entries with seq in [first, last], read from the JSONL by the offsets in the index."""
         with self._mutex:
             self._flush_index()
-            rows = self._index.execute(
+            rows = self._db.execute(
                 "SELECT seq, id, offset, length, parent_id FROM entries WHERE seq BETWEEN ? AND ? ORDER BY seq",
                 (first, last)).fetchall()
         if len(rows) != last - first + 1:
@@ -804,9 +595,15 @@ class JsonlSessionLog(TreeReads):
             if entry.parent_id != parent_id:  # an orphan, re-attached on indexing (see `problems`)
                 entry = dataclasses.replace(entry, parent_id=parent_id)
             out.append(entry)
-        return out  # type: ignore[return-value]
+        return out
 
-    def _distrust_index(self, why: str) -> None:
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The index's connection: `_open` sets it before anything can read or append."""
+        assert self._index is not None, "the index is opened in _open"
+        return self._index
+
+    def _distrust_index(self, why: str) -> NoReturn:
         """The index disagrees with the JSONL (edited behind our back): make the next open rebuild it."""
         if not self.readonly:
             (self.directory / INDEX_FILE).with_name(INDEX_FILE + ix.SUM_SUFFIX).unlink(missing_ok=True)
@@ -821,7 +618,7 @@ class JsonlSessionLog(TreeReads):
         self._check_open()
         with self._mutex:
             self._flush_index()
-            rows = self._index.execute(
+            rows = self._db.execute(
                 "SELECT id FROM entries WHERE seq NOT IN (SELECT parent_seq FROM entries) ORDER BY seq"
             ).fetchall()
         return [r[0] for r in rows]
@@ -833,7 +630,7 @@ class JsonlSessionLog(TreeReads):
         wanted = tuple(kinds)
         with self._mutex:
             self._flush_index()
-            rows = self._index.execute(
+            rows = self._db.execute(
                 "SELECT seq, id, offset, length, parent_id FROM entries WHERE seq >= ? "
                 f"AND kind IN ({', '.join('?' * len(wanted))}) ORDER BY seq", (max(0, start), *wanted)).fetchall()
         for row in rows:  # one read per line: the lines between may be large messages
@@ -844,7 +641,7 @@ class JsonlSessionLog(TreeReads):
         self._check_open()
         with self._mutex:
             self._flush_index()
-            rows = self._index.execute("SELECT kind, count(*) FROM entries GROUP BY kind ORDER BY kind").fetchall()
+            rows = self._db.execute("SELECT kind, count(*) FROM entries GROUP BY kind ORDER BY kind").fetchall()
         return dict(rows)
 
     def newest_timestamp(self) -> str | None:
@@ -852,7 +649,8 @@ class JsonlSessionLog(TreeReads):
         self._check_open()
         with self._mutex:
             self._flush_index()
-            return self._index.execute("SELECT max(ts) FROM entries").fetchone()[0]
+            newest: str | None = self._db.execute("SELECT max(ts) FROM entries").fetchone()[0]  # a TEXT column
+        return newest
 
     @contextlib.contextmanager
     def compaction_lock(self, timeout: float | None = 0) -> Iterator[None]:
@@ -869,14 +667,8 @@ class JsonlSessionLog(TreeReads):
 
     # ---- closing
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise InputError(f"session {self.directory} is closed", "open it again")
-
-    def _check_writable(self) -> None:
-        self._check_open()
-        if self.readonly:
-            raise InputError(f"session {self.directory} is open read-only", "open it for writing to append")
+    def _label(self) -> str:
+        return str(self.directory)
 
     def flush(self) -> None:
         """Makes everything appended so far durable and indexed (batch mode syncs early)."""

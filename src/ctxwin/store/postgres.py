@@ -32,9 +32,9 @@ import threading
 import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ctxwin.errors import EntryFormatError, InputError
+from ctxwin.errors import ArgumentError, EntryFormatError, InputError, MissingExtraError
 from ctxwin.store.base import (
     BlobCorruptedError,
     BlobInfo,
@@ -58,8 +58,8 @@ from ctxwin.store.blobs import (
 )
 from ctxwin.store.tree import (
     ROOT,
+    ClosableReads,
     Jumps,
-    TreeReads,
     check_append,
     dumps,
     entry_from_dict,
@@ -111,33 +111,42 @@ CREATE TABLE ctxwin_blobs (
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
+if TYPE_CHECKING:  # psycopg is imported when a connection is made (the postgres extra)
+    from psycopg import Connection
+
 
 def _psycopg() -> Any:
     try:
         import psycopg
     except ImportError:
-        raise InputError("the PostgreSQL backend needs psycopg 3", "pip install 'ctxwin[postgres]'") from None
+        raise MissingExtraError("the PostgreSQL backend needs psycopg 3", "pip install 'ctxwin[postgres]'") from None
     return psycopg
 
 
-def connect(dsn: str) -> Any:
+def connect(dsn: str) -> Connection:
     """An autocommit psycopg connection with the schema migrated to SCHEMA_VERSION."""
     psycopg = _psycopg()
+    if not isinstance(dsn, str):
+        raise ArgumentError(f"a PostgreSQL DSN is text, not {type(dsn).__name__}",
+                            'pass e.g. "postgresql://user@host/db"')
     try:
-        conn = psycopg.connect(dsn, autocommit=True)
+        conn: Connection = psycopg.connect(dsn, autocommit=True)
     except psycopg.OperationalError as error:
         raise InputError(f"cannot connect to PostgreSQL: {str(error).strip()}",
                          "check the DSN and that the server is running") from None
+    except psycopg.ProgrammingError as error:  # a DSN that does not parse
+        raise ArgumentError(f"not a PostgreSQL DSN: {str(error).strip()}",
+                            'pass e.g. "postgresql://user@host/db" or "host=... dbname=..."') from None
     migrate(conn)
     return conn
 
 
-def migrate(conn: Any) -> int:
+def migrate(conn: Connection) -> int:
     """Applies the migrations the database lacks; returns the schema version."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
         conn.execute("CREATE TABLE IF NOT EXISTS ctxwin_schema (version integer NOT NULL, applied text NOT NULL)")
-        current = conn.execute("SELECT coalesce(max(version), 0) FROM ctxwin_schema").fetchone()[0]
+        current = _one(conn, "SELECT coalesce(max(version), 0) FROM ctxwin_schema")
         if current > SCHEMA_VERSION:
             raise SessionFormatError(f"the database has ctxwin schema version {current}; this ctxwin knows up to "
                                      f"{SCHEMA_VERSION}", "upgrade ctxwin")
@@ -148,13 +157,20 @@ def migrate(conn: Any) -> int:
     return SCHEMA_VERSION
 
 
+def _one(conn: Connection, sql: str, params: tuple[Any, ...] = ()) -> Any:
+    """The value a query that always answers one row answers (an aggregate, a function call)."""
+    row = conn.execute(sql, params).fetchone()
+    assert row is not None, "an aggregate or a function call answers one row"
+    return row[0]
+
+
 def lock_key(purpose: str, session_id: str) -> int:
     """A signed 64-bit advisory-lock key for (purpose, session)."""
     digest = hashlib.blake2b(f"ctxwin:{purpose}:{session_id}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 
 
-def try_advisory_lock(conn: Any, key: int, timeout: float | None,
+def try_advisory_lock(conn: Connection, key: int, timeout: float | None,
                       guard: contextlib.AbstractContextManager[Any] | None = None) -> bool:
     """Takes a session-level advisory lock, retrying until `timeout` (None: forever). `guard` is held
     around each attempt (not while sleeping), for connections shared between threads."""
@@ -162,7 +178,7 @@ def try_advisory_lock(conn: Any, key: int, timeout: float | None,
     pause = LOCK_POLL_S
     while True:
         with guard or contextlib.nullcontext():
-            got = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
+            got = _one(conn, "SELECT pg_try_advisory_lock(%s)", (key,))
         if got:
             return True
         if deadline is not None and time.monotonic() >= deadline:
@@ -179,7 +195,7 @@ class PostgresBlobStore(BlobReads):
     """A `BlobStore` in the `ctxwin_blobs` table, one namespace per session. `lock` guards the
     connection when it is shared (a session log passes its own)."""
 
-    def __init__(self, conn: Any, session_id: str, lock: threading.RLock | None = None) -> None:
+    def __init__(self, conn: Connection, session_id: str, lock: threading.RLock | None = None) -> None:
         self.conn = conn
         self.session_id = session_id
         self._lock = lock or threading.RLock()
@@ -270,7 +286,7 @@ class PostgresBlobStore(BlobReads):
 # The log
 
 
-class PostgresSessionLog(TreeReads):
+class PostgresSessionLog(ClosableReads):
     """A `SessionLog` in PostgreSQL. Use `Session.postgres(dsn, session_id)` to get one."""
 
     _chunk = LOAD_CHUNK
@@ -279,8 +295,8 @@ class PostgresSessionLog(TreeReads):
                  readonly: bool = False, meta: dict[str, Any] | None = None) -> None:
         if durability not in DURABILITIES:
             raise InputError(f"unknown durability {durability!r}", f"use one of: {', '.join(DURABILITIES)}")
-        if not session_id:
-            raise InputError("a PostgreSQL session needs a session id")
+        if not session_id or not isinstance(session_id, str):
+            raise ArgumentError(f"a PostgreSQL session needs a session id (text), not {session_id!r:.40}")
         self.session_id = session_id
         self.durability = durability
         self.readonly = readonly
@@ -314,6 +330,7 @@ class PostgresSessionLog(TreeReads):
                          (self.session_id, now_timestamp(), dumps(meta or {}, "meta")))
             row = conn.execute("SELECT created, meta FROM ctxwin_sessions WHERE session_id = %s",
                                (self.session_id,)).fetchone()
+            assert row is not None, "the row was inserted just above, or by another writer first"
         self.header = {"session_id": self.session_id, "created": row[0], "meta": json.loads(row[1])}
         last = conn.execute("SELECT seq, id FROM ctxwin_entries WHERE session_id = %s ORDER BY seq DESC LIMIT 1",
                             (self.session_id,)).fetchone()
@@ -499,7 +516,8 @@ class PostgresSessionLog(TreeReads):
         self._check_open()
         rows = self._query("SELECT max(ts) FROM ctxwin_entries WHERE session_id = %s AND seq < %s",
                            (self.session_id, self._count))
-        return rows[0][0]
+        newest: str | None = rows[0][0]  # a text column
+        return newest
 
     @contextlib.contextmanager
     def compaction_lock(self, timeout: float | None = 0) -> Iterator[None]:
@@ -521,14 +539,8 @@ class PostgresSessionLog(TreeReads):
 
     # ---- closing
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise InputError(f"session {self.session_id} is closed", "open it again")
-
-    def _check_writable(self) -> None:
-        self._check_open()
-        if self.readonly:
-            raise InputError(f"session {self.session_id} is open read-only", "open it for writing to append")
+    def _label(self) -> str:
+        return self.session_id
 
     def flush(self) -> None:
         """Waits until everything appended so far survives a crash of the machine too (in batch mode:

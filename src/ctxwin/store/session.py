@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from ctxwin.errors import CtxwinError, InputError
 from ctxwin.store.base import StoreProblem
-from ctxwin.store.jsonl import BLOB_DIR, SESSION_FILE, Durability, JsonlSessionLog, writer_lock
+from ctxwin.store.jsonl import BLOB_DIR, SESSION_FILE, Durability, JsonlSessionLog
+from ctxwin.store.locks import writer_lock
 
 if TYPE_CHECKING:  # psycopg is an optional extra, imported only when a PostgreSQL session is opened
     from ctxwin.store.postgres import PostgresSessionLog
@@ -28,11 +29,13 @@ class Session:
 
     @staticmethod
     def open(path: str | Path, *, durability: Durability = "fsync", lock_timeout: float | None = 0,
-             readonly: bool = False, meta: dict[str, Any] | None = None) -> JsonlSessionLog:
-        """The JSONL session in folder `path`, created if missing (unless `readonly`). A writer holds
+             readonly: bool = False, create: bool = True, meta: dict[str, Any] | None = None) -> JsonlSessionLog:
+        """The JSONL session in folder `path`, created if missing (unless `readonly`, or `create` is
+        false: then a folder that holds no session is refused and nothing is made). A writer holds
         the session's lock until `close()`: a second writer is refused (`lock_timeout=0`), waits up to
         `lock_timeout` seconds, or waits forever (`None`). `meta` goes into a new session's header."""
-        return JsonlSessionLog(path, durability=durability, lock_timeout=lock_timeout, readonly=readonly, meta=meta)
+        return JsonlSessionLog(path, durability=durability, lock_timeout=lock_timeout, readonly=readonly,
+                               create=create, meta=meta)
 
     @staticmethod
     def postgres(dsn: str, session_id: str, *, durability: str = "fsync", lock_timeout: float | None = 0,

@@ -17,18 +17,15 @@ import math
 import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, get_args, overload
 
 from ctxwin.errors import CtxwinError, EntryFormatError, InputError
-from ctxwin.messages import ROLES, Block, Message
+from ctxwin.messages import Message, message_problem
 from ctxwin.store.base import Entry, EntryKind
 
 ENTRY_KINDS: frozenset[str] = frozenset(get_args(EntryKind))
-_ROLES: frozenset[str] = frozenset(ROLES)
-# the `type` each block class writes (its field's fixed default), so a new block kind is known here at once
-BLOCK_TYPES: frozenset[str] = frozenset(f.default for cls in get_args(Block) for f in fields(cls) if f.name == "type")
 ID_BYTES = 4  # entry ids are 8 hex digits; uniqueness within a session is checked on append
 ID_ATTEMPTS = 64  # fresh ids tried before giving up (a full 32-bit space would be needed to fail)
 CHUNK = 512  # entries an EntryPath reads at once
@@ -61,44 +58,12 @@ def check_append(kind: str, payload: Any) -> None:
 
 def message_shape_problem(kind: str, payload: dict[str, Any]) -> str | None:
     """The append-time check, cheap enough for every append: a `message` payload carrying message
-    fields has a known role and `blocks` is a list of objects each with a known `type`. What comes
-    from ctxwin's own `Message.to_dict()` always passes; the full parse (`payload_problem`) runs where
+    fields is what `Message.from_dict` reads (`ctxwin.messages.message_problem`). What comes from
+    ctxwin's own `Message.to_dict()` always passes; the full parse (`payload_problem`) runs where
     damage can come from outside: on open, rebuild and load."""
     if kind != "message" or ("role" not in payload and "blocks" not in payload):
         return None
-    role = payload.get("role")
-    if not isinstance(role, str) or role not in _ROLES:  # (a list is unhashable: no set look-up for it)
-        return f"unknown role {role!r}; expected one of {', '.join(ROLES)}"
-    blocks = payload.get("blocks", ())
-    if not isinstance(blocks, list | tuple):
-        return f"'blocks' is a {type(blocks).__name__}, not a list"
-    for index, block in enumerate(blocks):
-        problem = _block_shape_problem(block, BLOCK_TYPES)
-        if problem is None and block["type"] == "tool_result":
-            parts = block.get("content", ())
-            if not isinstance(parts, list | tuple):
-                problem = f"'content' is a {type(parts).__name__}, not a list"
-            for at, part in enumerate(parts if problem is None else ()):
-                problem = problem or _block_shape_problem(part, _PART_TYPES, f"content[{at}] ")
-        if problem is not None:
-            return f"blocks[{index}] {problem}"
-    return None
-
-
-# The fields each block type's reader (`ctxwin.messages.block_from_dict`) cannot do without.
-_REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {"text": ("text",), "thinking": ("thinking",), "image": (),
-                                                "tool_call": ("id", "name"), "tool_result": ("call_id",)}
-_PART_TYPES = frozenset({"text", "image"})  # what a tool result may hold
-
-
-def _block_shape_problem(block: Any, types: frozenset[str], where: str = "") -> str | None:
-    if not isinstance(block, dict):
-        return f"{where}is a {type(block).__name__}, not an object"
-    kind = block.get("type")
-    if not isinstance(kind, str) or kind not in types:
-        return f"{where}has unknown type {kind!r}"
-    missing = [name for name in _REQUIRED_FIELDS.get(kind, ()) if name not in block]
-    return f"{where}({kind}) has no {', '.join(repr(m) for m in missing)}" if missing else None
+    return message_problem(payload)
 
 
 def payload_problem(kind: str, payload: dict[str, Any]) -> str | None:
@@ -342,7 +307,7 @@ class EntryPath(Sequence[Entry]):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # equal by value, so unhashable, as a list is
 
     def __repr__(self) -> str:
         return f"EntryPath({self._len} entries in {len(self._ranges)} ranges)"
@@ -388,3 +353,23 @@ class TreeReads:
         stop = self._count if stop is None else min(stop, self._count)
         for first in range(max(0, start), stop, self._chunk):
             yield from self._load(first, min(stop, first + self._chunk) - 1)
+
+
+class ClosableReads(TreeReads):
+    """A durable log's open/closed and read-only checks (JSONL and PostgreSQL say them alike): a
+    backend sets `_closed` and `readonly` and names itself in `_label()`."""
+
+    _closed: bool
+    readonly: bool
+
+    def _label(self) -> str:
+        raise NotImplementedError
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InputError(f"session {self._label()} is closed", "open it again")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.readonly:
+            raise InputError(f"session {self._label()} is open read-only", "open it for writing to append")

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ctxwin.errors import TelemetryError
 
@@ -32,6 +32,8 @@ from . import config
 from .config import CAPTURE_CONTENT, ENABLE, capture_content, configured_provider, enabled, from_env
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
     from ctxwin.agent.events import LoopEvent, RunStats
     from ctxwin.agent.loop import Agent
     from ctxwin.engine import ContextEngine
@@ -63,7 +65,7 @@ class Instrumentation:
         self.observer = self.sink = None
 
 
-def instrument(engine: ContextEngine, tracer_provider: Any = None) -> Instrumentation:
+def instrument(engine: ContextEngine, tracer_provider: TracerProvider | None = None) -> Instrumentation:
     """Record a span for each `prepare()`, `compact()` and `recover()` of `engine`, with a child per
     stage that acted. `tracer_provider` None: the configured one (see `config`), or off. Instrumenting
     an engine again for the same provider subscribes nothing new (spans are not doubled)."""
@@ -80,8 +82,9 @@ def instrument(engine: ContextEngine, tracer_provider: Any = None) -> Instrument
     return Instrumentation(engine, observer)
 
 
-def agent_event_sink(tracer_provider: Any = None, *, session_id: str | None = None, agent_name: str | None = None,
-                     model: str | None = None, then: Callable[[LoopEvent], None] | None = None,
+def agent_event_sink(tracer_provider: TracerProvider | None = None, *, session_id: str | None = None,
+                     agent_name: str | None = None, model: str | None = None,
+                     then: Callable[[LoopEvent], None] | None = None,
                      stats: RunStats | None = None, capture_content: bool | None = None,
                      engine_spans: bool = False,
                      completion: Callable[[], Completion | None] | None = None) -> Callable[[LoopEvent], None]:
@@ -104,7 +107,7 @@ def agent_event_sink(tracer_provider: Any = None, *, session_id: str | None = No
                       engine_spans=engine_spans, completion=completion)
 
 
-def instrument_agent(agent: Agent, tracer_provider: Any = None, *, agent_name: str = "agent",
+def instrument_agent(agent: Agent, tracer_provider: TracerProvider | None = None, *, agent_name: str = "agent",
                      capture_content: bool | None = None) -> Instrumentation:
     """Both at once for an agent: its engine's spans, nested under the spans of its runs and its
     sub-agents (its current `on_event` still gets every event). `capture_content`: as for
@@ -125,7 +128,8 @@ def instrument_agent(agent: Agent, tracer_provider: Any = None, *, agent_name: s
 
 @contextmanager
 def proxy_request_span(*, api: str, model: str | None = None, session_id: str | None = None,
-                       headers: Mapping[str, str] | None = None, tracer_provider: Any = None) -> Iterator[ProxySpan]:
+                       headers: Mapping[str, str] | None = None, tracer_provider: TracerProvider | None = None,
+                       ) -> Iterator[ProxySpan]:
     """A span for one proxy request (`chat {model}`), current while it is served (an exception inside
     marks it failed). `headers`: the caller's; a W3C `traceparent` there puts the span in the caller's
     trace. `span.inject(upstream_headers)` passes the trace on upstream, `span.record(entry)` puts the

@@ -29,12 +29,14 @@ import json
 import threading
 import warnings
 from collections.abc import Callable, Mapping
+from contextvars import Token
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from ctxwin.agent.events import (
     AssistantMessage,
@@ -58,6 +60,9 @@ from ctxwin.tokens import model_info
 
 from . import attributes as a
 
+if TYPE_CHECKING:
+    from ctxwin.providers import Completion
+
 Sink = Callable[[LoopEvent], None]
 ENDS = (Done, Limit, RunInterrupted, RunError)
 TASK_CHARS = 200
@@ -69,9 +74,9 @@ arguments, an error's text, the repeated call a limit names, a sub-agent's task)
 
 @dataclass(eq=False)  # compared by identity: each is one open span
 class _Open:
-    span: Any
+    span: Span
     kind: str  # "run" | "subagent"
-    token: object
+    token: Token[Context] | None  # set by _push, when the span becomes the thread's current one
     session: str | None = None
     pending: dict[str, list[str]] = field(default_factory=dict)  # task call id -> its tasks (truncated)
     model_calls: int = 0
@@ -79,7 +84,7 @@ class _Open:
     compactions: int = 0
     overflows: int = 0
     start_stats: tuple[int, int] = (0, 0)
-    call: Any = None  # the model call in flight, if any
+    call: Span | None = None  # the model call in flight, if any
     call_stats: tuple[int, int] = (0, 0)
 
 
@@ -91,10 +96,10 @@ class AgentSpans:
     `capture_content`: let spans carry content (`CONTENT_KEYS`). `engine_spans`: the engine is
     instrumented too, so its pipeline events are on its own spans and are not repeated here."""
 
-    def __init__(self, tracer: Any, *, session_id: str | None = None, agent_name: str | None = None,
+    def __init__(self, tracer: Tracer, *, session_id: str | None = None, agent_name: str | None = None,
                  model: str | None = None, then: Sink | None = None, stats: RunStats | None = None,
                  capture_content: bool = False, engine_spans: bool = False,
-                 completion: Callable[[], Any] | None = None) -> None:
+                 completion: Callable[[], Completion | None] | None = None) -> None:
         self.tracer = tracer
         self.capture_content = capture_content
         self.engine_spans = engine_spans
@@ -323,7 +328,8 @@ class AgentSpans:
                 top.call = None
             if top is not opened:
                 top.span.end()
-            otel_context.detach(top.token)  # type: ignore[arg-type]
+            if top.token is not None:  # (always: only _push puts spans on a stack)
+                otel_context.detach(top.token)
             with self._lock:
                 if top in self._open:
                     self._open.remove(top)

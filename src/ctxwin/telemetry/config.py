@@ -18,9 +18,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxwin.errors import TelemetryError
+
+if TYPE_CHECKING:  # imported for real only when telemetry is on
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.trace import TracerProvider
 
 ENABLE = "CTXWIN_OTEL"
 """`1` (or `true`, `yes`, `on`) turns telemetry on from the environment; `0` (`false`, `no`, `off`)
@@ -57,7 +62,7 @@ def capture_content(choice: bool | None = None, environ: Mapping[str, str] | Non
     return value.strip().lower() in (*_ON, "span_only", "span_and_event", "event_only")
 
 
-def configured_provider(tracer_provider: Any = None) -> Any:
+def configured_provider(tracer_provider: TracerProvider | None = None) -> TracerProvider | None:
     """The tracer provider to record with, or None when telemetry is off: the one given; else the
     one `CTXWIN_OTEL=1` configures; else the application's global provider, if it installed one and
     `CTXWIN_OTEL` does not say no."""
@@ -75,7 +80,7 @@ def configured_provider(tracer_provider: Any = None) -> Any:
     return None if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider) else provider
 
 
-def from_env(environ: Mapping[str, str] | None = None) -> Any:
+def from_env(environ: Mapping[str, str] | None = None) -> TracerProvider | None:
     """The provider `CTXWIN_OTEL=1` asks for, installed as OpenTelemetry's global provider (or the
     application's, when it installed one first); None when `CTXWIN_OTEL` is not set or
     `OTEL_TRACES_EXPORTER=none`.
@@ -98,7 +103,7 @@ def from_env(environ: Mapping[str, str] | None = None) -> Any:
     return trace.get_tracer_provider()
 
 
-def build_provider(environ: Mapping[str, str]) -> Any:
+def build_provider(environ: Mapping[str, str]) -> SdkTracerProvider | None:
     """An SDK tracer provider exporting where the `OTEL_*` variables say (None for exporter `none`).
     `environ` is read for the choice of exporter and protocol; the SDK and the exporters read the rest
     (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_EXPORTER_OTLP_*, OTEL_BSP_*) from the process
@@ -125,7 +130,7 @@ def build_provider(environ: Mapping[str, str]) -> Any:
     return provider
 
 
-def _otlp_exporter(environ: Mapping[str, str]) -> Any:
+def _otlp_exporter(environ: Mapping[str, str]) -> SpanExporter:
     protocol = (environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
                 or "http/protobuf").strip().lower()
     if protocol == "grpc":

@@ -12,10 +12,10 @@ own).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
 
 from ctxwin.engine import ContextEngine
 from ctxwin.engine.observe import Observation
@@ -30,9 +30,9 @@ from . import attributes as a
 class EngineSpans:
     """The observer `instrument` subscribes: turns each `Observation` into spans."""
 
-    tracer: Any
+    tracer: Tracer
     base: a.Attributes
-    provider: Any = None  # the tracer provider it records to (`instrument` subscribes one per provider)
+    provider: TracerProvider | None = None  # what it records to (`instrument` subscribes one per provider)
 
     def __call__(self, observation: Observation) -> None:
         name = {"prepare": a.PREPARE, "compact": a.COMPACT, "recover": a.RECOVER}[observation.operation]
@@ -57,7 +57,7 @@ class EngineSpans:
             span.set_status(Status(StatusCode.ERROR, str(observation.error)))
         span.end(end_time=observation.ended_ns)
 
-    def _stage(self, run: StageRun, parent: Any) -> None:
+    def _stage(self, run: StageRun, parent: Context) -> None:
         span = self.tracer.start_span(f"ctxwin.{run.stage}", context=parent, start_time=run.started_ns,
                                       attributes={**self.base, **a.stage_attributes(run)})
         for event in run.events:
@@ -68,7 +68,7 @@ class EngineSpans:
         span.end(end_time=run.ended_ns)
 
 
-def _add_event(span: Any, event: Event, at_ns: int) -> None:
+def _add_event(span: Span, event: Event, at_ns: int) -> None:
     span.add_event(f"{event.stage}.{event.action}", a.event_attributes(event), timestamp=at_ns)
 
 
@@ -82,5 +82,5 @@ def engine_attributes(engine: ContextEngine) -> a.Attributes:
     })
 
 
-def engine_spans(engine: ContextEngine, provider: Any) -> EngineSpans:
+def engine_spans(engine: ContextEngine, provider: TracerProvider) -> EngineSpans:
     return EngineSpans(provider.get_tracer(a.TRACER_NAME), engine_attributes(engine), provider)

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxwin.store.entries import ProxyRequestEntry
+
+if TYPE_CHECKING:  # OpenTelemetry is imported only when a span is made
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, TracerProvider
 
 from . import attributes as a
 
@@ -27,7 +31,7 @@ TRACE_HEADERS = ("traceparent", "tracestate")
 class ProxySpan:
     """The open span of one proxy request (`span` None: telemetry is off, every call does nothing)."""
 
-    def __init__(self, span: Any = None) -> None:
+    def __init__(self, span: Span | None = None) -> None:
         self.span = span
 
     def session(self, session_id: str | None) -> None:
@@ -66,7 +70,7 @@ class ProxySpan:
         TraceContextTextMapPropagator().inject(headers, context=set_span_in_context(self.span))
 
 
-def caller_context(headers: Mapping[str, str] | None) -> Any:
+def caller_context(headers: Mapping[str, str] | None) -> Context | None:
     """The caller's trace context from its W3C headers (names in any case); None when it sent none
     (the span then starts under whatever span is current, or a new trace)."""
     if not headers:
@@ -82,7 +86,7 @@ def caller_context(headers: Mapping[str, str] | None) -> Any:
 
 
 @contextmanager
-def request_span(tracer_provider: Any, api: str, model: str | None, session_id: str | None,
+def request_span(tracer_provider: TracerProvider, api: str, model: str | None, session_id: str | None,
                  headers: Mapping[str, str] | None = None) -> Iterator[ProxySpan]:
     """The span of one proxy request, continuing the caller's trace when `headers` carry one."""
     from opentelemetry.trace import SpanKind

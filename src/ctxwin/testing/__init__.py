@@ -4,7 +4,6 @@ scripted models that drive it.
 An edge: imports anything below it; the core never imports it.
 """
 
-from ctxwin.testing.fake_provider import FakeProvider, ForcedResponse, RecordedRequest
 from ctxwin.testing.scripted import (
     Call,
     Fault,
@@ -19,6 +18,7 @@ from ctxwin.testing.scripted import (
     rate_limited,
     server_error,
 )
+from ctxwin.testing.server import FakeProvider, ForcedResponse, RecordedRequest
 
 __all__ = [
     "Call",

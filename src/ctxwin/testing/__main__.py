@@ -9,8 +9,8 @@ import signal
 import sys
 import threading
 
-from ctxwin.testing.fake_provider import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT, FakeProvider
 from ctxwin.testing.scripted import DEMO_TURNS, demo_model
+from ctxwin.testing.server import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT, FakeProvider
 
 
 def main(argv: list[str] | None = None) -> int:

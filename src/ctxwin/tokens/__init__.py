@@ -5,11 +5,19 @@ usage, the model registry and the usage breakdown.
 offline from the vendored files) for OpenAI models, the content-type estimator with the model
 family's ratio otherwise. Nothing here touches the network.
 
+The counters load on first use: the estimator needs numpy, the exact counts tiktoken, and neither is
+imported until a counter is asked for (`counter_for`, or the names below), so a registry look-up or
+`import ctxwin.engine` costs neither.
+
 Imports: errors, files, messages.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from ctxwin.errors import ArgumentError
+from ctxwin.lazy import lazy_exports
 from ctxwin.tokens.base import TokenCounter
 from ctxwin.tokens.breakdown import CATEGORIES, PRESSURE_LEVELS, Breakdown, Category, usage_breakdown
 from ctxwin.tokens.cache import CachedCounter
@@ -20,10 +28,16 @@ from ctxwin.tokens.calibration import (
     UsageObservation,
     usage_observations,
 )
-from ctxwin.tokens.estimator import FAMILIES, TYPES, EstimatorCounter, classify
-from ctxwin.tokens.exact import TiktokenCounter
+from ctxwin.tokens.families import FAMILIES, TYPES
 from ctxwin.tokens.framing import image_tokens
 from ctxwin.tokens.registry import MODELS, ModelInfo, UnknownModelWarning, model_info
+
+if TYPE_CHECKING:
+    from ctxwin.tokens.estimator import EstimatorCounter, classify
+    from ctxwin.tokens.exact import TiktokenCounter
+
+__getattr__ = lazy_exports(__name__, {"EstimatorCounter": "estimator", "classify": "estimator",
+                                      "TiktokenCounter": "exact"})
 
 
 def counter_for(model: str | None = None, *, exact: bool | None = None) -> TokenCounter:
@@ -31,15 +45,18 @@ def counter_for(model: str | None = None, *, exact: bool | None = None) -> Token
     else `EstimatorCounter` with the model's tokenizer family (cl100k ratios for no or an unknown
     model). `exact=False` forces the estimator (faster: 50+ MB/s against ~5-8 MB/s); `exact=True`
     asks for a real tokenizer and raises ValueError when the model has none."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UnknownModelWarning)  # the breakdown and health say it instead
-        info = model_info(model)
+    # The breakdown and health say a model is unknown; not warning here needs no filter change, which
+    # would reset every "once" registry and repeat the engine's own warning for each new engine.
+    info = model_info(model, warn=False)
     if exact is not False and info.encoding:
+        from ctxwin.tokens.exact import TiktokenCounter
+
         return TiktokenCounter(info.encoding)
     if exact:
-        raise ValueError(f"no public tokenizer for {model!r} (family {info.family}); use the estimator and calibrate")
+        raise ArgumentError(f"no public tokenizer for {model!r} (family {info.family})",
+                            "use the estimator (exact=None) and calibrate it")
+    from ctxwin.tokens.estimator import EstimatorCounter
+
     return EstimatorCounter(info.family if model else "cl100k")
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ctxwin.errors import ArgumentError
 from ctxwin.messages import Message, Thinking
 from ctxwin.tokens.base import TokenCounter
 
@@ -63,7 +64,7 @@ class Calibrator:
         it becomes the prior and the kept pairs are dropped, so `factor` is exactly `factor` until
         new pairs arrive, which then refine it."""
         if not math.isfinite(factor) or not 1 / MAX_RATIO <= factor <= MAX_RATIO:
-            raise ValueError(f"calibration factor {factor!r} is outside [{1 / MAX_RATIO}, {MAX_RATIO}]")
+            raise ArgumentError(f"calibration factor {factor!r} is outside [{1 / MAX_RATIO}, {MAX_RATIO}]")
         self.prior = float(factor)
         self.observations.clear()
         self._factor = None

@@ -20,8 +20,10 @@ from functools import lru_cache
 
 import numpy as np
 
+from ctxwin.errors import ArgumentError, EncodingError
 from ctxwin.messages import Message
 from ctxwin.tokens import coefficients
+from ctxwin.tokens.families import FAMILIES, TYPES, Family
 from ctxwin.tokens.features import (
     FEATURE_NAMES,
     N_PAIRS,
@@ -34,7 +36,6 @@ from ctxwin.tokens.features import (
 )
 from ctxwin.tokens.framing import count_message_with
 
-TYPES: tuple[str, ...] = ("prose", "code", "shell", "json", "cjk", "dense")
 _N_TYPES = len(TYPES)
 CHAR_COST = "char_cost"  # the name of the non-ASCII cost feature in the coefficients
 
@@ -44,53 +45,10 @@ MAX_TOKENS_PER_BYTE = 1.0
 MIN_TOKENS_PER_BYTE = 1 / 32
 
 
-@dataclass(frozen=True, slots=True)
-class Family:
-    """How a tokenizer family is estimated: the fitted model of `base` times `ratio`."""
-
-    name: str
-    base: str  # "cl100k" or "o200k": whose fitted coefficients to use
-    ratio: float  # tokens of this family per token of `base`
-    image_pricing: str  # "anthropic", "openai" or "gemini" (see framing.image_tokens)
-    note: str = ""
-    type_ratios: tuple[tuple[str, float], ...] = ()  # content types whose ratio differs from `ratio`
-
-    def ratio_of(self, kind: str) -> float:
-        return dict(self.type_ratios).get(kind, self.ratio)
-
-
-CLAUDE_JSON_RATIO = 1.06  # Claude tokens per cl100k token of JSON tool-call arguments (see FAMILIES)
-
-# Ratios to the closest public tokenizer. Measured where we could, otherwise a stated assumption the
-# calibrator corrects from the provider's usage after a few calls.
-FAMILIES: dict[str, Family] = {
-    family.name: family
-    for family in (
-        Family("cl100k", "cl100k", 1.0, "openai", "exact fit"),
-        Family("o200k", "o200k", 1.0, "openai", "exact fit"),
-        Family("claude", "cl100k", 1.25, "anthropic",
-               "Claude 3/4.x up to 4.6: 1.24-1.28x cl100k on the shared transcripts' tool output (usage deltas); "
-               "JSON (tool-call arguments: code in escaped strings) 1.06x (output_tokens of the calls with over 500 "
-               "tokens of arguments in the first half of the Pi session)", (("json", CLAUDE_JSON_RATIO),)),
-        Family("claude-4.7", "cl100k", 1.55, "anthropic",
-               "Claude Opus 4.7's new tokenizer: Anthropic says 1.0-1.35x earlier models; assumed 1.24x of 1.25",
-               (("json", CLAUDE_JSON_RATIO * 1.24),)),
-        Family("gemini", "o200k", 1.05, "gemini", "assumption: SentencePiece 256k vocab, close to o200k"),
-        Family("llama3", "o200k", 1.05, "openai", "assumption: 128k tiktoken-style vocab, between cl100k and o200k"),
-        Family("qwen", "cl100k", 1.0, "openai", "assumption: 151k BPE vocab close to cl100k on code and English"),
-        Family("deepseek", "cl100k", 1.0, "openai", "assumption: 128k BPE vocab close to cl100k"),
-        Family("mistral", "o200k", 1.05, "openai", "assumption: Tekken 131k tiktoken-style vocab"),
-        Family("grok", "o200k", 1.05, "openai", "assumption: no public tokenizer; close to o200k"),
-        Family("unknown", "cl100k", 1.1, "anthropic",
-               "unknown model: cl100k plus 10 % so budgets err on the safe side"),
-    )
-}
-
-
 def _vector(values: dict[str, float], names: tuple[str, ...]) -> np.ndarray:
     unknown = set(values) - set(names) - {CHAR_COST}
     if unknown:
-        raise ValueError(f"coefficients for unknown features {sorted(unknown)}; re-run benchmarks/fit_estimator.py")
+        raise EncodingError(f"coefficients for unknown features {sorted(unknown)}; re-run benchmarks/fit_estimator.py")
     return np.array([values.get(name, 0.0) for name in names], dtype=np.float64)
 
 
@@ -160,7 +118,7 @@ class EstimatorCounter:
 
     def __init__(self, family: str = "cl100k") -> None:
         if family not in FAMILIES:
-            raise ValueError(f"unknown tokenizer family {family!r}; known: {', '.join(FAMILIES)}")
+            raise ArgumentError(f"unknown tokenizer family {family!r}; known: {', '.join(FAMILIES)}")
         self.family = FAMILIES[family]
         self.name = f"estimate:{family}"
         self._model = _build_model(self.family)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ctxwin.errors import ArgumentError
 from ctxwin.messages import Message
 from ctxwin.tokens.encodings import ALIASES, SPECS, get_encoding
 from ctxwin.tokens.framing import count_message_with
@@ -17,7 +18,7 @@ class TiktokenCounter:
     def __init__(self, encoding: str = "o200k_base") -> None:
         encoding = ALIASES.get(encoding, encoding)
         if encoding not in SPECS:
-            raise ValueError(f"unknown encoding {encoding!r}; known: {', '.join(SPECS)}")
+            raise ArgumentError(f"unknown encoding {encoding!r}; known: {', '.join(SPECS)}")
         self.encoding = encoding
         self.name = f"tiktoken:{encoding}"
 

@@ -18,6 +18,8 @@ from importlib import resources
 
 import numpy as np
 
+from ctxwin.errors import ArgumentError, EncodingError
+
 # Character classes of single bytes. Multi-byte characters are classified by their lead byte; their
 # continuation bytes get a class of their own, so a character's byte length is visible too.
 CLASS_NAMES: tuple[str, ...] = (
@@ -157,7 +159,7 @@ def byte_pair_codes() -> np.ndarray:
     codes, with no per-byte arithmetic (read-only, 512 KB)."""
     classes = np.frombuffer(CLASS_TABLE, dtype=np.uint8).astype(np.intp)
     both = np.arange(1 << 16)
-    table = (classes[both & 0xFF] << 5) | classes[both >> 8]
+    table: np.ndarray = (classes[both & 0xFF] << 5) | classes[both >> 8]
     table.setflags(write=False)
     return table
 
@@ -179,7 +181,8 @@ def start_code(data: bytes) -> int:
 
 def features(data: bytes) -> np.ndarray:
     """The named feature counts of `data`, in the order of `FEATURE_NAMES` (for fitting)."""
-    return pair_counts(data) @ feature_matrix()
+    counts: np.ndarray = pair_counts(data) @ feature_matrix()
+    return counts
 
 
 # Non-ASCII characters. Byte classes cannot tell a common ideograph (one token) from a rare one (two
@@ -198,12 +201,12 @@ def char_costs(base: str) -> np.ndarray:
     """Tokens per character (float32, indexed by code point, ASCII at 0, all astral characters at
     `ASTRAL`) for the tokenizer `base` ("cl100k" or "o200k"); read-only, shared."""
     if base not in CHAR_COST_BASES:
-        raise ValueError(f"no character costs for {base!r}; known: {', '.join(CHAR_COST_BASES)}")
+        raise ArgumentError(f"no character costs for {base!r}; known: {', '.join(CHAR_COST_BASES)}")
     raw = gzip.decompress(resources.files("ctxwin.tokens").joinpath("data", CHAR_COSTS_FILE).read_bytes())
     tables = np.frombuffer(raw, dtype="<u2")
     if tables.size != CHAR_COST_ENTRIES * len(CHAR_COST_BASES):
-        raise ValueError(f"{CHAR_COSTS_FILE} holds {tables.size} entries, expected "
-                         f"{CHAR_COST_ENTRIES * len(CHAR_COST_BASES)}; re-run benchmarks/fit_estimator.py")
+        raise EncodingError(f"{CHAR_COSTS_FILE} holds {tables.size} entries, expected "
+                            f"{CHAR_COST_ENTRIES * len(CHAR_COST_BASES)}; re-run benchmarks/fit_estimator.py")
     start = CHAR_COST_BASES.index(base) * CHAR_COST_ENTRIES
     table = tables[start:start + CHAR_COST_ENTRIES].astype(np.float32) / CHAR_COST_SCALE
     table.setflags(write=False)

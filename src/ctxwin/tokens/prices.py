@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ctxwin.errors import ArgumentError
+
 SCHEMES: tuple[str, ...] = ("anthropic", "openai")
 TTLS: dict[str, float] = {"5m": 300.0, "1h": 3600.0}
 """Cache lifetimes by name, in seconds."""
@@ -88,11 +90,11 @@ def _lookup(model: str | None, table: dict[str, float]) -> float | None:
 
 
 def pricing_for(model: str | None, scheme: str = "anthropic", ttl: str = "5m") -> Pricing:
-    """The pricing of `model` under a caching scheme. Raises ValueError for an unknown scheme or TTL."""
+    """The pricing of `model` under a caching scheme. Raises ArgumentError for an unknown scheme or TTL."""
     if scheme not in SCHEMES:
-        raise ValueError(f"unknown pricing scheme {scheme!r}: use one of {', '.join(SCHEMES)}")
+        raise ArgumentError(f"unknown pricing scheme {scheme!r}: use one of {', '.join(SCHEMES)}")
     if ttl not in TTLS:
-        raise ValueError(f"unknown cache lifetime {ttl!r}: use one of {', '.join(TTLS)}")
+        raise ArgumentError(f"unknown cache lifetime {ttl!r}: use one of {', '.join(TTLS)}")
     price = _lookup(model, INPUT_USD_PER_MTOK)
     known = price is not None
     if price is None:

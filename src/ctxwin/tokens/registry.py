@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxwin.errors import InputError
-from ctxwin.tokens.estimator import FAMILIES
+from ctxwin.tokens.families import FAMILIES
 
 ENV_OVERRIDES = "CTXWIN_MODELS"  # path of a TOML file of model overrides
 DEFAULT_CONTEXT_WINDOW = 128_000  # an unknown model is assumed to have a window this small ...
@@ -45,7 +45,7 @@ class ModelInfo:
     name: str
     context_window: int
     max_output: int
-    family: str  # tokenizer family, a key of ctxwin.tokens.estimator.FAMILIES
+    family: str  # tokenizer family, a key of ctxwin.tokens.families.FAMILIES
     provider: str
     known: bool = True  # False: the limits are the conservative default for an unknown model
     encoding: str | None = None  # the exact tiktoken encoding, when the model has a public one
@@ -159,6 +159,8 @@ _SUFFIXES = re.compile(r"(?:[-@:](?:\d{8}|\d{4}-\d{2}-\d{2}|v\d+(?::\d+)?|\d{4}|
 def canonical_name(name: str) -> tuple[str, bool]:
     """The registry's form of a model name, and whether it asks for the 1M window:
     "Anthropic/Claude-Opus-4-6[1m]" -> ("claude-opus-4-6", True)."""
+    if not isinstance(name, str):
+        raise InputError(f"a model name is text, not {type(name).__name__}", 'pass the name, e.g. "claude-sonnet-4-5"')
     text = name.strip().lower()
     one_m = bool(_ONE_M.search(text))
     text = _ONE_M.sub("", text)
@@ -182,10 +184,11 @@ def _lookup(name: str, table: Mapping[str, ModelInfo]) -> ModelInfo | None:
 
 
 def model_info(name: str | None, overrides: Mapping[str, Mapping[str, Any]] | None = None,
-               overrides_file: str | Path | None = None) -> ModelInfo:
+               overrides_file: str | Path | None = None, *, warn: bool = True) -> ModelInfo:
     """What ctxwin knows of a model. Overrides (the mapping, then the TOML file, then the file named
     by CTXWIN_MODELS) take precedence over the built-in table, field by field. An unknown name gives
-    `UNKNOWN`'s conservative limits and a `UnknownModelWarning`; no name gives them silently."""
+    `UNKNOWN`'s conservative limits and (unless `warn` is false) a `UnknownModelWarning`; no name gives
+    them silently."""
     if not name:
         return UNKNOWN
     canonical, one_m = canonical_name(name)
@@ -194,6 +197,8 @@ def model_info(name: str | None, overrides: Mapping[str, Mapping[str, Any]] | No
         table.update(_apply_overrides(source, table))
     info = table.get(canonical) or _lookup(canonical, table)
     if info is None:
+        if not warn:
+            return replace(UNKNOWN, name=name)
         warnings.warn(
             f"unknown model {name!r}: assuming a {DEFAULT_CONTEXT_WINDOW:,}-token window and {DEFAULT_MAX_OUTPUT:,} "
             f"output tokens; add it to a models TOML file (${ENV_OVERRIDES}) to set its limits",

@@ -37,8 +37,8 @@ def _load_notebook(raw: bytes) -> dict[str, Any]:
     try:
         import nbformat  # optional extra: upgrades old notebook versions to v4
     except ImportError:
-        nbformat = None
-    if nbformat is not None:
+        pass
+    else:
         try:
             data = nbformat.reads(text, as_version=4)
         except Exception:  # nbformat raises many kinds for a broken file; the plain reading below decides

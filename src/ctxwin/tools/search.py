@@ -273,8 +273,8 @@ def grep(
             regex = compile_regex(pattern, ignore_case=ignore_case, literal=literal)
             files = _python_search(ws, opened, regex, glob_regex, context, limit)
             used = "python"
-    facts = {"engine": used, "path": target.display}
-    return format_hits(files, context, limit, ws.limits, _display_prefix(ws, target), facts)
+    header = {"engine": used, "path": target.display}
+    return format_hits(files, context, limit, ws.limits, _display_prefix(ws, target), header)
 
 
 def _display_prefix(ws: Workspace, target: Resolved) -> str:
@@ -418,7 +418,7 @@ def _parse_records(buffer: bytearray, into: _Matches) -> int:
     for match in _RECORD.finditer(buffer):
         if match.start() != used:
             break  # not a record where one should start: wait for more bytes
-        records.append(match.groups())
+        records.append((match[1], match[2]))
         used = match.end()
     into.add(records)
     return used

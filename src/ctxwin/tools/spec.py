@@ -59,7 +59,8 @@ class ToolSpec:
     def to_format(self, format: SchemaFormat) -> dict[str, Any]:
         return to_format(self, format)
 
-    def invoke(self, ws: Any, arguments: Mapping[str, Any], state: Any = None, call_id: str | None = None) -> Any:
+    def invoke(self, ws: Any, arguments: Mapping[str, Any], state: Any = None,
+               call_id: str | None = None) -> ToolOutput:
         """Run with checked `arguments`, handing over the context the tool takes (its read state,
         the call's id)."""
         context = {"state": state, "call_id": call_id}

@@ -21,7 +21,7 @@ import contextlib
 import fcntl
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -203,19 +203,29 @@ class Workspace:
     line_index: LineIndexCache = field(default_factory=LineIndexCache, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.roots, str | Path):
+        if isinstance(self.roots, str | os.PathLike):
             roots: list[str | Path] = [self.roots]
-        else:
+        elif isinstance(self.roots, Iterable) and not isinstance(self.roots, bytes | Mapping):
             roots = list(self.roots)
+        else:
+            raise ToolError("bad_root", f"roots is a list of folders, not {type(self.roots).__name__}",
+                            "give the root folders as a list of paths")
         if not roots:
             raise ToolError("no_roots", "a workspace needs at least one root folder")
         real: list[str] = []
         for root in roots:
+            if not isinstance(root, str | os.PathLike) or "\x00" in str(root):
+                raise ToolError("bad_root", f"workspace root {root!r:.80} is not a folder path",
+                                "give an existing folder")
             path = os.path.realpath(os.path.expanduser(str(root)))
             if not os.path.isdir(path):
                 raise ToolError("bad_root", f"workspace root {root} is not a folder", "give an existing folder")
             real.append(path)
         object.__setattr__(self, "roots", tuple(real))
+        if isinstance(self.deny, str | bytes | Mapping) or not isinstance(self.deny, Iterable) \
+                or not all(isinstance(pattern, str) for pattern in self.deny):
+            raise ToolError("bad_deny", f"deny is a list of glob patterns, not {self.deny!r:.80}",
+                            "give the patterns as a list of strings (or leave deny unset)")
         object.__setattr__(self, "deny", tuple(self.deny))
         if self.counter is None:
             object.__setattr__(self, "counter", counter_for(self.model))
@@ -251,7 +261,7 @@ class Workspace:
     def opened(self, path: str | os.PathLike[str]) -> Iterator[Opened]:
         """Resolves `path` as `resolve` does and keeps the descriptors of the walk open inside the
         `with`, so the file or folder is then opened through them (`Opened.open_file`, `dir_fd`)."""
-        requested = os.fspath(path) if path is not None else "."
+        requested = os.fspath(path) if isinstance(path, str | os.PathLike) else "." if path is None else path
         if not isinstance(requested, str):
             raise ToolError("bad_path", f"path must be a string, not {type(requested).__name__}")
         requested = requested or "."
@@ -301,10 +311,10 @@ class Workspace:
         root directly (`/tmp/link-to-root/x`) is placed by where it resolves; the walk that
         follows still opens only what is beneath that root."""
         parts = _parts(os.path.normpath(absolute)) if ".." not in absolute.split("/") else _parts(absolute)
-        for root in self.roots:
-            root_parts = _parts(str(root))
+        for candidate in self.roots:
+            root_parts = _parts(str(candidate))
             if parts[: len(root_parts)] == root_parts:
-                return str(root), parts[len(root_parts) :]
+                return str(candidate), parts[len(root_parts) :]
         real = _realpath(absolute)
         root = self.root_of(real)
         if root is None:
@@ -338,9 +348,10 @@ class Workspace:
                             raise self._outside(requested, joined)
                         restarted = True
                         real = _realpath(joined)
-                        root = self.root_of(real)
-                        if root is None:
+                        placed = self.root_of(real)
+                        if placed is None:
                             raise self._outside(requested, joined)
+                        root = placed
                         walk.close()
                         walk = _Walk(root, [os.open(root, DIR_FLAGS)])
                         todo = list(reversed(_parts(os.path.relpath(real, root)) if real != root else []))

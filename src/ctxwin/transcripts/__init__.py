@@ -6,6 +6,7 @@ An edge: imports anything below it (messages, tokens, store, engine); the core n
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -13,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from ctxwin.errors import InputError
-from ctxwin.files import FileLimits
-from ctxwin.transcripts import claude_code, codex, openai, pi
+from ctxwin.files import FileLimits, as_path
+from ctxwin.transcripts import claude_code, codex, openai, pi, stored
 from ctxwin.transcripts.model import CompactionRecord, DamagedInputWarning, ReadReport, Transcript, UsageRecord
 from ctxwin.transcripts.source import ImportLog, Record, Source, read_source
 
-FORMATS: tuple[str, ...] = ("claude-code", "pi", "codex", "swe-agent", "openai")
-JSONL_FORMATS = ("claude-code", "pi", "codex")  # formats that are one JSON record per line
+FORMATS: tuple[str, ...] = ("claude-code", "pi", "codex", "swe-agent", "openai", "ctxwin")
+JSONL_FORMATS = ("claude-code", "pi", "codex", "ctxwin")  # formats that are one JSON record per line
 DETECT_RECORDS = 200  # how many records detection looks at
 LINE_RANGES_SHOWN = 4  # line ranges named per format in the mixed-format error
 
@@ -29,6 +30,7 @@ READERS: dict[str, Callable[[Source], Transcript]] = {
     "codex": codex.read,
     "swe-agent": openai.read_swe_agent,
     "openai": openai.read_openai,
+    "ctxwin": stored.read,
 }
 
 _CLAUDE_CODE_TYPES = ("user", "assistant", "system", "progress", "summary", "file-history-snapshot",
@@ -45,33 +47,61 @@ def load_transcript(path: str | Path, format: str | None = None, *, limits: File
     `CTXWIN_MAX_FILE_BYTES` / `CTXWIN_MAX_DECOMPRESSED_BYTES` overrides), empty, binary, of no known
     format, of several formats mixed, or holding no conversation at all. A malformed line is skipped
     with a warning naming it (`Transcript.warnings`) and counted (`Transcript.skipped`, `.damaged`);
-    a transcript read with problems also issues one `DamagedInputWarning`."""
+    a transcript read with problems also issues one `DamagedInputWarning`.
+
+    ctxwin's own sessions are read too: a session folder (or its `session.jsonl`) read-only through
+    the store, any other copy of a session log from its lines (`ctxwin.transcripts.stored`)."""
+    path = as_path(path, "the transcript's path")
+    if format is not None and format not in FORMATS:
+        raise InputError(f"unknown format {format!r}", f"use one of: {', '.join(FORMATS)}")
+    folder = stored.session_folder(path) if format in (None, stored.FORMAT) else None
+    if folder is not None and (path.is_dir() or format == stored.FORMAT or _starts_with_header(path)):
+        log = ImportLog()
+        return _finish(stored.read_folder(folder, log), log, compressed=False, path=folder, format=stored.FORMAT)
+    if path.is_dir():
+        raise InputError(f"{path} is a folder, not a ctxwin session (it holds no {stored.SESSION_FILE})",
+                         "give a session file, or a session folder (`ctxwin sessions DIR` lists them)")
     source = read_source(path, limits)
     if format is None:
         format = _detect(source)  # refuses a mixed file: nothing of another format is left to filter
-    elif format not in FORMATS:
-        raise InputError(f"unknown format {format!r}", f"use one of: {', '.join(FORMATS)}")
     elif format in JSONL_FORMATS and isinstance(source.document(), list):
         raise _array_error(source, format)
     elif format in JSONL_FORMATS or (format == "openai" and source.document() is None):
         log = source.log  # not `source`: the filter is kept on the source, and a cycle would keep its text alive
         source.filter_records(lambda records: _own_records(records, format, log))
     transcript = READERS[format](source)
-    log = source.log
+    return _finish(transcript, source.log, compressed=source.compressed, path=source.path, format=format)
+
+
+def _finish(transcript: Transcript, log: ImportLog, *, compressed: bool, path: Path, format: str) -> Transcript:
+    """Refuses a transcript with no conversation; attaches what reading it found; warns when damaged."""
     if not transcript.messages:
         skipped = log.skipped
         raise InputError(
-            f"no conversation found in {source.path} read as {format}"
+            f"no conversation found in {path} read as {format}"
             + (f" ({_describe(skipped)} skipped)" if skipped else ""),
             _first_problem(log.warnings) or "check the file, or pass --format if it was detected wrongly",
         )
-    transcript.metadata.setdefault("compressed", source.compressed)
+    transcript.metadata.setdefault("compressed", compressed)
     transcript.warnings = log.warnings
     transcript.damaged = Counter(log.damaged)
     transcript.repaired = Counter(log.repaired)
     if transcript.is_damaged or transcript.repaired:
-        warnings.warn(DamagedInputWarning(transcript.read_report()), stacklevel=2)
+        warnings.warn(DamagedInputWarning(transcript.read_report()), stacklevel=3)
     return transcript
+
+
+def _starts_with_header(path: Path) -> bool:
+    """Whether the file's first line is a ctxwin session header (read without the whole file)."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.readline(4096)
+    except OSError:
+        return False
+    try:
+        return stored.is_header(json.loads(head))
+    except ValueError:
+        return False
 
 
 def detect_format(path: Path) -> str:
@@ -175,6 +205,10 @@ def _first_problem(problems: list[str]) -> str | None:
 def _record_votes(record: dict[str, Any]) -> list[tuple[str, int]]:
     kind = record.get("type")
     votes = []
+    if stored.is_header(record):
+        votes.append(("ctxwin", 10))
+    elif "kind" in record and "parent_id" in record and "payload" in record and "type" not in record:
+        votes.append(("ctxwin", 2))  # a session entry: {id, parent_id, kind, timestamp, payload}
     if kind == "session" and "id" in record:
         votes.append(("pi", 10))
     if kind in _CODEX_TYPES and "payload" in record:

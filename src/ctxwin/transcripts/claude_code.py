@@ -367,7 +367,8 @@ def _system(record: Record, state: _State, log: ImportLog) -> None:
 
 def _add_compaction(state: _State, boundary: Record, summary: str, summary_record: Record | None) -> None:
     data = boundary.data if boundary.data.get("type") == "system" else {}
-    metadata = data.get("compactMetadata") if isinstance(data.get("compactMetadata"), dict) else {}
+    raw_metadata = data.get("compactMetadata")
+    metadata: dict[str, Any] = raw_metadata if isinstance(raw_metadata, dict) else {}
     details: dict[str, Any] = {}
     if data.get("uuid"):
         details["boundary_uuid"] = data["uuid"]

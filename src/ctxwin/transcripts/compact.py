@@ -12,6 +12,7 @@ from ctxwin import policies
 from ctxwin.engine import ContextEngine
 from ctxwin.messages.pairing import validate
 from ctxwin.policies.model import compaction_for
+from ctxwin.store.base import SessionLog
 from ctxwin.store.entries import CompactionEntry, parse
 from ctxwin.store.in_memory import MemorySessionLog
 from ctxwin.store.session import Session, is_session_dir
@@ -31,6 +32,7 @@ def compact(source: str | Path, *, focus: str | None = None, strategy: str | Non
         chosen = chosen.model_copy(update={"compaction": compaction_for(strategy, chosen.compaction, enabled=True)})
     path = Path(source)
     stored = path.is_dir() and is_session_dir(path)
+    session: SessionLog
     if stored:
         session = Session.open(path)
         transcript_model = None
@@ -73,6 +75,6 @@ def compact(source: str | Path, *, focus: str | None = None, strategy: str | Non
 
 def store_report(path: Path, engine: ContextEngine) -> ReadReport:
     """The store's problems with a session (damaged lines, re-attached entries) as a read report."""
-    kinds = Counter(p.kind for p in engine.problems)
+    kinds: Counter[str] = Counter(p.kind for p in engine.problems)
     return ReadReport(str(path), "ctxwin session", len(engine.messages), dict(kinds), {},
                       [p.message for p in engine.problems])

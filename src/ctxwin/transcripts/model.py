@@ -145,6 +145,8 @@ class DamagedInputWarning(UserWarning):
     `ReadReport`): a library user sees it as a Python warning; the CLI collects it, prints the problems
     and exits 3 when something was damaged."""
 
-    def __init__(self, report: ReadReport) -> None:
-        super().__init__(report.summary())
-        self.report = report
+    def __init__(self, report: ReadReport | str) -> None:
+        # Rebuilt from its message alone (pytest-xdist and pickling pass a warning on as its args), it
+        # keeps the words and has no report.
+        super().__init__(report if isinstance(report, str) else report.summary())
+        self.report: ReadReport | None = None if isinstance(report, str) else report

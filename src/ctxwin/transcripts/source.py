@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxwin.errors import InputError, JSONTooDeepError, MalformedJSONError
-from ctxwin.files import FileLimits, loads_json, may_hold_surrogates, read_file, replace_surrogates
+from ctxwin.files import FileLimits, as_path, loads_json, may_hold_surrogates, read_file, replace_surrogates
 
 BINARY_SNIFF_BYTES = 65_536  # how much of the start of a file decides "binary or text"
 BINARY_REPLACED_SHARE = 0.10  # more undecodable characters than this in the sniffed start: binary
@@ -170,7 +170,7 @@ def read_source(path: str | Path, limits: FileLimits | None = None) -> Source:
     """Read a file for import. Raises `InputError` for what cannot be a session file (not a regular file,
     over the size caps, empty, binary, a corrupt gzip stream); everything else is read, with warnings
     (a gzip stream cut short is read up to the cut)."""
-    path = Path(path)
+    path = as_path(path, "a transcript file")
     log = ImportLog()
     content = read_file(path, limits=limits or session_file_limits())
     compressed, truncated, raw = content.compressed, content.truncated, content.data
@@ -270,7 +270,7 @@ def _glued(line: str, number: int, records: list[Record], log: ImportLog) -> Non
     appended without a newline): a record for each complete value (counted in `repaired`), and a warning
     for whatever follows the last one if that is not JSON."""
     decoder = json.JSONDecoder()
-    values = []
+    values: list[Any] = []  # decoded JSON, any shape
     position = 0
     while position < len(line):
         try:

@@ -53,11 +53,15 @@ _LOCATION = re.compile(r"^(?P<file>[^\s:()'\"]+?\.[A-Za-z][A-Za-z0-9]{0,7})"
 _ERROR_WORD = re.compile(r"^(?:error\b|fatal\b|failed\b|panic(?:ked)?\b|npm err!|npm error\b|uncaught\b|"
                          r"unhandled\b|assertion(?:error)?\b)", re.I)
 _ERROR_MARK = re.compile(r"^(?:FAIL(?:ED)?\b|ERROR\b|E {2,}\S|[A-Z][\w.]*(?:Error|Exception|Exit)\b(?::|$|\s)|"
-                         r"\*\* \(|[✗×✘❌]\s?\S)")
+                         r"\*\* \(|[✗×✘❌●]\s?\S|\d+\) test\b|--- FAIL:)")
+"""A failed test's name is an error line too: ExUnit's `1) test renders the page (AppWeb.PageTest)`,
+Go's `--- FAIL: TestX`, Jest's `● suite › case`."""
 _ERROR_ANYWHERE = re.compile(r"command not found|no such file or directory|permission denied|"
-                             r"(?<!\b0 )\bfailed\b|\b[1-9]\d* (?:failing|failures?|errors?)\b", re.I)
+                             r"(?<!\b0 )\bfailed\b|\b[1-9]\d* (?:failing|failures?|errors?)\b|"
+                             r"compilation error|panicked at|segmentation fault", re.I)
 _CANDIDATE = re.compile(r"error|fail|fatal|panic|exception|npm err|uncaught|unhandled|assert|denied|not found|"
-                        r"no such|\*\* \(|^[ \t]*E {2,}|^[ \t]*[✗×✘❌]|exit", re.I | re.M)
+                        r"no such|\*\* \(|^[ \t]*E {2,}|^[ \t]*[✗×✘❌●]|exit|\) test |segmentation fault",
+                        re.I | re.M)
 """A quick look for any word an error line could start with or hold: text without one has none."""
 _STATUS_LINE = re.compile(r"^(?:exit code|command exited with code|exited with code|exit status)\s*:?\s*\d+\.?$|"
                           r"^(?:errors?|error output|traceback \(most recent call last\)):?$", re.I)
@@ -86,20 +90,49 @@ def _lines(text: str) -> list[str]:
 
 def _candidate_lines(text: str) -> list[str]:
     """The lines of `text` (prepared and split as `_lines` does) that hold a word an error line could
-    have, in order: only they are looked at closely."""
+    have (`_CANDIDATE`), in order: only they are looked at closely."""
     prepared = "\n".join(_prepared(text).splitlines())
+    low = prepared.lower()
+    if len(low) == len(prepared) and not _FOLDS_APART.intersection(prepared):
+        starts = _candidate_starts(low)
+    else:  # a character lower() does not fold as the regex's IGNORECASE does: the regex itself
+        starts = sorted({prepared.rfind("\n", 0, m.start()) + 1 for m in _CANDIDATE.finditer(prepared)})
     out: list[str] = []
-    end = -1
-    for match in _CANDIDATE.finditer(prepared):
-        if match.start() <= end:
-            continue  # this line was taken already
-        start = prepared.rfind("\n", 0, match.start()) + 1
-        end = prepared.find("\n", match.start())
-        end = len(prepared) if end < 0 else end
-        line = prepared[start:end].strip()
+    for start in starts:
+        end = prepared.find("\n", start)
+        line = prepared[start:len(prepared) if end < 0 else end].strip()
         if line:
             out.append(line)
     return out
+
+
+_CANDIDATE_WORDS = ("error", "fail", "fatal", "panic", "exception", "npm err", "uncaught", "unhandled", "assert",
+                    "denied", "not found", "no such", "** (", "exit", ") test ", "segmentation fault")
+_CANDIDATE_HEADS = ("e  ", "✗", "×", "✘", "❌", "●")
+"""`_CANDIDATE` as plain substrings of the lower-cased text: its words anywhere, its marks at a line's
+start after blanks (`_candidate_starts` finds the same lines with `str.find`, several times faster)."""
+_FOLDS_APART = frozenset("ıſ")
+"""The characters IGNORECASE matches to a letter of `_CANDIDATE` that lower() leaves apart (dotless i,
+long s; every other difference changes the text's length): a text holding one takes the regex."""
+
+
+def _candidate_starts(low: str) -> list[int]:
+    """The offsets, in order, of the lines of `low` (a lower-cased text) that `_CANDIDATE` matches."""
+    starts: set[int] = set()
+    for word in _CANDIDATE_WORDS:
+        at = low.find(word)
+        while at >= 0:
+            starts.add(low.rfind("\n", 0, at) + 1)
+            end = low.find("\n", at)
+            at = -1 if end < 0 else low.find(word, end + 1)
+    for head in _CANDIDATE_HEADS:
+        at = low.find(head)
+        while at >= 0:
+            start = low.rfind("\n", 0, at) + 1
+            if not low[start:at].strip(" \t"):
+                starts.add(start)
+            at = low.find(head, at + 1)
+    return sorted(starts)
 
 
 def diagnostics(text: str) -> list[Diagnostic]:
@@ -188,6 +221,7 @@ class _Group:
     failed: list[str] = field(default_factory=list)  # call ids
     fix: str = ""
     edited: list[str] = field(default_factory=list)  # files written since its last failure
+    later: str = ""  # a longer form of the command that passed since its last failure (`git push --set-upstream ...`)
 
 
 def error_records(span: Sequence[Message], diagnosed: Mapping[str, Sequence[Diagnostic]] | None = None,
@@ -214,10 +248,14 @@ def error_records(span: Sequence[Message], diagnosed: Mapping[str, Sequence[Diag
                 if group is not None and group.failed and not group.fix:
                     group.fix = _evidence(group, made)
                 passed[key] = list(dict.fromkeys(edited_in_span))
+                for other in groups.values():  # `git push` failed, `git push --set-upstream origin x` passed
+                    if other.failed and not other.fix and other.key.startswith("cmd:") and \
+                            key.startswith(other.key + " "):
+                        other.later = key.removeprefix("cmd:")
             else:
                 group = groups.setdefault(key, _Group(key, label))
                 group.failed.append(result.call_id)
-                group.fix, group.edited = "", []
+                group.fix, group.edited, group.later = "", [], ""
                 order.append(("g", (key,)))
                 for diagnostic in found:
                     # One file printed two ways (`../pkg/src/a.ts`, `src/a.ts`) is one file.
@@ -245,7 +283,13 @@ def error_records(span: Sequence[Message], diagnosed: Mapping[str, Sequence[Diag
         seen.add((kind, key_parts))
         if kind == "g":
             group = groups[key_parts[0]]
-            out.append(_dump({"k": "g", "g": group.key, "label": group.label, "c": group.failed, "fix": group.fix}))
+            group_record: dict[str, Any] = {"k": "g", "g": group.key, "label": group.label, "c": group.failed,
+                                            "fix": group.fix}
+            if not group.fix and group.later:
+                group_record["later"] = group.later
+            if not group.fix and group.edited:
+                group_record["edited"] = group.edited
+            out.append(_dump(group_record))
         else:
             out.append(_dump(messages[(key_parts[0], key_parts[1], key_parts[2])]))
     passed_records = [_dump({"k": "p", "g": key, "edited": files}) for key, files in passed.items()]
@@ -311,6 +355,13 @@ def merge_records(previous: Sequence[str], new: Sequence[str], passed: Sequence[
         if group is not None and key not in new_groups and not group.get("fix"):
             group["fix"] = ("fixed: passed later" + _edits(record.get("edited") or [])
                             if str(group["g"]).startswith("cmd:") else "fixed: a later call succeeded")
+            group.pop("later", None)
+            group.pop("edited", None)
+        for open_group in merged.values():  # an earlier failure whose longer form passed in this span
+            command = str(open_group.get("g", ""))
+            if open_group["k"] == "g" and not open_group.get("fix") and command.startswith("cmd:") and \
+                    ("g", command) not in new_groups and str(record["g"]).startswith(command + " "):
+                open_group["later"] = str(record["g"]).removeprefix("cmd:")
     return [_dump(r) for r in merged.values()]
 
 
@@ -328,6 +379,20 @@ class Group:
     fix: str
     messages: list[dict[str, Any]]
     position: int
+    later: str = ""
+    """A not fixed command: a longer form of it that passed since (`git push --set-upstream origin x`)."""
+    edited: list[str] = field(default_factory=list)
+    """A not fixed command: the files written since it last failed."""
+
+    def since(self) -> str:
+        """What happened since a not fixed command last failed, as evidence for the reader: "" or
+        `; a later `…` passed; edited since: a.ts` (of the files its errors name)."""
+        parts = [f"a later `{self.later}` passed"] if self.later else []
+        named = set(self.files)
+        edited = [p for p in self.edited if short_path(p) in named]
+        if edited:
+            parts.append("edited since: " + _edits(edited).removeprefix(", after editing "))
+        return "".join(f"; {p}" for p in parts)
 
     @property
     def fixed(self) -> bool:
@@ -345,7 +410,8 @@ def groups(records: Sequence[str]) -> list[Group]:
     for position, record in enumerate(loaded):
         if record["k"] == "g":
             by_key[record["g"]] = Group(record["g"], record.get("label", record["g"]), len(record.get("c", [])),
-                                        record.get("fix", ""), [], position)
+                                        record.get("fix", ""), [], position, str(record.get("later", "")),
+                                        [str(f) for f in record.get("edited", ())])
     for record in loaded:
         if record["k"] == "m" and record["g"] in by_key:
             by_key[record["g"]].messages.append(record)
@@ -378,7 +444,7 @@ def render_group(group: Group, level: int, limit: int | None = None, more: str =
     if group.fix:
         status = group.fix if level < 2 else "fixed"
     else:
-        status = "not fixed in this span" if level < 2 else "not fixed"
+        status = "not fixed in this span" + group.since() if level < 2 else "not fixed"
     lines: list[tuple[str, bool]] = []  # (text, made of short messages without a file: others may join)
     shown = group.messages if limit is None else group.messages[:limit]
     for record in shown:

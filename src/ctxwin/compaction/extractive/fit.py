@@ -192,21 +192,57 @@ def fit_tiers(sections: Sequence[Section], budget_tokens: int, counter: TokenCou
               anchor: str | None = None) -> Fitted:
     """Fit the fact sections first (`FACTS`), then the others in what is left (at most NOTES_SHARE of
     the budget), each with its cut notes, and render them together in section order, within
-    `budget_tokens`."""
+    `budget_tokens`. When nothing of the others fits, the facts give way to their cut notes: a list
+    the facts crowd out still ends with the ref that returns it."""
     facts = [s for s in sections if s.key in FACTS]
     rest = [s for s in sections if s.key not in FACTS]
     first = with_cut_notes(fit_sections(facts, budget_tokens, counter), facts, budget_tokens, counter, anchor)
     if not rest:
         return first
     room = min(budget_tokens - first.tokens - 2, int(budget_tokens * NOTES_SHARE))  # -2: the blank line between
-    joined = first
     for _ in range(MAX_FIT_ATTEMPTS):
         second = with_cut_notes(fit_sections(rest, max(0, room), counter), rest, max(0, room), counter, anchor)
         joined = _join(first, second, sections, counter)
-        if joined.tokens <= budget_tokens or room <= 0:
+        if joined.tokens <= budget_tokens and second.sections and has_its_notes(second, anchor):
+            return joined
+        if room <= 0:
             break
-        room -= joined.tokens - budget_tokens + 2
-    return joined if joined.tokens <= budget_tokens else first
+        # The room the rest would have had if the joined text weighs as much more than its parts as now.
+        inflation = max(1, joined.tokens) / max(1, first.tokens + second.tokens + 2)
+        room = min(room - (joined.tokens - budget_tokens) // 4 - 1, int(budget_tokens / inflation) - first.tokens - 2)
+    # Nothing of the rest fits beside the facts (a counter may weigh a joined text above its parts: the
+    # estimate takes the whole text for code rather than prose): the facts give way until the rest's
+    # lists at least end with the refs that return them.
+    notes = notes_only(rest, anchor, counter)
+    if not notes.sections or notes.tokens + 2 > budget_tokens * NOTES_SHARE:
+        return first  # a budget this small keeps its facts rather than the ways back to its notes
+    facts_budget = budget_tokens
+    for _ in range(MAX_FIT_ATTEMPTS):
+        joined = _join(first, notes, sections, counter)
+        if joined.tokens <= budget_tokens:
+            return joined
+        # What the notes cost beside the facts, not what the joined text weighs over the budget: a
+        # counter that weighs the whole text otherwise would take the facts down far more than needed.
+        facts_budget = min(facts_budget - 2, budget_tokens - notes.tokens - 2,
+                           facts_budget - (joined.tokens - budget_tokens) // 2)
+        if facts_budget <= 0:
+            break
+        first = with_cut_notes(fit_sections(facts, facts_budget, counter), facts, facts_budget, counter, anchor)
+    return first
+
+
+def has_its_notes(fitted: Fitted, anchor: str | None) -> bool:
+    """Whether every list `fitted` cut ends with its cut note."""
+    return all(fitted.sections.get(key, [""])[-1] == cut_note(count, key, anchor)
+               for key, count in fitted.omitted.items() if key in WHAT and count)
+
+
+def notes_only(sections: Sequence[Section], anchor: str | None, counter: TokenCounter) -> Fitted:
+    """The list sections of `sections` reduced to their cut notes (every item left out)."""
+    omitted = {s.key: len(s.items) for s in sections if s.key in WHAT and s.items}
+    listed = {key: [cut_note(count, key, anchor)] for key, count in omitted.items()}
+    text = render_sections(listed, {s.key: s.title or s.key for s in sections})
+    return Fitted(text=text, sections=listed, tokens=counter.count_text(text) if text else 0, omitted=omitted)
 
 
 def _join(first: Fitted, second: Fitted, sections: Sequence[Section], counter: TokenCounter) -> Fitted:
@@ -220,7 +256,8 @@ def _join(first: Fitted, second: Fitted, sections: Sequence[Section], counter: T
 def with_cut_notes(fitted: Fitted, sections: Sequence[Section], budget_tokens: int, counter: TokenCounter,
                    anchor: str | None) -> Fitted:
     """`fitted` with a last item in each list that lost items, saying how many and the ref that returns
-    the full list; fitted again with room for the notes, so the budget still holds."""
+    the full list; fitted again with room for the notes (less, each time the notes still overflow), so
+    the budget still holds. Only when not even the notes fit is `fitted` returned as it is."""
     def notes_of(result: Fitted) -> dict[str, str]:
         return {key: cut_note(result.omitted[key], key, anchor) for key in WHAT if result.omitted.get(key)}
 
@@ -228,14 +265,19 @@ def with_cut_notes(fitted: Fitted, sections: Sequence[Section], budget_tokens: i
     if not notes:
         return fitted
     room = sum(counter.count_text(render_item(n)) + 1 for n in notes.values())
-    refitted = fit_sections(sections, max(0, budget_tokens - room), counter)
-    notes = notes_of(refitted)
-    out = {k: list(v) for k, v in refitted.sections.items()}
-    for key, note in notes.items():
-        out.setdefault(key, []).append(note)
-    ordered = {s.key: out[s.key] for s in sections if s.key in out}
-    text = render_sections(ordered, {s.key: s.title or s.key for s in sections}, paragraphs_of(sections))
-    tokens = counter.count_text(text) if text else 0
-    if tokens > budget_tokens:  # the notes did not fit after all: the plain fit, which does
-        return refitted
-    return Fitted(text=text, sections=ordered, tokens=tokens, omitted=refitted.omitted, shortened=refitted.shortened)
+    for _ in range(MAX_FIT_ATTEMPTS):
+        refitted = fit_sections(sections, max(0, budget_tokens - room), counter)
+        notes = notes_of(refitted)
+        out = {k: list(v) for k, v in refitted.sections.items()}
+        for key, note in notes.items():
+            out.setdefault(key, []).append(note)
+        ordered = {s.key: out[s.key] for s in sections if s.key in out}
+        text = render_sections(ordered, {s.key: s.title or s.key for s in sections}, paragraphs_of(sections))
+        tokens = counter.count_text(text) if text else 0
+        if tokens <= budget_tokens:
+            return Fitted(text=text, sections=ordered, tokens=tokens, omitted=refitted.omitted,
+                          shortened=refitted.shortened)
+        if budget_tokens - room <= 0:
+            break
+        room += tokens - budget_tokens
+    return fitted

@@ -10,7 +10,14 @@ from collections.abc import Sequence
 from ctxwin.compaction.extractive.asks import USER_MEDIUM_CHARS
 from ctxwin.compaction.extractive.errors import result_errors
 from ctxwin.compaction.extractive.files import short_path
-from ctxwin.compaction.identifiers import call_arguments, call_path, shell_command, tool_kind, user_text
+from ctxwin.compaction.identifiers import (
+    call_arguments,
+    call_path,
+    scan_window,
+    shell_command,
+    tool_kind,
+    user_text,
+)
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 from ctxwin.pipeline.cut import clip
 
@@ -43,7 +50,8 @@ def decisions(span: Sequence[Message]) -> list[str]:
         for block in message.blocks:
             if not isinstance(block, Text):
                 continue
-            prose = _CODE_FENCE.sub(" ", block.text)
+            # Of a text of megabytes only the ends are read, as for identifiers: bounded work per text.
+            prose = _CODE_FENCE.sub(" ", scan_window(block.text))
             for sentence in _SENTENCE.split(prose):
                 sentence = sentence.strip().lstrip("-*• ").strip()
                 if len(sentence) >= 20 and _DECISION.search(sentence):

@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 from functools import lru_cache
 
-from ctxwin.compaction.extractive.commands import command_line
+from ctxwin.compaction.extractive.commands import COMMAND_STATE_CHARS, command_line
 from ctxwin.compaction.identifiers import call_arguments, decoded, normalize, shell_command
 from ctxwin.messages import Message, Text, ToolCall, ToolResult
 
@@ -51,10 +51,18 @@ def message_names(message: Message) -> list[tuple[str, float]]:
     out = []
     for text, factor in texts:
         for found in _REFERENCE.findall(decoded(text[:RECENT_TEXT_CHARS])):
-            token = found.rstrip(".-").lstrip("-")  # `../core/a.ts` keeps its `../`; a sentence's dot goes
-            if is_name(token):
-                out.append((token, factor * kind_factor(token)))
+            name = _name(found)
+            if name is not None:
+                out.append((name[0], factor * name[1]))
     return out
+
+
+@lru_cache(maxsize=65_536)
+def _name(found: str) -> tuple[str, float] | None:
+    """A `_REFERENCE` match as a name and its kind factor, or None when it is no name (one cached call
+    per occurrence: a span repeats the same words thousands of times)."""
+    token = found.rstrip(".-").lstrip("-")  # `../core/a.ts` keeps its `../`; a sentence's dot goes
+    return (token, kind_factor(token)) if is_name(token) else None
 
 
 def kind_factor(token: str) -> float:
@@ -112,6 +120,8 @@ def referenced_later(span: Sequence[Message], names: Sequence[list[tuple[str, fl
             command = shell_command(call)
             if command:
                 first = command_line(command)[0]
-                if any(last_seen.get(n, -1) > after for n in short_names(first)):
+                # Only the part of the line the summary keeps can be referred back to; and a one-line
+                # script of megabytes is not scanned whole.
+                if any(last_seen.get(n, -1) > after for n in short_names(first[:COMMAND_STATE_CHARS])):
                     out.add(normalize(first))
     return frozenset(out)

@@ -79,16 +79,25 @@ def paragraph(state: Mapping[str, Sequence[str]], factor: float = 1.0) -> str:
     parts.append(f"Done: {', '.join(done)}." if done else "Done: nothing recorded yet.")
     failing = errors.open_errors(state.get(ERRORS, ()))
     if failing:
-        shown = "; ".join(f"{g.label}: {clip(g.messages[0]['m'], 120)}" + (
-            f" (+{len(g.messages) - 1} more)" if len(g.messages) > 1 else "") for g in failing[-ERRORS_NAMED:])
+        shown = "; ".join(f"{g.label}: {clip(g.messages[0]['m'], 120).rstrip('.')}" + _aside(g)
+                          for g in failing[-ERRORS_NAMED:])
         more = f"; and {len(failing) - ERRORS_NAMED} more commands" if len(failing) > ERRORS_NAMED else ""
-        parts.append(f"Failing, not fixed in this history: {shown}{more}.")
+        # Not "failing": what a command would print now is unknown; what is known is that its last run
+        # failed, and what happened since (a longer form of it passed, its files were edited).
+        parts.append(f"Failed when last run: {shown}{more}.")
     else:
         parts.append("No error is open.")
     step = next_step(last_text, state.get(OPEN, ()))
     if step:
         parts.append(f"Next: {clip(step, int(NEXT_CHARS * factor))}")
     return " ".join(parts)
+
+
+def _aside(group: errors.Group) -> str:
+    """`(+N more; a later `…` passed; edited since: …)` after a failed command's first message."""
+    more = [f"+{len(group.messages) - 1} more"] if len(group.messages) > 1 else []
+    since = [p for p in group.since().split("; ") if p]
+    return f" ({'; '.join(more + since)})" if more or since else ""
 
 
 def variants(state: Mapping[str, Sequence[str]]) -> tuple[str, ...]:

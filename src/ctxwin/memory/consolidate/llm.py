@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxwin.memory.consolidate.dates import resolve
 from ctxwin.memory.consolidate.extract import (
@@ -35,6 +35,9 @@ from ctxwin.memory.consolidate.extract import (
     tokens,
 )
 from ctxwin.messages import Message, Text
+
+if TYPE_CHECKING:  # the client module loads httpx: only a caller that has a model pays for it
+    from ctxwin.providers.base import ModelClient
 
 BATCH_CHARS = 12_000
 """Statement text per model call."""
@@ -67,7 +70,7 @@ class ModelExtractor:
     """Observations from a model (see the module docstring). `problems` lists the batches the rules
     read instead in the last run (`observe`), and why; `calls` counts the model calls of all runs."""
 
-    def __init__(self, client: Any, *, batch_chars: int = BATCH_CHARS, timeout: float = TIMEOUT_S,
+    def __init__(self, client: ModelClient, *, batch_chars: int = BATCH_CHARS, timeout: float = TIMEOUT_S,
                  max_output_tokens: int = MAX_OUTPUT_TOKENS, max_failures: int = MAX_CONSECUTIVE_FAILURES) -> None:
         self.client = client
         self.batch_chars = batch_chars

@@ -62,5 +62,4 @@ def resolve_entry(sessions: Path | None, ref: EntryRef) -> str:
         raise InputError(f"{ref.ref}@{ref.session}: no session {ref.session!r} in {sessions}",
                          "give the sessions folder the consolidation read (ctxwin memory consolidate --sessions)")
     with Session.open(folder, readonly=True) as log:
-        # A JsonlSessionLog is a SessionLog; mypy disagrees only on FileBlobStore.read_lines (22.6).
-        return resolve_ref(log, ref.ref)  # type: ignore[arg-type]
+        return resolve_ref(log, ref.ref)

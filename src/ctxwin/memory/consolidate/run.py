@@ -251,7 +251,7 @@ def consolidate(workspace: str | Path, *, sessions: str | Path | None = None, si
     if dry_run:
         _run(root, folder, day, dry_run, max_chars, chosen, report)
     else:
-        from ctxwin.store.jsonl import FileLock
+        from ctxwin.store.locks import FileLock
 
         if not state_dir(root).exists():  # a first run refused for a bad note leaves no state folder behind
             _archive(root, State(), max_chars)

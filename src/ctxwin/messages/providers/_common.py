@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
 
-from ctxwin.messages.model import Block, Image, Text, Thinking, image_placeholder, image_problem
+from ctxwin.errors import MessageFormatError
+from ctxwin.messages.model import Block, Image, Message, Text, Thinking, image_placeholder, image_problem
 
-ANTHROPIC = "anthropic"
-OPENAI_CHAT = "openai_chat"
-OPENAI_RESPONSES = "openai_responses"
+ANTHROPIC: Final = "anthropic"
+OPENAI_CHAT: Final = "openai_chat"
+OPENAI_RESPONSES: Final = "openai_responses"
 
 UNSUPPORTED = "unsupported"  # extra key of a placeholder Text standing for a block/item of a type we do not model
 UNSENT_SUFFIX = "_unsent"  # meta/extra key suffix for kept fields a request does not take
@@ -60,9 +61,36 @@ def put_back(out: dict[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def require_list(value: Any, what: str, items: str) -> list[Any]:
+    """`value` as a list when it is a JSON array (or another iterable that is not text or an object);
+    anything else is a `MessageFormatError` naming what was given."""
+    if isinstance(value, str | bytes | bytearray | Mapping) or not isinstance(value, Iterable):
+        raise MessageFormatError(f"{what} takes a list of {items}, not {type(value).__name__}",
+                                 f"pass the {items} as a list")
+    return list(value)
+
+
+def canonical(messages: Any, what: str) -> Sequence[Message]:
+    """`messages` when it is a list of canonical `Message`s (the writers' input); anything else is a
+    `MessageFormatError` naming the first item that is not one."""
+    listed = messages if isinstance(messages, list | tuple) else require_list(messages, what, "Messages")
+    for index, message in enumerate(listed):
+        if not isinstance(message, Message):
+            raise MessageFormatError(f"{what}: item {index} is a {type(message).__name__}, not a Message",
+                                     "convert provider dicts first (from_anthropic, from_openai_chat, ...)")
+    return listed
+
+
+def optional_text(value: Any, where: str, field: str) -> str | None:
+    """A field that is a string when present (a role, a type); anything else is a `MessageFormatError`."""
+    if value is not None and not isinstance(value, str):
+        raise MessageFormatError(f"{where}: `{field}` must be a string, got {type(value).__name__}")
+    return value
+
+
 def require_mapping(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ValueError(f"{where}: expected a JSON object, got {type(value).__name__}")
+        raise MessageFormatError(f"{where}: expected a JSON object, got {type(value).__name__}")
     return value
 
 
@@ -192,5 +220,6 @@ def read_content(fields: dict[str, Any], where: str, read_item: Callable[[Any, s
     if isinstance(content, str):
         return [Text(content)]
     if not isinstance(content, list):
-        raise ValueError(f"{where}: content must be a string or a list of {item}s, got {type(content).__name__}")
+        raise MessageFormatError(f"{where}: content must be a string or a list of {item}s, "
+                                 f"got {type(content).__name__}")
     return [read_item(entry, f"{where}, {item} {n}") for n, entry in enumerate(content)]

@@ -33,7 +33,7 @@ Responses (its encrypted content is no Anthropic signature); arguments kept as a
 object (`{}` for an empty string, the decoded object when it is one, else `{"raw_arguments": "<string>"}`).
 
 A ToolCall or Thinking outside an assistant message, or a ToolResult outside a tool message, raises
-ValueError: run `ctxwin.messages.pairing.repair` first.
+MessageFormatError (a ValueError): run `ctxwin.messages.pairing.repair` first.
 """
 
 from __future__ import annotations
@@ -41,14 +41,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ctxwin.errors import MessageFormatError
 from ctxwin.messages.model import Block, Image, Message, Text, Thinking, ToolCall, ToolResult
 from ctxwin.messages.providers._common import (
     ANTHROPIC,
     arguments_object,
+    canonical,
     extra_for,
     fields_of,
     put_back,
     read_content,
+    require_list,
     require_mapping,
     sendable_image,
     thinking_written,
@@ -67,16 +70,17 @@ def from_anthropic(messages: Sequence[Mapping[str, Any]],
         if system:
             out.append(Message("system", (Text(system),)))
     elif system is not None:
-        blocks = tuple(_read_block(b, f"anthropic system block {n}") for n, b in enumerate(system))
-        if blocks:
-            out.append(Message("system", blocks))
+        listed = require_list(system, "from_anthropic's system", "text blocks (or a string)")
+        system_blocks = tuple(_read_block(b, f"anthropic system block {n}") for n, b in enumerate(listed))
+        if system_blocks:
+            out.append(Message("system", system_blocks))
     names: dict[str, str] = {}
-    for index, raw in enumerate(messages):
+    for index, raw in enumerate(require_list(messages, "from_anthropic", "messages")):
         where = f"anthropic message {index}"
         fields = dict(require_mapping(raw, where))
         role = fields.pop("role", None)
         if role not in ("user", "assistant", "system"):
-            raise ValueError(f"{where}: unknown role {role!r}; expected user or assistant")
+            raise MessageFormatError(f"{where}: unknown role {role!r}; expected user or assistant")
         blocks = _read_content(fields, where)
         meta = extra_for(NS, fields, MESSAGE_FIELDS)
         if role != "user":
@@ -97,7 +101,7 @@ def from_anthropic(messages: Sequence[Mapping[str, Any]],
                     # give them: the stages count and batch by message, so the same conversation must
                     # not mask differently for the API it came through (`to_anthropic` joins them back).
                     out.extend(Message("tool", (_named(r, names),), meta=meta if n == 0 else {})
-                               for n, r in enumerate(run))
+                               for n, r in enumerate(run) if isinstance(r, ToolResult))  # all of them are
                 else:
                     out.append(Message("user", tuple(run), meta=meta))
                 meta = {}  # message fields go on the first part only
@@ -106,6 +110,7 @@ def from_anthropic(messages: Sequence[Mapping[str, Any]],
 
 
 def to_anthropic(messages: Sequence[Message]) -> dict[str, Any]:
+    messages = canonical(messages, "to_anthropic")
     out: dict[str, Any] = {}
     lead = 0
     while lead < len(messages) and messages[lead].role == "system":
@@ -141,7 +146,7 @@ def to_anthropic(messages: Sequence[Message]) -> dict[str, Any]:
 
 def _text(value: Any, where: str) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"{where}: text must be a string, got {type(value).__name__}")
+        raise MessageFormatError(f"{where}: text must be a string, got {type(value).__name__}")
     return value
 
 
@@ -234,7 +239,8 @@ def _read_part(raw: Any, where: str) -> Text | Image:
 
 def _content(blocks: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     if len(blocks) == 1 and blocks[0].get("type") == "text" and len(blocks[0]) == 2:
-        return blocks[0]["text"]
+        text: str = blocks[0]["text"]
+        return text
     return blocks
 
 
@@ -244,12 +250,12 @@ def _write_blocks(message: Message) -> list[dict[str, Any]]:
     for block in message.blocks:
         if isinstance(block, ToolResult):
             if role != "tool":
-                raise ValueError(f"a {role} message cannot hold a tool_result block; repair the history first")
+                raise MessageFormatError(f"a {role} message cannot hold a tool_result block; repair the history first")
             out.append(_write_result(block))
         elif role == "tool":
-            raise ValueError(f"a tool message may hold only tool results, not {block.type}")
+            raise MessageFormatError(f"a tool message may hold only tool results, not {block.type}")
         elif isinstance(block, ToolCall | Thinking) and role != "assistant":
-            raise ValueError(f"a {role} message cannot hold a {block.type} block; repair the history first")
+            raise MessageFormatError(f"a {role} message cannot hold a {block.type} block; repair the history first")
         elif isinstance(block, Thinking):
             if thinking_written(block, NS):
                 out.append(_write_thinking(block))

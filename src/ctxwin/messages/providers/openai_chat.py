@@ -35,7 +35,7 @@ the run of tool messages, after a text part `[images returned by tool call <id>]
 written (Chat has no such field). Extras of other formats are not written.
 
 A ToolCall outside an assistant message, a ToolResult outside a tool message, thinking outside an
-assistant message and anything but ToolResults in a tool message raise ValueError: run
+assistant message and anything but ToolResults in a tool message raise MessageFormatError: run
 `ctxwin.messages.pairing.repair` first.
 """
 
@@ -44,16 +44,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxwin.messages.model import Block, Image, Message, Text, Thinking, ToolCall, ToolResult
+from ctxwin.errors import MessageFormatError
+from ctxwin.messages.model import Block, Image, Message, Role, Text, Thinking, ToolCall, ToolResult
 from ctxwin.messages.providers._common import (
     OPENAI_CHAT,
     arguments_string,
+    canonical,
     decode_arguments,
     extra_for,
     fields_of,
     put_back,
     read_content,
     read_image_url,
+    require_list,
     require_mapping,
     sendable_image,
     unsupported,
@@ -79,7 +82,7 @@ def from_openai_chat(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
     out: list[Message] = []
     names: dict[str, str] = {}
     results: list[ToolResult] = []
-    for index, raw in enumerate(messages):
+    for index, raw in enumerate(require_list(messages, "from_openai_chat", "messages")):
         where = f"openai chat message {index}"
         fields = dict(require_mapping(raw, where))
         role = fields.pop("role", None)
@@ -92,7 +95,7 @@ def from_openai_chat(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
         if role in ("system", "developer", "user"):
             if role == "developer":
                 fields["role"] = "developer"
-            kind = "user" if role == "user" else "system"
+            kind: Role = "user" if role == "user" else "system"
             blocks = _read_content(fields, where)
             out.append(Message(kind, tuple(blocks), meta=extra_for(NS, fields, _SENT[kind])))
         elif role == "assistant":
@@ -110,13 +113,15 @@ def from_openai_chat(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
                     blocks.append(block)
             out.append(Message("assistant", tuple(blocks), meta=extra_for(NS, fields, _SENT["assistant"])))
         else:
-            raise ValueError(f"{where}: unknown role {role!r}; expected system, developer, user, assistant or tool")
+            raise MessageFormatError(f"{where}: unknown role {role!r}; "
+                                     "expected system, developer, user, assistant or tool")
     if results:
         out.append(Message("tool", tuple(results)))
     return out
 
 
 def to_openai_chat(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    messages = canonical(messages, "to_openai_chat")
     out: list[dict[str, Any]] = []
     images: list[dict[str, Any]] = []  # image parts of tool results, sent after the run of tool messages
     last = len(messages) - 1
@@ -126,7 +131,8 @@ def to_openai_chat(messages: Sequence[Message]) -> list[dict[str, Any]]:
             continue
         for block in message.blocks:
             if not isinstance(block, ToolResult):
-                raise ValueError(f"message {index}: a tool message may hold only tool results, not {block.type}")
+                raise MessageFormatError(f"message {index}: a tool message may hold only tool results, "
+                                         f"not {block.type}")
             out.append(_write_tool_result(block, images))
         if images and (index == last or messages[index + 1].role != "tool"):
             out.append({"role": "user", "content": images})
@@ -139,7 +145,7 @@ def to_openai_chat(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
 def _text(value: Any, where: str) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"{where}: text must be a string, got {type(value).__name__}")
+        raise MessageFormatError(f"{where}: text must be a string, got {type(value).__name__}")
     return value
 
 
@@ -185,12 +191,13 @@ def _read_call(raw: Any, where: str) -> ToolCall:
         if custom:
             call["custom"] = custom
         return ToolCall(call_id, name, arguments, {NS: {**call, "type": "custom"}})
-    raise ValueError(f"{where}: unknown tool call type {kind!r}; expected function or custom")
+    raise MessageFormatError(f"{where}: unknown tool call type {kind!r}; expected function or custom")
 
 
 def _read_tool_message(fields: dict[str, Any], names: Mapping[str, str], where: str) -> ToolResult:
     call_id = _text(fields.pop("tool_call_id", None), f"{where}, tool_call_id")
-    parts = tuple(_read_content(fields, where))
+    # every part read is a Text or an Image (`_read_part`); the filter only says so to the type checker
+    parts = tuple(b for b in _read_content(fields, where) if isinstance(b, Text | Image))
     name = fields.get("name")
     name = name if isinstance(name, str) else names.get(call_id)
     return ToolResult(call_id, parts, False, name, extra_for(NS, fields, _SENT["tool"]))
@@ -229,7 +236,7 @@ def _write_message(message: Message) -> dict[str, Any]:
         elif isinstance(block, Thinking) and role == "assistant":
             continue  # Chat Completions has no field for reasoning
         else:
-            raise ValueError(f"a {role} message cannot hold a {block.type} block; repair the history first")
+            raise MessageFormatError(f"a {role} message cannot hold a {block.type} block; repair the history first")
     if parts:
         single = parts[0]
         plain = len(parts) == 1 and single.get("type") == "text" and len(single) == 2

@@ -34,7 +34,7 @@ From other formats: Thinking without Responses provenance (Anthropic thinking, s
 a reasoning item needs its `rs_` id and OpenAI's own encrypted content; `is_error` is not written (the API
 has no such field). A result image becomes an `input_image` part of the output list.
 
-Blocks in roles that cannot hold them raise ValueError, as in `openai_chat`.
+Blocks in roles that cannot hold them raise MessageFormatError, as in `openai_chat`.
 """
 
 from __future__ import annotations
@@ -42,16 +42,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxwin.messages.model import Block, Image, Message, Text, Thinking, ToolCall, ToolResult
+from ctxwin.errors import MessageFormatError
+from ctxwin.messages.model import Block, Image, Message, Role, Text, Thinking, ToolCall, ToolResult
 from ctxwin.messages.providers._common import (
     OPENAI_RESPONSES,
     UNSENT_SUFFIX,
     arguments_string,
+    canonical,
     decode_arguments,
     extra_for,
     fields_of,
+    optional_text,
     put_back,
     read_image_url,
+    require_list,
     require_mapping,
     sendable_image,
     thinking_written,
@@ -71,7 +75,7 @@ _SENT_REASONING = frozenset({"id", "status", "summary", "content", "encrypted_co
 _UNSENT = NS + UNSENT_SUFFIX
 _CALLS = ("function_call", "custom_tool_call")
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")
-_INPUT_ROLES = {"user": "user", "system": "system", "developer": "system"}
+_INPUT_ROLES: dict[str, Role] = {"user": "user", "system": "system", "developer": "system"}
 _SUMMARY_SEPARATOR = "\n\n"
 
 
@@ -90,11 +94,11 @@ def from_openai_responses(items: Sequence[Mapping[str, Any]]) -> list[Message]:
             out.append(Message("tool", tuple(results)))
             results = []
 
-    for index, raw in enumerate(items):
+    for index, raw in enumerate(require_list(items, "from_openai_responses", "input items")):
         where = f"openai responses item {index}"
         item = dict(require_mapping(raw, where))
-        kind = item.get("type")
-        role = item.get("role")
+        kind = optional_text(item.get("type"), where, "type")
+        role = optional_text(item.get("role"), where, "role")
         if kind in (None, "message") and role is not None:
             item.pop("type", None)
             del item["role"]
@@ -116,7 +120,8 @@ def from_openai_responses(items: Sequence[Mapping[str, Any]]) -> list[Message]:
                 blocks = _read_parts(item, "input_text", where)
                 out.append(Message(_INPUT_ROLES[role], tuple(blocks), meta=extra_for(NS, item, _SENT_MESSAGE)))
             else:
-                raise ValueError(f"{where}: unknown role {role!r}; expected user, assistant, system or developer")
+                raise MessageFormatError(f"{where}: unknown role {role!r}; "
+                                         "expected user, assistant, system or developer")
         elif kind in _CALLS:
             if results:
                 flush()
@@ -132,7 +137,7 @@ def from_openai_responses(items: Sequence[Mapping[str, Any]]) -> list[Message]:
                 flush()
             results.append(_read_output(item, names, where))
         elif kind is None:
-            raise ValueError(f"{where}: an item needs a `type` (or a `role` for a message)")
+            raise MessageFormatError(f"{where}: an item needs a `type` (or a `role` for a message)")
         elif str(kind).endswith("_call"):
             if results:
                 flush()
@@ -145,6 +150,7 @@ def from_openai_responses(items: Sequence[Mapping[str, Any]]) -> list[Message]:
 
 
 def to_openai_responses(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    messages = canonical(messages, "to_openai_responses")
     out: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
         if message.role == "assistant":
@@ -152,7 +158,8 @@ def to_openai_responses(messages: Sequence[Message]) -> list[dict[str, Any]]:
         elif message.role == "tool":
             for block in message.blocks:
                 if not isinstance(block, ToolResult):
-                    raise ValueError(f"message {index}: a tool message may hold only tool results, not {block.type}")
+                    raise MessageFormatError(f"message {index}: a tool message may hold only tool results, "
+                                             f"not {block.type}")
                 out.append(_write_output(block))
         else:
             out.append(_write_input_message(message))
@@ -164,7 +171,7 @@ def to_openai_responses(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
 def _text(value: Any, where: str) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"{where}: text must be a string, got {type(value).__name__}")
+        raise MessageFormatError(f"{where}: text must be a string, got {type(value).__name__}")
     return value
 
 
@@ -196,7 +203,7 @@ def _read_parts(item: dict[str, Any], default_text: str, where: str) -> list[Blo
     if isinstance(content, str):
         return [Text(content)]
     if not isinstance(content, list):
-        raise ValueError(f"{where}: content must be a string or a list of parts, got {type(content).__name__}")
+        raise MessageFormatError(f"{where}: content must be a string or a list of parts, got {type(content).__name__}")
     return [_read_part(part, default_text, f"{where}, part {n}") for n, part in enumerate(content)]
 
 
@@ -291,7 +298,7 @@ def _write_part(block: Block, default_text: str, *, in_message: bool = True) -> 
         if kind == "refusal":
             return put_back({"type": "refusal", "refusal": block.text}, extra)
         return put_back({"type": kind, "text": block.text}, extra)
-    raise ValueError(f"a message item cannot hold a {block.type} block; repair the history first")
+    raise MessageFormatError(f"a message item cannot hold a {block.type} block; repair the history first")
 
 
 def _write_input_message(message: Message) -> dict[str, Any]:
@@ -331,7 +338,7 @@ def _write_assistant(message: Message, out: list[dict[str, Any]]) -> None:
                 out.append(_write_reasoning(block))
                 current = None
         else:
-            raise ValueError(f"an assistant message cannot hold a {block.type} block; repair the history first")
+            raise MessageFormatError(f"an assistant message cannot hold a {block.type} block; repair the history first")
 
 
 def _write_call(block: ToolCall) -> dict[str, Any]:
