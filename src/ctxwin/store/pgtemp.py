@@ -53,9 +53,11 @@ def find_bindir() -> Path | None:
     return Path(initdb).parent if initdb else None
 
 
-def unavailable_reason() -> str | None:
-    """Why a server cannot be started here, or None when it can."""
-    if find_bindir() is None:
+def unavailable_reason(bindir: Path | None = None) -> str | None:
+    """Why a server cannot be started here (from `bindir`, default the newest installed one), or None
+    when it can."""
+    bindir = bindir or find_bindir()
+    if bindir is None:
         return "no PostgreSQL server binaries (initdb) found; install Debian's `postgresql` package"
     if os.geteuid() == 0:
         try:
@@ -64,6 +66,13 @@ def unavailable_reason() -> str | None:
             return f"running as root and there is no `{SERVICE_USER}` user to run the server as"
         if shutil.which("runuser") is None:
             return "running as root and `runuser` is missing"
+        # The server runs as that user: binaries under a folder private to root (a 0700 home or temporary
+        # folder holding a venv's server wheel) cannot be run by it.
+        probe = subprocess.run(["runuser", "-u", SERVICE_USER, "--", "test", "-x", str(bindir / "initdb")],
+                               capture_output=True, timeout=30, check=False)
+        if probe.returncode:
+            return (f"the `{SERVICE_USER}` user cannot run {bindir / 'initdb'} (a folder above it is private to "
+                    "root); keep the checkout in a folder others may enter, or chmod o+x the folders above it")
     return None
 
 
