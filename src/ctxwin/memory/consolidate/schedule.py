@@ -6,11 +6,9 @@ hold: they call `begin()` and `end()` around a turn (the workspace is never idle
 `activity()` for an instant (cheap: each notes the time under a lock the worker never holds while it
 works), `session_ended()` when a session ends, and `close()` when they stop. The consolidation itself
 runs on one background thread, so it never blocks a request; across processes the memory folder's lock
-keeps two from running at once. An idle run that finds the lock taken is skipped (the other one is
-doing the work); a run for a session that ended waits for the lock instead (up to `LOCK_WAIT_S`): the
-run holding it may have started before that session's last entries were written. After an idle run,
-the next idle run waits for new activity: an idle workspace is consolidated once, not every
-`idle_seconds`.
+keeps two from running at once (a run that finds the lock taken is skipped: the other one is doing the
+work). After an idle run, the next idle run waits for new
+activity: an idle workspace is consolidated once, not every `idle_seconds`.
 """
 
 from __future__ import annotations
@@ -28,8 +26,6 @@ from ctxwin.memory.consolidate.run import ConsolidationReport, Extractor, consol
 
 CLOSE_WAIT_S = 30.0
 """How long `close()` waits for a consolidation under way (it is never cut short: its writes are atomic)."""
-LOCK_WAIT_S = 30.0
-"""How long a run for an ended session waits for another consolidation of the workspace to finish."""
 
 
 class SleepConfig(BaseModel):
@@ -135,21 +131,20 @@ class SleepTime:
             self._thread = threading.Thread(target=self._loop, name="ctxwin-sleep-time", daemon=True)
             self._thread.start()
 
-    def _next(self) -> str | None:
-        """Wait (holding the condition) until a run is due: "session" (one ended) or "idle"; None once
-        closed with nothing due."""
+    def _next(self) -> bool:
+        """Wait (holding the condition) until a run is due; False once closed with nothing due."""
         while True:
             if self._due:
                 self._due = False
-                return "session"
+                return True
             if self._closed:
-                return None
+                return False
             idle = self.config.idle_seconds
             if idle is not None and not self._idle_done and not self._busy:
                 left = self._last_activity + idle - self.clock()
                 if left <= 0:
                     self._idle_done = True
-                    return "idle"
+                    return True
                 self._cond.wait(left)
             else:
                 self._cond.wait()
@@ -157,19 +152,18 @@ class SleepTime:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                why = self._next()
-            if why is None:
-                return
-            self._consolidate(lock_timeout=LOCK_WAIT_S if why == "session" else 0)
+                if not self._next():
+                    return
+            self._consolidate()
 
-    def _consolidate(self, lock_timeout: float = 0) -> None:
+    def _consolidate(self) -> None:
         report = None
         try:
             sessions = self.config.sessions
             if sessions is not None and not sessions.is_dir():
                 sessions = None  # no session stored there yet (a proxy's store is made by its first request)
             report = consolidate(self.workspace, sessions=sessions, max_chars=self.config.max_chars,
-                                 extractor=self.extractor, lock_timeout=lock_timeout)
+                                 extractor=self.extractor, lock_timeout=0)
         except SessionLockedError:
             with self._cond:
                 self.skipped += 1  # another process is consolidating this workspace right now
