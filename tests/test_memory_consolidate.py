@@ -433,6 +433,34 @@ def test_sleep_time_skips_while_another_process_consolidates(tmp_path: Path) -> 
         sleep.close()
 
 
+def test_a_session_ended_during_a_run_gets_a_run_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One worker's runs follow each other: a session that ends while a run is under way is consolidated
+    by a second run, never skipped (`ctxwin chat` keeps one SleepTime for all its sessions so)."""
+    from ctxwin.memory.consolidate import schedule
+
+    started, release, calls = threading.Event(), threading.Event(), []
+    real = schedule.consolidate
+
+    def slow_first(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs.get("lock_timeout"))
+        if len(calls) == 1:
+            started.set()
+            assert release.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(schedule, "consolidate", slow_first)
+    sleep = SleepTime(fixture(tmp_path), SleepConfig())
+    try:
+        sleep.session_ended()
+        assert started.wait(30)
+        sleep.session_ended()  # the second session ends while the first run holds the lock
+        release.set()
+        assert sleep.wait_for(2, timeout=30)
+    finally:
+        sleep.close()
+    assert len(calls) == 2 and sleep.runs == 2 and sleep.skipped == 0 and not sleep.errors
+
+
 def test_the_cli_says_what_to_do_while_another_consolidation_runs(tmp_path: Path) -> None:
     from ctxwin.store.locks import FileLock
 

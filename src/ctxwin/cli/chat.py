@@ -89,6 +89,12 @@ class Repl:
         opened)."""
         old = self.agent
         self.agent = self._open(folder, create=create)
+        if old.sleep is not None and self.agent.sleep is not None and old.sleep.config == self.agent.sleep.config:
+            # One sleep-time worker for the whole chat: its runs follow each other, so the run for the
+            # session ending here never finds the previous one holding the lock (and skips it).
+            self.agent.sleep.close(0)
+            self.agent.sleep, old.sleep = old.sleep, None
+            self.agent.sleep.session_ended()
         self.end_session(old)
         old.engine.session.close()
 
