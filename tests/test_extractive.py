@@ -471,3 +471,25 @@ def test_the_summary_reads_the_logged_messages_not_their_masked_renderings(tmp_p
     assert "src/a.ts: error TS2304: Cannot find name 'join'. (line 3)" in summary
     assert "`npm run build -- --filter core`" in summary
     assert "cleared" not in summary.split("## Recall index")[0]
+
+
+LINE_PARTS = ["error", "Error:", "FAILED", "fail", "1) test x (M.T)", "12) test", "● a › b", "● Console", "--- FAIL:",
+              "src/a.ts(3,1): ", "lib/x.ex:12: ", "panicked at", "Segmentation fault", "** (Mix)", "E   assert",
+              "× bad", "exit code 1", "0 failed", "3 failures", "no such file or directory", "ok", "word", " ", "\\n"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(LINE_PARTS), max_size=5).map("".join), max_size=8).map("\n".join))
+def test_the_quick_look_finds_every_line_the_rules_accept(text: str) -> None:
+    """`_candidate_lines` (str.find on a few words) may only skip lines none of the error rules accept:
+    with every line looked at closely, `diagnostics` finds the same."""
+    from ctxwin.compaction.extractive import errors
+
+    original = errors._candidate_lines
+    try:
+        errors._candidate_lines = errors._lines  # every line, no quick look
+        every = errors.diagnostics(text)
+    finally:
+        errors._candidate_lines = original
+    assert errors.diagnostics(text) == every
+

@@ -98,6 +98,10 @@ def test_failed_tests_and_compile_banners_are_error_lines_whatever_the_runner() 
                  "Segmentation fault (core dumped)"):
         assert line in kept, (line, kept)
     assert "Finished in 0.1 seconds" not in kept
+    # The same marks in output that reports no failure are no error lines.
+    for fine in ("● nginx.service - A high performance web server", "  ● Console", "1) test the parser first",
+                 "12) test: run the suite"):
+        assert diagnostics(fine) == [], fine
     assert [d.message for d in diagnostics("ran 1) tests, 0 failures\n2) test x (T)")] == ["2) test x (T)"]
 
 

@@ -53,14 +53,15 @@ _LOCATION = re.compile(r"^(?P<file>[^\s:()'\"]+?\.[A-Za-z][A-Za-z0-9]{0,7})"
 _ERROR_WORD = re.compile(r"^(?:error\b|fatal\b|failed\b|panic(?:ked)?\b|npm err!|npm error\b|uncaught\b|"
                          r"unhandled\b|assertion(?:error)?\b)", re.I)
 _ERROR_MARK = re.compile(r"^(?:FAIL(?:ED)?\b|ERROR\b|E {2,}\S|[A-Z][\w.]*(?:Error|Exception|Exit)\b(?::|$|\s)|"
-                         r"\*\* \(|[✗×✘❌●]\s?\S|\d+\) test\b|--- FAIL:)")
+                         r"\*\* \(|[✗×✘❌]\s?\S|\d+\) test\b.* \([\w.]+\)$|● .+ › |--- FAIL:)")
 """A failed test's name is an error line too: ExUnit's `1) test renders the page (AppWeb.PageTest)`,
-Go's `--- FAIL: TestX`, Jest's `● suite › case`."""
+Go's `--- FAIL: TestX`, Jest's `● suite › case` (each in its own full shape: `● nginx.service` in a
+`systemctl status` and `1) test the parser` in a plan are not failures)."""
 _ERROR_ANYWHERE = re.compile(r"command not found|no such file or directory|permission denied|"
                              r"(?<!\b0 )\bfailed\b|\b[1-9]\d* (?:failing|failures?|errors?)\b|"
                              r"compilation error|panicked at|segmentation fault", re.I)
 _CANDIDATE = re.compile(r"error|fail|fatal|panic|exception|npm err|uncaught|unhandled|assert|denied|not found|"
-                        r"no such|\*\* \(|^[ \t]*E {2,}|^[ \t]*[✗×✘❌●]|exit|\) test |segmentation fault",
+                        r"no such|\*\* \(|^[ \t]*E {2,}|[✗×✘❌●]|exit|\) test|segmentation fault",
                         re.I | re.M)
 """A quick look for any word an error line could start with or hold: text without one has none."""
 _STATUS_LINE = re.compile(r"^(?:exit code|command exited with code|exited with code|exit status)\s*:?\s*\d+\.?$|"
@@ -107,8 +108,9 @@ def _candidate_lines(text: str) -> list[str]:
 
 
 _CANDIDATE_WORDS = ("error", "fail", "fatal", "panic", "exception", "npm err", "uncaught", "unhandled", "assert",
-                    "denied", "not found", "no such", "** (", "exit", ") test ", "segmentation fault")
-_CANDIDATE_HEADS = ("e  ", "✗", "×", "✘", "❌", "●")
+                    "denied", "not found", "no such", "** (", "exit", ") test", "segmentation fault",
+                    "✗", "×", "✘", "❌", "●")  # the marks anywhere: after a location (`a.ts(3,1): × bad`) too
+_CANDIDATE_HEADS = ("e  ",)
 """`_CANDIDATE` as plain substrings of the lower-cased text: its words anywhere, its marks at a line's
 start after blanks (`_candidate_starts` finds the same lines with `str.find`, several times faster)."""
 _FOLDS_APART = frozenset("ıſ")
