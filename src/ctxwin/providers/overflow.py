@@ -20,7 +20,6 @@ provider error bodies users pasted into the GitHub issues cited next to each ent
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -536,7 +535,7 @@ def reported_context_tokens(usage: Any) -> int | None:
     if usage is None or isinstance(usage, bool):
         return None
     if isinstance(usage, int | float):
-        return int(usage) if math.isfinite(usage) else None
+        return int(usage)
     if isinstance(usage, Mapping):
         data: Mapping[str, Any] = usage
     elif hasattr(usage, "model_dump"):  # the openai and anthropic SDKs' pydantic models
@@ -589,7 +588,7 @@ def _int(value: object) -> int:
     if isinstance(value, int):
         return value
     if isinstance(value, float):
-        return int(value) if math.isfinite(value) else 0  # infinity or NaN: no count, like any other junk
+        return int(value)
     if isinstance(value, str):
         digits = value.replace(",", "").strip()
         return int(digits) if digits.isdigit() else 0
