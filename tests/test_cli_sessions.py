@@ -216,6 +216,7 @@ def test_run_stops_at_its_cost_limit_and_says_so(tmp_path: Path) -> None:
     (["--max-cost-usd", "1"], "--max-cost-usd needs --price"),
     (["--price", "3"], "is not two prices"), (["--price", "a,b"], "is not two prices"),
     (["--price", "3,-1"], "is not two prices"), (["--max-cost-usd", "-1", "--price", "3,15"], "--max-cost-usd"),
+    (["--max-cost-usd", "nan", "--price", "3,15"], "--max-cost-usd"),
 ])
 def test_a_bad_cost_limit_or_price_is_refused_before_anything_runs(tmp_path: Path, args: list[str], said: str) -> None:
     done = cli("run", "x", "--base-url", "http://127.0.0.1:9/v1", "--sessions", str(tmp_path / "sessions"), *args)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,28 +12,10 @@ import pytest
 
 from ctxwin.tools import DEFAULT_DENY, Limits, ToolError, Workspace, find, find_rg, grep, ls, read
 from ctxwin.tools.workspace import deny_match
+from guards import within
 
 WATCHDOG_S = 10.0  # a refusal that takes longer than this counts as a hang
 ENGINES = ("rg", "python") if find_rg() else ("python",)  # grep engines to check
-
-
-def within(seconds: float, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Runs `call` in a daemon thread and fails the test if it does not finish in time."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = call(*args, **kwargs)
-        except BaseException as error:  # handed back to the test thread
-            box["error"] = error
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"{getattr(call, '__name__', call)} hung for more than {seconds} s"
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 @pytest.fixture
